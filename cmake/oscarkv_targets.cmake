@@ -1,0 +1,77 @@
+# Small wrappers so each directory's CMakeLists.txt is a short list (STYLE habit 15).
+#
+#   oscarkv_cc_library(NAME base SRCS a.cc HDRS a.h DEPS absl::status)
+#     -> target oscarkv_base, alias oscarkv::base. Header-only when SRCS is empty.
+#   oscarkv_cuda_library(NAME attention SRCS x.cu x.cc DEPS ...)
+#   oscarkv_cc_test(NAME block_test SRCS block_test.cc DEPS oscarkv::kvformat LABELS unit)
+#     -> gtest binary registered with ctest; LABELS are unit|e2e|gpu|slow.
+#   oscarkv_cc_binary(NAME oscarkv SRCS main.cc DEPS ...)
+
+function(oscarkv_add_subdirectory_if_present dir)
+  if(EXISTS ${CMAKE_SOURCE_DIR}/${dir}/CMakeLists.txt)
+    add_subdirectory(${CMAKE_SOURCE_DIR}/${dir} ${CMAKE_BINARY_DIR}/${dir})
+  endif()
+endfunction()
+
+function(oscarkv_cc_library)
+  cmake_parse_arguments(A "" "NAME" "SRCS;HDRS;DEPS;PUBLIC_DEFINES" ${ARGN})
+  set(target oscarkv_${A_NAME})
+  if(A_SRCS)
+    add_library(${target} STATIC ${A_SRCS} ${A_HDRS})
+    target_include_directories(${target} PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+    target_link_libraries(${target} PUBLIC ${A_DEPS})
+    target_compile_definitions(${target} PUBLIC ${A_PUBLIC_DEFINES})
+    set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  else()
+    add_library(${target} INTERFACE)
+    target_include_directories(${target} INTERFACE ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+    target_link_libraries(${target} INTERFACE ${A_DEPS})
+    target_compile_definitions(${target} INTERFACE ${A_PUBLIC_DEFINES})
+  endif()
+  add_library(oscarkv::${A_NAME} ALIAS ${target})
+endfunction()
+
+function(oscarkv_cuda_library)
+  oscarkv_cc_library(${ARGN})
+  cmake_parse_arguments(A "" "NAME" "SRCS;HDRS;DEPS;PUBLIC_DEFINES" ${ARGN})
+  set_target_properties(oscarkv_${A_NAME} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+  target_compile_options(oscarkv_${A_NAME} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
+endfunction()
+
+function(oscarkv_cc_binary)
+  cmake_parse_arguments(A "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${A_NAME} ${A_SRCS})
+  target_include_directories(${A_NAME} PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS})
+endfunction()
+
+# A gtest test. Tests run from the source root so fixtures are found by relative path.
+function(oscarkv_cc_test)
+  cmake_parse_arguments(A "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  if(NOT A_LABELS)
+    set(A_LABELS unit)
+  endif()
+  add_executable(${A_NAME} ${A_SRCS})
+  target_include_directories(${A_NAME} PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
+  add_test(NAME ${A_NAME} COMMAND ${A_NAME} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 600)
+  endif()
+  set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT})
+endfunction()
+
+# A test binary without gtest (kernels/ tests build on the GPU machine, which lacks gtest).
+# The binary returns non-zero on failure and 77 to mean "skipped" (no GPU).
+function(oscarkv_plain_test)
+  cmake_parse_arguments(A "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${A_NAME} ${A_SRCS})
+  target_include_directories(${A_NAME} PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS})
+  add_test(NAME ${A_NAME} COMMAND ${A_NAME} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 600)
+  endif()
+  set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT} SKIP_RETURN_CODE 77)
+endfunction()
