@@ -9,7 +9,8 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
   cmake -S . -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
-elif [ $# -gt 0 ]; then
-  cmake -S . -B "$BUILD" "$@"
+else
+  # Re-configure every time (about a second): new folders join the build when they appear.
+  cmake -S . -B "$BUILD" "$@" >/dev/null
 fi
 cmake --build "$BUILD" -j "$JOBS"

@@ -22,6 +22,7 @@ APT_PACKAGES=(
   nlohmann-json3-dev                         # JSON for the HTTP API and result files
   libcli11-dev                               # command-line parsing with subcommands and --help
   libopenblas-dev                            # BLAS for the CPU model forward
+  libeigen3-dev                              # float64 symmetric eigensolver for calibration
   libxxhash-dev                              # XXH3: block keys and payload checksums
   python3 python3-pip                        # reference checks, plots
 )

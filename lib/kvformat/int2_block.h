@@ -89,11 +89,12 @@ struct BlockHeader {
   uint16_t kv_heads;            // H
   uint16_t head_dim;            // D
   uint8_t block_kind;           // BlockKind
-  uint8_t reserved0[7];
+  uint8_t reserved0[3];
   BlockKey key;                 // key of this block (chain over all tokens up to its end)
   BlockKey prev_key;            // key of the previous block; the chain seed for the first
   uint64_t payload_bytes;       // bytes after the header
   uint64_t payload_checksum;    // XXH3-64 of the payload
+  uint8_t reserved1[32];        // zero; room for later fields without a size change
   uint64_t header_checksum;     // XXH3-64 of bytes [0, 120) of this header
 };
 static_assert(sizeof(BlockHeader) == 128);
@@ -117,6 +118,45 @@ constexpr size_t SegmentBytes(SegmentKind kind, int tokens, int head_dim) {
       return (t / kChannelGroupTokens) * (d * (kChannelGroupTokens / 4) + d * sizeof(Int2Params));
   }
   return 0;
+}
+
+// Storage kind of a codec's K and V segments in history (quantised) blocks.
+constexpr SegmentKind KSegmentKind(CodecId codec) {
+  switch (codec) {
+    case CodecId::kBf16:
+      return SegmentKind::kBf16Rows;
+    case CodecId::kKivi2:
+    case CodecId::kOscarTns:
+      return SegmentKind::kInt2ChannelGroup;
+    default:
+      return SegmentKind::kInt2PerToken;
+  }
+}
+constexpr SegmentKind VSegmentKind(CodecId codec) {
+  switch (codec) {
+    case CodecId::kBf16:
+      return SegmentKind::kBf16Rows;
+    case CodecId::kKivi2:
+    case CodecId::kOscarTns:
+      return SegmentKind::kInt2TokenGroup;
+    default:
+      return SegmentKind::kInt2PerToken;
+  }
+}
+// OScaR's omni-token scaling stores one f32 K norm per token per layer (shared by all heads).
+constexpr bool HasTokenNorms(CodecId codec) { return codec == CodecId::kOscarTns; }
+
+// Payload bytes of one block. BF16 blocks (sink blocks, codec bf16) hold K and V as kBf16Rows.
+constexpr size_t PayloadBytes(CodecId codec, BlockKind kind, int layers, int kv_heads,
+                              int head_dim, int tokens) {
+  const bool bf16 = kind == BlockKind::kBf16;
+  const SegmentKind k = bf16 ? SegmentKind::kBf16Rows : KSegmentKind(codec);
+  const SegmentKind v = bf16 ? SegmentKind::kBf16Rows : VSegmentKind(codec);
+  const size_t norms = (!bf16 && HasTokenNorms(codec)) ? static_cast<size_t>(tokens) * 4 : 0;
+  const size_t per_layer = norms + static_cast<size_t>(kv_heads) *
+                                       (SegmentBytes(k, tokens, head_dim) +
+                                        SegmentBytes(v, tokens, head_dim));
+  return static_cast<size_t>(layers) * per_layer;
 }
 
 // Packs four 2-bit codes (each 0..3) into one byte: c0 in bits [1:0] ... c3 in bits [7:6].
