@@ -1,0 +1,337 @@
+// CPU reference of paged decode attention (decode_attention.h). Single-threaded, float
+// arithmetic, written as the GPU kernel will be: a tier-agnostic split loop parameterised by a row
+// loader (STYLE habit 6), then an exact log-sum-exp merge.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/attention/decode_attention.h"
+#include "lib/kvformat/float16.h"
+
+namespace oscarkv::kernels {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+int RoundUpToPage(int tokens) {
+  return (tokens + kPageTokens - 1) / kPageTokens * kPageTokens;
+}
+
+// Loads rows [row_begin, row_end) of one page unit into float K and V buffers [rows][D].
+struct Bf16RowLoader {
+  int head_dim;
+  void operator()(const uint8_t* unit, int row_begin, int row_end, float* k, float* v) const {
+    const auto* k_rows = reinterpret_cast<const uint16_t*>(unit + Bf16PageKOffset(head_dim));
+    const auto* v_rows = reinterpret_cast<const uint16_t*>(unit + Bf16PageVOffset(head_dim));
+    for (int r = row_begin; r < row_end; ++r) {
+      const int64_t base = static_cast<int64_t>(r) * head_dim;
+      float* kr = k + static_cast<int64_t>(r - row_begin) * head_dim;
+      float* vr = v + static_cast<int64_t>(r - row_begin) * head_dim;
+      for (int c = 0; c < head_dim; ++c) {
+        kr[c] = kvformat::Bf16BitsToFloat(k_rows[base + c]);
+        vr[c] = kvformat::Bf16BitsToFloat(v_rows[base + c]);
+      }
+    }
+  }
+};
+
+// Dequantises one packed per-token row (quartered split) into out[D].
+inline void DequantInt2Row(const uint8_t* codes, kvformat::Int2Params params, int head_dim,
+                           float* out) {
+  const float scale = kvformat::HalfBitsToFloat(params.scale_fp16);
+  const float mn = kvformat::HalfBitsToFloat(params.min_fp16);
+  const int m = head_dim / 4;
+  for (int j = 0; j < m; ++j) {
+    const uint8_t b = codes[j];
+    out[j] = static_cast<float>(b & 3u) * scale + mn;
+    out[j + m] = static_cast<float>((b >> 2) & 3u) * scale + mn;
+    out[j + 2 * m] = static_cast<float>((b >> 4) & 3u) * scale + mn;
+    out[j + 3 * m] = static_cast<float>((b >> 6) & 3u) * scale + mn;
+  }
+}
+
+struct Int2RowLoader {
+  int head_dim;
+  void operator()(const uint8_t* unit, int row_begin, int row_end, float* k, float* v) const {
+    const int row_bytes = head_dim / 4;
+    const uint8_t* k_codes = unit + Int2PageKCodesOffset(head_dim);
+    const uint8_t* v_codes = unit + Int2PageVCodesOffset(head_dim);
+    kvformat::Int2Params k_params[kPageTokens];
+    kvformat::Int2Params v_params[kPageTokens];
+    std::memcpy(k_params, unit + Int2PageKParamsOffset(head_dim), sizeof(k_params));
+    std::memcpy(v_params, unit + Int2PageVParamsOffset(head_dim), sizeof(v_params));
+    for (int r = row_begin; r < row_end; ++r) {
+      float* kr = k + static_cast<int64_t>(r - row_begin) * head_dim;
+      float* vr = v + static_cast<int64_t>(r - row_begin) * head_dim;
+      DequantInt2Row(k_codes + r * row_bytes, k_params[r], head_dim, kr);
+      DequantInt2Row(v_codes + r * row_bytes, v_params[r], head_dim, vr);
+    }
+  }
+};
+
+// Online-softmax state of one query head inside a split.
+struct RowState {
+  float m;
+  float l;
+};
+
+// Stage 1 for one work item: all KV heads, all query heads of each group.
+template <typename Loader>
+void RunSplit(const DecodeAttentionParams& p, const PagedTierTable& table,
+              const DecodeWorkItem& w, int work_index, const Loader& load) {
+  const int d = p.head_dim;
+  const int g = p.num_q_heads / p.num_kv_heads;
+  const int32_t* pages = table.page_indices + table.page_indptr[w.seq];
+  float k[kPageTokens * 256];  // rows of one page, D <= 256 (validated)
+  float v[kPageTokens * 256];
+  float s[kPageTokens];
+  std::vector<float> acc(static_cast<size_t>(g) * d);
+  std::vector<RowState> st(g);
+  for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (auto& x : st) x = {kNegInf, 0.0f};
+    const float* q0 = p.q + w.seq * p.q_seq_stride + static_cast<int64_t>(kvh) * g * d;
+    for (int t = w.token_begin; t < w.token_end;) {
+      const int page = pages[t / kPageTokens];
+      const int row_begin = t % kPageTokens;
+      const int row_end = std::min(kPageTokens, row_begin + (w.token_end - t));
+      const uint8_t* unit = table.pool + page * table.page_stride_bytes +
+                            static_cast<int64_t>(kvh) * table.head_stride_bytes;
+      load(unit, row_begin, row_end, k, v);
+      const int n = row_end - row_begin;
+      for (int hh = 0; hh < g; ++hh) {
+        const float* q = q0 + static_cast<int64_t>(hh) * d;
+        float m_new = st[hh].m;
+        for (int r = 0; r < n; ++r) {
+          float dot = 0.0f;
+          const float* kr = k + static_cast<int64_t>(r) * d;
+          for (int c = 0; c < d; ++c) dot += q[c] * kr[c];
+          s[r] = dot * p.sm_scale;
+          m_new = std::max(m_new, s[r]);
+        }
+        const float rescale = std::exp(st[hh].m - m_new);  // exp(-inf) = 0 on the first page
+        float* a = acc.data() + static_cast<int64_t>(hh) * d;
+        float l = st[hh].l * rescale;
+        for (int c = 0; c < d; ++c) a[c] *= rescale;
+        for (int r = 0; r < n; ++r) {
+          const float pr = std::exp(s[r] - m_new);
+          l += pr;
+          const float* vr = v + static_cast<int64_t>(r) * d;
+          for (int c = 0; c < d; ++c) a[c] += pr * vr[c];
+        }
+        st[hh] = {m_new, l};
+      }
+      t += n;
+    }
+    for (int hh = 0; hh < g; ++hh) {
+      const int qh = kvh * g + hh;
+      float* o = p.partial_out + (static_cast<int64_t>(work_index) * p.num_q_heads + qh) * d;
+      float& lse = p.partial_lse[static_cast<int64_t>(work_index) * p.num_q_heads + qh];
+      const float* a = acc.data() + static_cast<int64_t>(hh) * d;
+      if (st[hh].l > 0.0f) {
+        const float inv = 1.0f / st[hh].l;
+        for (int c = 0; c < d; ++c) o[c] = a[c] * inv;
+        lse = st[hh].m + std::log(st[hh].l);
+      } else {
+        for (int c = 0; c < d; ++c) o[c] = 0.0f;
+        lse = kNegInf;
+      }
+    }
+  }
+}
+
+const char* ValidateTable(const PagedTierTable& t, const DecodeAttentionParams& p,
+                          int64_t unit_bytes) {
+  if (t.seq_tokens == nullptr) return nullptr;
+  if (t.page_indptr == nullptr || t.page_indices == nullptr || t.pool == nullptr) {
+    return "tier table: seq_tokens set but page_indptr, page_indices or pool is null";
+  }
+  if (t.head_stride_bytes < unit_bytes ||
+      t.page_stride_bytes < t.head_stride_bytes * p.num_kv_heads) {
+    return "tier table: strides smaller than the page unit";
+  }
+  if (t.head_stride_bytes % 16 != 0 || t.page_stride_bytes % 16 != 0) {
+    return "tier table: strides must be multiples of 16 bytes";
+  }
+  for (int b = 0; b < p.num_seqs; ++b) {
+    const int64_t pages = t.page_indptr[b + 1] - t.page_indptr[b];
+    if (t.seq_tokens[b] < 0 || pages < 0 || pages * kPageTokens < t.seq_tokens[b]) {
+      return "tier table: a sequence has fewer pages than its tokens need";
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+DecodePlan PlanDecodeAttention(const DecodePlanConfig& config, int num_seqs,
+                               const int32_t* bf16_tokens, const int32_t* int2_tokens) {
+  DecodePlan plan;
+  plan.num_seqs = num_seqs;
+  plan.seq_work_indptr.reserve(num_seqs + 1);
+  plan.seq_work_indptr.push_back(0);
+  const int min_chunk = RoundUpToPage(std::max(1, config.min_tokens_per_split));
+  const int max_splits = std::max(1, config.max_splits_per_tier);
+  for (int b = 0; b < num_seqs; ++b) {
+    for (int tier = 0; tier < 2; ++tier) {
+      const int32_t* tokens = tier == 0 ? bf16_tokens : int2_tokens;
+      const int n = tokens == nullptr ? 0 : tokens[b];
+      if (n <= 0) continue;
+      int chunk;
+      if (config.fixed_tokens_per_split > 0) {
+        chunk = RoundUpToPage(config.fixed_tokens_per_split);
+      } else {
+        chunk = std::max(min_chunk, RoundUpToPage((n + max_splits - 1) / max_splits));
+      }
+      for (int begin = 0; begin < n; begin += chunk) {
+        plan.work.push_back({b, tier, begin, std::min(n, begin + chunk)});
+      }
+    }
+    plan.seq_work_indptr.push_back(static_cast<int32_t>(plan.work.size()));
+  }
+  return plan;
+}
+
+const char* ValidateDecodeAttentionParams(const DecodeAttentionParams& p) {
+  if (p.num_seqs < 0) return "num_seqs < 0";
+  if (p.num_seqs == 0) return nullptr;
+  if (p.num_kv_heads <= 0 || p.num_q_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0) {
+    return "num_q_heads must be a positive multiple of num_kv_heads";
+  }
+  if (p.head_dim <= 0 || p.head_dim % 32 != 0 || p.head_dim > 256) {
+    return "head_dim must be a multiple of 32 in [32, 256]";
+  }
+  if (p.q == nullptr || p.out == nullptr) return "q and out must be set";
+  if (p.q_seq_stride < static_cast<int64_t>(p.num_q_heads) * p.head_dim ||
+      p.out_seq_stride < static_cast<int64_t>(p.num_q_heads) * p.head_dim) {
+    return "q_seq_stride and out_seq_stride must be >= Hq * D";
+  }
+  if (p.seq_work_indptr == nullptr) return "seq_work_indptr must be set";
+  if (p.num_work > 0 && (p.work == nullptr || p.partial_out == nullptr ||
+                         p.partial_lse == nullptr)) {
+    return "work, partial_out and partial_lse must be set when num_work > 0";
+  }
+  if (p.seq_work_indptr[0] != 0 || p.seq_work_indptr[p.num_seqs] != p.num_work) {
+    return "seq_work_indptr must run from 0 to num_work";
+  }
+  if (const char* e = ValidateTable(p.bf16, p, Bf16PageUnitBytes(p.head_dim))) return e;
+  if (const char* e = ValidateTable(p.int2, p, Int2PageUnitBytes(p.head_dim))) return e;
+  for (int b = 0; b < p.num_seqs; ++b) {
+    if (p.seq_work_indptr[b + 1] < p.seq_work_indptr[b]) return "seq_work_indptr not monotone";
+    for (int i = p.seq_work_indptr[b]; i < p.seq_work_indptr[b + 1]; ++i) {
+      const DecodeWorkItem& w = p.work[i];
+      const PagedTierTable& t = w.tier == static_cast<int32_t>(Tier::kBf16) ? p.bf16 : p.int2;
+      if (w.seq != b || (w.tier != 0 && w.tier != 1)) return "work item: wrong seq or tier";
+      const int n = t.seq_tokens == nullptr ? 0 : t.seq_tokens[b];
+      if (w.token_begin < 0 || w.token_begin % kPageTokens != 0 || w.token_end > n ||
+          w.token_begin > w.token_end) {
+        return "work item: token range outside its tier";
+      }
+    }
+  }
+  return nullptr;
+}
+
+void MergeDecodePartialsRef(const DecodeAttentionParams& p) {
+  const int d = p.head_dim;
+  for (int b = 0; b < p.num_seqs; ++b) {
+    const int w0 = p.seq_work_indptr[b];
+    const int w1 = p.seq_work_indptr[b + 1];
+    for (int h = 0; h < p.num_q_heads; ++h) {
+      float* o = p.out + b * p.out_seq_stride + static_cast<int64_t>(h) * d;
+      float lse_max = kNegInf;
+      for (int i = w0; i < w1; ++i) {
+        lse_max = std::max(lse_max, p.partial_lse[static_cast<int64_t>(i) * p.num_q_heads + h]);
+      }
+      for (int c = 0; c < d; ++c) o[c] = 0.0f;
+      if (lse_max == kNegInf) {
+        if (p.out_lse != nullptr) p.out_lse[static_cast<int64_t>(b) * p.num_q_heads + h] = kNegInf;
+        continue;
+      }
+      float weight_sum = 0.0f;
+      for (int i = w0; i < w1; ++i) {
+        const float lse = p.partial_lse[static_cast<int64_t>(i) * p.num_q_heads + h];
+        if (lse == kNegInf) continue;
+        const float wgt = std::exp(lse - lse_max);
+        weight_sum += wgt;
+        const float* po = p.partial_out + (static_cast<int64_t>(i) * p.num_q_heads + h) * d;
+        for (int c = 0; c < d; ++c) o[c] += wgt * po[c];
+      }
+      const float inv = 1.0f / weight_sum;
+      for (int c = 0; c < d; ++c) o[c] *= inv;
+      if (p.out_lse != nullptr) {
+        p.out_lse[static_cast<int64_t>(b) * p.num_q_heads + h] = lse_max + std::log(weight_sum);
+      }
+    }
+  }
+}
+
+const char* DecodeAttentionRef(const DecodeAttentionParams& p) {
+  if (const char* e = ValidateDecodeAttentionParams(p)) return e;
+  const Bf16RowLoader bf16_loader{p.head_dim};
+  const Int2RowLoader int2_loader{p.head_dim};
+  for (int i = 0; i < p.num_work; ++i) {
+    const DecodeWorkItem& w = p.work[i];
+    if (w.tier == static_cast<int32_t>(Tier::kBf16)) {
+      RunSplit(p, p.bf16, w, i, bf16_loader);
+    } else {
+      RunSplit(p, p.int2, w, i, int2_loader);
+    }
+  }
+  MergeDecodePartialsRef(p);
+  return nullptr;
+}
+
+void AttendFloatRows(const float* q, int num_heads, int head_dim, const float* k, const float* v,
+                     int64_t kv_row_stride, const float* score_scale, int num_tokens,
+                     float sm_scale, AttentionState* states) {
+  std::vector<float> s(num_tokens);
+  for (int h = 0; h < num_heads; ++h) {
+    AttentionState& st = states[h];
+    st.acc.assign(head_dim, 0.0f);
+    st.m = kNegInf;
+    st.l = 0.0f;
+    const float* qh = q + static_cast<int64_t>(h) * head_dim;
+    for (int j = 0; j < num_tokens; ++j) {
+      const float* kj = k + j * kv_row_stride;
+      float dot = 0.0f;
+      for (int c = 0; c < head_dim; ++c) dot += qh[c] * kj[c];
+      s[j] = dot * sm_scale * (score_scale != nullptr ? score_scale[j] : 1.0f);
+      st.m = std::max(st.m, s[j]);
+    }
+    if (num_tokens == 0) continue;
+    for (int j = 0; j < num_tokens; ++j) {
+      const float pj = std::exp(s[j] - st.m);
+      st.l += pj;
+      const float* vj = v + j * kv_row_stride;
+      for (int c = 0; c < head_dim; ++c) st.acc[c] += pj * vj[c];
+    }
+  }
+}
+
+void MergeAttentionState(AttentionState& state, const AttentionState& other) {
+  if (other.l == 0.0f) return;
+  if (state.l == 0.0f) {
+    state = other;
+    return;
+  }
+  const float m = std::max(state.m, other.m);
+  const float a = std::exp(state.m - m);
+  const float b = std::exp(other.m - m);
+  for (size_t c = 0; c < state.acc.size(); ++c) state.acc[c] = state.acc[c] * a + other.acc[c] * b;
+  state.l = state.l * a + other.l * b;
+  state.m = m;
+}
+
+void FinalizeAttentionState(const AttentionState& state, int head_dim, float* out) {
+  const size_t d = static_cast<size_t>(head_dim);
+  if (state.l == 0.0f || state.acc.size() != d) {
+    for (size_t c = 0; c < d; ++c) out[c] = 0.0f;
+    return;
+  }
+  const float inv = 1.0f / state.l;
+  for (size_t c = 0; c < d; ++c) out[c] = state.acc[c] * inv;
+}
+
+}  // namespace oscarkv::kernels
