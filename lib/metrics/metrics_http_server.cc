@@ -1,0 +1,123 @@
+#include "lib/metrics/metrics_http_server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
+
+namespace oscarkv::metrics {
+
+struct MetricsHttpServer::Impl {
+  httplib::Server server;
+  std::thread thread;
+  std::mutex stop_mu;
+  bool stopped = false;  // guarded by stop_mu
+};
+
+namespace {
+
+void Reply(httplib::Response& res, const HttpResponse& r) {
+  res.status = r.status;
+  res.set_content(r.body, r.content_type.c_str());
+}
+
+HttpResponse Probe(const std::function<absl::Status()>& probe) {
+  if (!probe) return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"};
+  const absl::Status s = probe();
+  if (s.ok()) return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"};
+  return HttpResponse{503, "text/plain; charset=utf-8", absl::StrCat(s.ToString(), "\n")};
+}
+
+}  // namespace
+
+MetricsHttpServer::MetricsHttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+MetricsHttpServer::~MetricsHttpServer() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const Registry* registry, MetricsHttpServerOptions options) {
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics port ", options.port,
+                                                   " outside [0, 65535]"));
+  }
+  if (options.threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics threads ", options.threads, " < 1"));
+  }
+  auto impl = std::make_unique<Impl>();
+  httplib::Server& server = impl->server;
+  const int threads = options.threads;
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // httplib's default sets SO_REUSEPORT, which lets a second server silently share a port in use
+  // (and split its scrapes). SO_REUSEADDR alone still allows a quick restart after TIME_WAIT.
+  server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+
+  server.Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+    res.set_content(registry ? registry->Expose() : std::string(), kExpositionContentType);
+  });
+  server.Get("/healthz", [probe = options.health](const httplib::Request&,
+                                                  httplib::Response& res) {
+    Reply(res, Probe(probe));
+  });
+  server.Get("/readyz", [probe = options.readiness](const httplib::Request&,
+                                                    httplib::Response& res) {
+    Reply(res, Probe(probe));
+  });
+  for (auto& [path, handler] : options.extra_get_handlers) {
+    // httplib matches paths as whole-string regexes: a plain path matches only itself.
+    if (path.empty() || path[0] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat("extra handler path \"", path,
+                                                     "\" must start with /"));
+    }
+    server.Get(path, [h = std::move(handler)](const httplib::Request&, httplib::Response& res) {
+      Reply(res, h());
+    });
+  }
+
+  int port = options.port;
+  if (port == 0) {
+    port = server.bind_to_any_port(options.host);
+    if (port < 0) {
+      return absl::UnavailableError(absl::StrCat("metrics server cannot bind ", options.host,
+                                                 ":<any port>"));
+    }
+  } else if (!server.bind_to_port(options.host, port)) {
+    return absl::UnavailableError(absl::StrCat("metrics server cannot bind ", options.host, ":",
+                                               port, " (address in use or bad host)"));
+  }
+  impl->thread = std::thread([s = &impl->server] {
+    if (!s->listen_after_bind()) LOG(WARNING) << "metrics server stopped with an error";
+  });
+  // Stop() before listen_after_bind() marks the server running would be lost, so wait for it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!server.is_running()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      server.stop();
+      impl->thread.join();
+      return absl::UnavailableError("metrics server did not start within 10 s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  LOG(INFO) << "metrics server listening on " << options.host << ":" << port;
+  auto out = std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl)));
+  out->port_ = port;
+  return out;
+}
+
+void MetricsHttpServer::Stop() {
+  if (!impl_) return;
+  std::lock_guard<std::mutex> lock(impl_->stop_mu);
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  impl_->server.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+}  // namespace oscarkv::metrics
