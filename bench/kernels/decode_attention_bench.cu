@@ -1,0 +1,292 @@
+// Decode attention and demotion timings on the GPU (bench/kernels/RESULTS.md has the numbers).
+// Every case: fresh device-filled pools with shuffled pages, enough copies of the inputs that one
+// timed graph reads more than 4x the L2, a CUDA graph of `copies` calls replayed many times, the
+// median replay divided by `copies`. The HBM floor is (bytes that must be read) / (measured
+// device-to-device copy bandwidth, bytes read + written).
+//   decode_attention_bench [--quick]
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/attention/decode_attention.h"
+#include "kernels/attention/decode_attention_cuda.h"
+#include "kernels/quant/kv_quant_cuda.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace {
+
+using oscarkv::kernels::DecodeAttentionParams;
+using oscarkv::kernels::kPageTokens;
+
+__device__ uint32_t Hash(uint64_t x) {
+  x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+// BF16 pool: every u16 a bf16 value in [-2, 2). INT2 pool: random code bytes, then every params
+// slot a valid (scale, min).
+__global__ void FillBf16(uint16_t* p, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = (Hash(seed + i) & 0xffffff) * (4.0f / 16777216.0f) - 2.0f;
+    p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+}
+__global__ void FillInt2(uint8_t* p, int64_t units, int unit, int d, uint64_t seed) {
+  const int64_t words = units * unit / 4;
+  uint32_t* w = reinterpret_cast<uint32_t*>(p);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < words; i += int64_t(gridDim.x) * blockDim.x) {
+    const int off = static_cast<int>((i * 4) % unit);
+    const int in_half = off % (unit / 2);
+    uint32_t v = Hash(seed + i);
+    if (in_half >= kPageTokens * d / 4) {  // params slot
+      const float scale = 0.05f + (v & 0xffff) * (0.4f / 65536.0f);
+      const float mn = -1.5f * scale;
+      v = __half_as_ushort(__float2half_rn(scale)) | (uint32_t(__half_as_ushort(__float2half_rn(mn))) << 16);
+    }
+    w[i] = v;
+  }
+}
+
+struct Shape { int hq, hkv, d; };
+
+double MedianMs(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Times `graph` (which holds `copies` calls): median of replays, in microseconds per call.
+double TimeGraph(cudaGraphExec_t exec, cudaStream_t s, int copies, int reps) {
+  cudaEvent_t a, b;
+  GPU_CHECK(cudaEventCreate(&a));
+  GPU_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) GPU_CHECK(cudaGraphLaunch(exec, s));
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    GPU_CHECK(cudaEventRecord(a, s));
+    GPU_CHECK(cudaGraphLaunch(exec, s));
+    GPU_CHECK(cudaEventRecord(b, s));
+    GPU_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    GPU_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  GPU_CHECK(cudaEventDestroy(a));
+  GPU_CHECK(cudaEventDestroy(b));
+  return MedianMs(t) * 1000.0 / copies;
+}
+
+double CopyBandwidth(cudaStream_t s) {
+  const size_t bytes = size_t(2) << 30;
+  void *x, *y;
+  GPU_CHECK(cudaMalloc(&x, bytes));
+  GPU_CHECK(cudaMalloc(&y, bytes));
+  GPU_CHECK(cudaMemset(x, 1, bytes));
+  cudaGraph_t g;
+  cudaGraphExec_t e;
+  GPU_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  GPU_CHECK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, s));
+  GPU_CHECK(cudaStreamEndCapture(s, &g));
+  GPU_CHECK(cudaGraphInstantiate(&e, g, 0));
+  const double us = TimeGraph(e, s, 1, 20);
+  GPU_CHECK(cudaGraphExecDestroy(e));
+  GPU_CHECK(cudaGraphDestroy(g));
+  GPU_CHECK(cudaFree(x));
+  GPU_CHECK(cudaFree(y));
+  return 2.0 * bytes / (us * 1e-6);  // bytes/s, read + write
+}
+
+// One decode case: B sequences of S tokens; int2 = three-tier (sink 64 + recent 256 BF16, the
+// rest INT2), else all S tokens BF16 (our BF16 paged baseline).
+void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per_sm, int sms,
+               cudaStream_t stream) {
+  const int bf_tokens = int2 ? std::min(s, 320) : s;
+  const int i2_tokens = s - bf_tokens;
+  const int64_t bf_unit = oscarkv::kernels::Bf16PageUnitBytes(sh.d);
+  const int64_t i2_unit = oscarkv::kernels::Int2PageUnitBytes(sh.d);
+  const int bf_pages_seq = (bf_tokens + 7) / 8, i2_pages_seq = (i2_tokens + 7) / 8;
+  const int64_t bf_pages = int64_t(b) * bf_pages_seq, i2_pages = int64_t(b) * i2_pages_seq;
+  // Bytes that must be read: every K/V byte of both tiers, q; written: out.
+  const double bytes = double(b) * sh.hkv *
+                           (double(bf_tokens) * 4 * sh.d + double(i2_tokens) * (sh.d / 2 + 8)) +
+                       double(b) * sh.hq * sh.d * 8;
+  const int copies = std::max(1, std::min(8, int(std::ceil(240e6 / bytes))));
+  std::mt19937_64 rng(b * 1000003ull + s);
+  auto table = [&](int64_t pages, int pages_seq) {
+    std::vector<int32_t> idx(pages);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::shuffle(idx.begin(), idx.end(), rng);
+    std::vector<int32_t> indptr(b + 1);
+    for (int i = 0; i <= b; ++i) indptr[i] = i * pages_seq;
+    return std::make_pair(idx, indptr);
+  };
+  auto [bf_idx, bf_indptr] = table(bf_pages, bf_pages_seq);
+  auto [i2_idx, i2_indptr] = table(i2_pages, i2_pages_seq);
+  std::vector<int32_t> bf_tok(b, bf_tokens), i2_tok(b, i2_tokens);
+  const auto config = oscarkv::kernels::GpuDecodePlanConfig(b, sh.hkv, sh.hq, sms, ctas_per_sm);
+  const auto plan = oscarkv::kernels::PlanDecodeAttention(config, b, bf_tok.data(), i2_tok.data());
+
+  std::vector<void*> frees;
+  auto alloc = [&](size_t n) {
+    void* p;
+    GPU_CHECK(cudaMalloc(&p, std::max<size_t>(n, 16)));
+    frees.push_back(p);
+    return p;
+  };
+  std::vector<float> qh(size_t(b) * sh.hq * sh.d);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (float& x : qh) x = nd(rng);
+  float* q = oscarkv::testing::ToDevice(qh);
+  frees.push_back(q);
+  DecodeAttentionParams p;
+  p.num_seqs = b;
+  p.num_q_heads = sh.hq;
+  p.num_kv_heads = sh.hkv;
+  p.head_dim = sh.d;
+  p.sm_scale = 1.0f / std::sqrt(float(sh.d));
+  p.q = q;
+  p.q_seq_stride = int64_t(sh.hq) * sh.d;
+  p.bf16.page_indptr = oscarkv::testing::ToDevice(bf_indptr);
+  p.bf16.page_indices = oscarkv::testing::ToDevice(bf_idx);
+  p.bf16.seq_tokens = oscarkv::testing::ToDevice(bf_tok);
+  p.bf16.page_stride_bytes = sh.hkv * bf_unit;
+  p.bf16.head_stride_bytes = bf_unit;
+  p.int2.page_indptr = oscarkv::testing::ToDevice(i2_indptr);
+  p.int2.page_indices = oscarkv::testing::ToDevice(i2_idx);
+  p.int2.seq_tokens = i2_tokens > 0 ? oscarkv::testing::ToDevice(i2_tok) : nullptr;
+  p.int2.page_stride_bytes = sh.hkv * i2_unit;
+  p.int2.head_stride_bytes = i2_unit;
+  p.work = oscarkv::testing::ToDevice(plan.work);
+  p.seq_work_indptr = oscarkv::testing::ToDevice(plan.seq_work_indptr);
+  p.num_work = plan.num_work();
+  p.partial_out = static_cast<float*>(alloc(plan.PartialOutFloats(sh.hq, sh.d) * 4));
+  p.partial_lse = static_cast<float*>(alloc(plan.PartialLseFloats(sh.hq) * 4));
+  p.out = static_cast<float*>(alloc(size_t(b) * sh.hq * sh.d * 4));
+  p.out_seq_stride = int64_t(sh.hq) * sh.d;
+  std::vector<DecodeAttentionParams> calls;
+  for (int c = 0; c < copies; ++c) {
+    DecodeAttentionParams pc = p;
+    uint8_t* bfp = static_cast<uint8_t*>(alloc(bf_pages * sh.hkv * bf_unit));
+    FillBf16<<<1024, 256, 0, stream>>>(reinterpret_cast<uint16_t*>(bfp), bf_pages * sh.hkv * bf_unit / 2, 77 + c);
+    GPU_CHECK(cudaGetLastError());
+    pc.bf16.pool = bfp;
+    if (i2_pages > 0) {
+      uint8_t* i2p = static_cast<uint8_t*>(alloc(i2_pages * sh.hkv * i2_unit));
+      FillInt2<<<1024, 256, 0, stream>>>(i2p, i2_pages * sh.hkv, int(i2_unit), sh.d, 99 + c);
+      GPU_CHECK(cudaGetLastError());
+      pc.int2.pool = i2p;
+    }
+    calls.push_back(pc);
+  }
+  GPU_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t g;
+  cudaGraphExec_t e;
+  GPU_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (const auto& c : calls) GPU_CHECK(oscarkv::kernels::DecodeAttentionCuda(c, stream));
+  GPU_CHECK(cudaStreamEndCapture(stream, &g));
+  GPU_CHECK(cudaGraphInstantiate(&e, g, 0));
+  const double us = TimeGraph(e, stream, copies, 50);
+  std::vector<float> out = oscarkv::testing::ToHost(p.out, size_t(b) * sh.hq * sh.d);
+  bool finite = true;
+  for (float x : out) finite = finite && std::isfinite(x);
+  GPU_CHECK(cudaGraphExecDestroy(e));
+  GPU_CHECK(cudaGraphDestroy(g));
+  for (void* ptr : frees) GPU_CHECK(cudaFree(ptr));
+  for (const void* ptr : {(const void*)p.bf16.page_indptr, (const void*)p.bf16.page_indices,
+                          (const void*)p.bf16.seq_tokens, (const void*)p.int2.page_indptr,
+                          (const void*)p.int2.page_indices, (const void*)p.int2.seq_tokens,
+                          (const void*)p.work, (const void*)p.seq_work_indptr}) {
+    if (ptr) GPU_CHECK(cudaFree(const_cast<void*>(ptr)));
+  }
+  const double floor_us = bytes / bw * 1e6;
+  std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s\n",
+              int2 ? "int2" : "bf16", sh.hq, sh.hkv, sh.d, b, s, ctas_per_sm, plan.num_work(), us,
+              bytes / (us * 1e-6) / 1e9, floor_us, 100.0 * floor_us / us, finite ? "" : "  NON-FINITE OUTPUT");
+}
+
+void RunDemote(int tokens, int heads, int d, bool rotate, double bw, cudaStream_t stream) {
+  const int64_t rows = int64_t(tokens) * heads;
+  const int64_t unit = oscarkv::kernels::Int2PageUnitBytes(d);
+  const int pages = tokens / 8;
+  void *in, *pool, *rot;
+  GPU_CHECK(cudaMalloc(&in, rows * d * 2));
+  GPU_CHECK(cudaMalloc(&pool, int64_t(pages) * heads * unit));
+  GPU_CHECK(cudaMalloc(&rot, d * d * 4));
+  FillBf16<<<1024, 256, 0, stream>>>(static_cast<uint16_t*>(in), rows * d, 5);
+  std::vector<float> r(d * d, 0.f);
+  for (int i = 0; i < d; ++i) r[i * d + (i * 7) % d] = 1.0f;  // a permutation: orthogonal
+  GPU_CHECK(cudaMemcpy(rot, r.data(), d * d * 4, cudaMemcpyHostToDevice));
+  std::vector<int32_t> ids(pages);
+  std::iota(ids.begin(), ids.end(), 0);
+  int32_t* d_ids = oscarkv::testing::ToDevice(ids);
+  oscarkv::kernels::KvQuantParams p;
+  p.input_bf16 = static_cast<uint16_t*>(in);
+  p.rotation = rotate ? static_cast<float*>(rot) : nullptr;
+  p.tokens = tokens;
+  p.heads = heads;
+  p.head_dim = d;
+  p.clip_ratio = 0.96f;
+  oscarkv::kernels::DemotePagesTarget t;
+  t.pool = static_cast<uint8_t*>(pool);
+  t.page_ids = d_ids;
+  t.page_stride_bytes = heads * unit;
+  t.head_stride_bytes = unit;
+  cudaGraph_t g;
+  cudaGraphExec_t e;
+  GPU_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  GPU_CHECK(oscarkv::kernels::DemoteToPagesCuda(p, t, stream));
+  GPU_CHECK(cudaStreamEndCapture(stream, &g));
+  GPU_CHECK(cudaGraphInstantiate(&e, g, 0));
+  const double us = TimeGraph(e, stream, 1, 20);
+  const double bytes = double(rows) * (2 * d + d / 4 + 4);
+  std::printf("demote T=%d H=%d D=%d rotate=%d clip=0.96  %9.2f us  %7.1f GB/s  %5.1f%% of copy bandwidth\n",
+              tokens, heads, d, rotate, us, bytes / (us * 1e-6) / 1e9, 100.0 * bytes / (us * 1e-6) / bw);
+  GPU_CHECK(cudaGraphExecDestroy(e));
+  GPU_CHECK(cudaGraphDestroy(g));
+  GPU_CHECK(cudaFree(in));
+  GPU_CHECK(cudaFree(pool));
+  GPU_CHECK(cudaFree(rot));
+  GPU_CHECK(cudaFree(d_ids));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!oscarkv::testing::HaveGpu()) {
+    std::printf("no GPU: skipped\n");
+    return 77;
+  }
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  cudaStream_t stream;
+  GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int sms = 0;
+  GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const double bw = CopyBandwidth(stream);
+  std::printf("copy bandwidth (read+write): %.1f GB/s, SMs %d\n", bw / 1e9, sms);
+  const Shape shapes[] = {{32, 8, 128}, {9, 3, 64}};
+  for (const Shape& sh : shapes) {
+    for (int b : {1, 8, 32}) {
+      for (int s : {8192, 32768, 131072}) {
+        if (quick && !(b == 1 && s == 131072) && !(b == 32 && s == 8192)) continue;
+        RunDecode(sh, b, s, true, bw, 4, sms, stream);
+        if (b == 1 && s == 131072 && sh.d == 128) {
+          RunDecode(sh, b, s, true, bw, 2, sms, stream);
+          RunDecode(sh, b, s, true, bw, 8, sms, stream);
+        }
+        RunDecode(sh, b, s, false, bw, 4, sms, stream);
+      }
+    }
+  }
+  RunDemote(32768, 8, 128, true, bw, stream);
+  RunDemote(32768, 8, 128, false, bw, stream);
+  RunDemote(32768, 3, 64, true, bw, stream);
+  GPU_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}

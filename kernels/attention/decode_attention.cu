@@ -1,0 +1,488 @@
+// Decode attention over the paged three-tier cache on the GPU (see decode_attention_cuda.h).
+//
+// Fragment bookkeeping (lane l, r = l / 4, p = l % 4; mma.sync m16n8k16 layouts):
+//   scores  S^T[16 tokens x 8 heads] = K[16 x D] . Q^T[D x 8]: A rows are tokens (row r = row r
+//           of the tile's first page, row r + 8 = row r of its second page), B columns are heads.
+//           The reduction order over D is free, so each loader picks the channel permutation
+//           (QDim) that matches the bytes a lane loads, and Q is permuted the same way.
+//   P.V     O^T[D x 8 heads] = V^T[D x 16 tokens] . P^T[16 tokens x 8 heads]; P^T comes from the
+//           score accumulators by one movmatrix.trans per 8x8 block; output channel of
+//           (m-tile, row) is OutDim.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention/decode_attention.h"
+#include "kernels/attention/decode_attention_cuda.h"
+#include "kernels/common/cuda_utils.cuh"
+
+namespace oscarkv::kernels {
+namespace {
+
+using namespace oscarkv::kernels::cuda;  // NOLINT: device helpers
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxHeadsPerCta = 8;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---------------------------------------------------------------------------------------------
+// INT2 page loader (kvformat kInt2PerToken segments of 8 tokens, K then V, decode_attention.h).
+template <int D>
+struct Int2Loader {
+  static constexpr int kKW = D / 64;  // u32 words of K codes a lane reads per token
+  static constexpr bool kHalfPv = true;
+  static constexpr bool kHasCorr = true;
+  struct Raw {
+    uint32_t k0[kKW], k1[kKW];  // K codes: page 0 row r, page 1 row r (bytes 4*kKW*p ...)
+    uint32_t v[2][2];           // V codes word VWord(r) of rows 2p, 2p+1 of page 0 / page 1
+    uint32_t kp0, kp1, vp0, vp1;  // Int2Params of row r of page 0 / 1 (scale lo, min hi)
+  };
+  __device__ static int VWord(int r) { return D == 128 ? r : (r & 3); }
+  __device__ static void Load(Raw& raw, const uint8_t* u0, const uint8_t* u1, int lane) {
+    const int r = lane >> 2, p = lane & 3;
+    constexpr int kRow = D / 4;
+    constexpr int kKp = kPageTokens * kRow;
+    constexpr int kV = kKp + kPageTokens * 4;
+    constexpr int kVp = kV + kKp;
+    const int koff = r * kRow + p * 4 * kKW;
+    if constexpr (kKW == 2) {
+      const uint2 a = LoadStream(reinterpret_cast<const uint2*>(u0 + koff));
+      const uint2 b = LoadStream(reinterpret_cast<const uint2*>(u1 + koff));
+      raw.k0[0] = a.x; raw.k0[1] = a.y; raw.k1[0] = b.x; raw.k1[1] = b.y;
+    } else {
+      raw.k0[0] = LoadStream(reinterpret_cast<const uint32_t*>(u0 + koff));
+      raw.k1[0] = LoadStream(reinterpret_cast<const uint32_t*>(u1 + koff));
+    }
+    const int voff = kV + (2 * p) * kRow + 4 * VWord(r);
+    raw.v[0][0] = LoadStream(reinterpret_cast<const uint32_t*>(u0 + voff));
+    raw.v[0][1] = LoadStream(reinterpret_cast<const uint32_t*>(u0 + voff + kRow));
+    raw.v[1][0] = LoadStream(reinterpret_cast<const uint32_t*>(u1 + voff));
+    raw.v[1][1] = LoadStream(reinterpret_cast<const uint32_t*>(u1 + voff + kRow));
+    raw.kp0 = LoadStream(reinterpret_cast<const uint32_t*>(u0 + kKp + 4 * r));
+    raw.kp1 = LoadStream(reinterpret_cast<const uint32_t*>(u1 + kKp + 4 * r));
+    raw.vp0 = LoadStream(reinterpret_cast<const uint32_t*>(u0 + kVp + 4 * r));
+    raw.vp1 = LoadStream(reinterpret_cast<const uint32_t*>(u1 + kVp + 4 * r));
+  }
+  // Channel of logical k index kk (0..15) of k-step ks for the lane with p = (kk % 8) / 2.
+  __device__ static int QDim(int ks, int kk) {
+    const int p = (kk & 7) >> 1, byte = (kk & 1) + 2 * (kk >> 3), w = ks >> 2, q = ks & 3;
+    return p * 4 * kKW + 4 * w + byte + q * (D / 4);
+  }
+  __device__ static void KFrag(const Raw& raw, int ks, uint32_t (&a)[4]) {
+    const int w = ks >> 2, q = ks & 3;
+    a[0] = CrumbPairBf16(__byte_perm(raw.k0[w], 0, 0x1404), q);
+    a[1] = CrumbPairBf16(__byte_perm(raw.k1[w], 0, 0x1404), q);
+    a[2] = CrumbPairBf16(__byte_perm(raw.k0[w], 0, 0x3424), q);
+    a[3] = CrumbPairBf16(__byte_perm(raw.k1[w], 0, 0x3424), q);
+  }
+  // score = a * acc + b * e_h with e_h = scale * sum(q_h): acc = q.(1 + c/4).
+  __device__ static void ScoreAB(const Raw& raw, int page, float sc, float& a, float& b) {
+    const uint32_t kp = page == 0 ? raw.kp0 : raw.kp1;
+    const float s = HalfLoToFloat(kp), mn = HalfHiToFloat(kp);
+    a = 4.0f * s * sc;
+    b = mn - 4.0f * s;
+  }
+  // V weight multiplier (weight = p * mul) and per-token additive term (corr += p * add - w~).
+  __device__ static void VParams(const Raw& raw, int page, float& mul, float& add) {
+    const uint32_t vp = page == 0 ? raw.vp0 : raw.vp1;
+    mul = 4.0f * HalfLoToFloat(vp);
+    add = HalfHiToFloat(vp);
+  }
+  __device__ static int OutDim(int mt, int row) {
+    const int r = row & 7, hi = row >> 3;
+    if constexpr (D == 128) {
+      return 4 * r + 2 * (mt & 1) + hi + 32 * (mt >> 1);
+    } else {
+      return 4 * (r & 3) + 2 * (r >> 2) + hi + 16 * mt;
+    }
+  }
+  __device__ static void VFrag(const Raw& raw, int mt, int lane, uint32_t (&a)[4]) {
+    const int r = lane >> 2;
+    int b0, q;
+    if constexpr (D == 128) {
+      b0 = 2 * (mt & 1);
+      q = mt >> 1;
+    } else {
+      b0 = 2 * (r >> 2);
+      q = mt;
+    }
+    a[0] = CrumbPairHalf(BytesTo13(raw.v[0][0], raw.v[0][1], b0, b0), q);
+    a[1] = CrumbPairHalf(BytesTo13(raw.v[0][0], raw.v[0][1], b0 + 1, b0 + 1), q);
+    a[2] = CrumbPairHalf(BytesTo13(raw.v[1][0], raw.v[1][1], b0, b0), q);
+    a[3] = CrumbPairHalf(BytesTo13(raw.v[1][0], raw.v[1][1], b0 + 1, b0 + 1), q);
+  }
+  __device__ static void ZeroInvalidV(Raw&, int, int, int) {}
+};
+
+// ---------------------------------------------------------------------------------------------
+// BF16 page loader (two kBf16Rows segments of 8 tokens, K then V).
+template <int D>
+struct Bf16Loader {
+  static constexpr int kKW = D / 8;   // u32 words of K a lane reads per token (D/4 channels)
+  static constexpr int kVW = D / 16;  // u32 words of V a lane reads per token (D/8 channels)
+  static constexpr bool kHalfPv = false;
+  static constexpr bool kHasCorr = false;
+  struct Raw {
+    uint32_t k0[kKW], k1[kKW];
+    uint32_t v[2][2][kVW];  // [page][row 2p / 2p+1][word]
+  };
+  __device__ static void Load(Raw& raw, const uint8_t* u0, const uint8_t* u1, int lane) {
+    const int r = lane >> 2, p = lane & 3;
+    constexpr int kRow = D * 2;
+    constexpr int kV = kPageTokens * kRow;
+    const int koff = r * kRow + p * (D / 2);
+#pragma unroll
+    for (int i = 0; i < kKW / 4; ++i) {
+      const uint4 a = LoadStream(reinterpret_cast<const uint4*>(u0 + koff) + i);
+      const uint4 b = LoadStream(reinterpret_cast<const uint4*>(u1 + koff) + i);
+      raw.k0[4 * i] = a.x; raw.k0[4 * i + 1] = a.y; raw.k0[4 * i + 2] = a.z; raw.k0[4 * i + 3] = a.w;
+      raw.k1[4 * i] = b.x; raw.k1[4 * i + 1] = b.y; raw.k1[4 * i + 2] = b.z; raw.k1[4 * i + 3] = b.w;
+    }
+    const int voff = kV + (2 * p) * kRow + r * (D / 4);
+#pragma unroll
+    for (int pg = 0; pg < 2; ++pg) {
+      const uint8_t* u = pg == 0 ? u0 : u1;
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+#pragma unroll
+        for (int i = 0; i < kVW / 4; ++i) {
+          const uint4 a = LoadStream(reinterpret_cast<const uint4*>(u + voff + t * kRow) + i);
+          raw.v[pg][t][4 * i] = a.x; raw.v[pg][t][4 * i + 1] = a.y;
+          raw.v[pg][t][4 * i + 2] = a.z; raw.v[pg][t][4 * i + 3] = a.w;
+        }
+      }
+    }
+  }
+  __device__ static int QDim(int ks, int kk) {
+    const int p = (kk & 7) >> 1;
+    return p * (D / 4) + 4 * ks + (kk & 1) + 2 * (kk >> 3);
+  }
+  __device__ static void KFrag(const Raw& raw, int ks, uint32_t (&a)[4]) {
+    a[0] = raw.k0[2 * ks];
+    a[1] = raw.k1[2 * ks];
+    a[2] = raw.k0[2 * ks + 1];
+    a[3] = raw.k1[2 * ks + 1];
+  }
+  __device__ static void ScoreAB(const Raw&, int, float sc, float& a, float& b) {
+    a = sc;
+    b = 0.0f;
+  }
+  __device__ static void VParams(const Raw&, int, float& mul, float& add) {
+    mul = 1.0f;
+    add = 0.0f;
+  }
+  __device__ static int OutDim(int mt, int row) { return (D / 8) * (row & 7) + 2 * mt + (row >> 3); }
+  __device__ static void VFrag(const Raw& raw, int mt, int, uint32_t (&a)[4]) {
+    a[0] = __byte_perm(raw.v[0][0][mt], raw.v[0][1][mt], 0x5410);
+    a[1] = __byte_perm(raw.v[0][0][mt], raw.v[0][1][mt], 0x7632);
+    a[2] = __byte_perm(raw.v[1][0][mt], raw.v[1][1][mt], 0x5410);
+    a[3] = __byte_perm(raw.v[1][0][mt], raw.v[1][1][mt], 0x7632);
+  }
+  // Rows past the tier's end may hold anything (NaN): zero their V so that 0 * V stays 0.
+  __device__ static void ZeroInvalidV(Raw& raw, int tok0, int te, int lane) {
+    const int p = lane & 3;
+#pragma unroll
+    for (int pg = 0; pg < 2; ++pg) {
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const bool valid = tok0 + 8 * pg + 2 * p + t < te;
+#pragma unroll
+        for (int i = 0; i < kVW; ++i) raw.v[pg][t][i] = valid ? raw.v[pg][t][i] : 0u;
+      }
+    }
+  }
+};
+
+__device__ __forceinline__ float WarpMaxOverRows(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
+  return v;
+}
+__device__ __forceinline__ float WarpSumOverRows(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 4);
+  v += __shfl_xor_sync(0xffffffffu, v, 8);
+  v += __shfl_xor_sync(0xffffffffu, v, 16);
+  return v;
+}
+
+// Stage 1. Grid: (num_work, Hkv, ceil(group / 8)); block: kThreads.
+template <int D, template <int> class LoaderT, int kTiles, bool kPrefetch>
+__global__ void __launch_bounds__(kThreads, 3)
+    DecodeSplitKernel(const DecodeAttentionParams p, int tier, float sc_log2) {
+  using L = LoaderT<D>;
+  using Raw = typename L::Raw;
+  constexpr int kMt = D / 16;  // k-steps of the score MMA and m-tiles of the P.V MMA
+  const DecodeWorkItem item = p.work[blockIdx.x];
+  if (item.tier != tier) return;
+  const PagedTierTable& tab = tier == 0 ? p.bf16 : p.int2;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int kvh = blockIdx.y;
+  const int head0 = blockIdx.z * kMaxHeadsPerCta;
+  const int nh = min(kMaxHeadsPerCta, group - head0);
+  const int qh0 = kvh * group + head0;  // first query head of this CTA
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int r = lane >> 2, pq = lane & 3;
+
+  __shared__ float s_q[kMaxHeadsPerCta][D];
+  __shared__ float s_m[kWarps][kMaxHeadsPerCta];
+  __shared__ float s_l[kWarps][kMaxHeadsPerCta];
+  __shared__ float s_o[kWarps][kMaxHeadsPerCta][D + 4];
+
+  const float* q = p.q + static_cast<int64_t>(item.seq) * p.q_seq_stride;
+  for (int i = tid; i < kMaxHeadsPerCta * D; i += kThreads) {
+    const int h = i / D, d = i % D;
+    const float v = h < nh ? q[(qh0 + h) * D + d] : 0.0f;
+    s_q[h][d] = __bfloat162float(__float2bfloat16_rn(v));
+  }
+  __syncthreads();
+  uint32_t qf[kMt][2];
+#pragma unroll
+  for (int ks = 0; ks < kMt; ++ks) {
+    qf[ks][0] = PackBf16x2(s_q[r][L::QDim(ks, 2 * pq)], s_q[r][L::QDim(ks, 2 * pq + 1)]);
+    qf[ks][1] = PackBf16x2(s_q[r][L::QDim(ks, 2 * pq + 8)], s_q[r][L::QDim(ks, 2 * pq + 9)]);
+  }
+  float e0 = 0.0f, e1 = 0.0f;  // sc_log2 * sum(q) of heads 2pq, 2pq+1
+  if constexpr (L::kHasCorr) {
+    for (int d = 0; d < D; ++d) {
+      e0 += s_q[2 * pq][d];
+      e1 += s_q[2 * pq + 1][d];
+    }
+    e0 *= sc_log2;
+    e1 *= sc_log2;
+  }
+
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, c0 = 0.0f, c1 = 0.0f;
+  float o[kMt][4];
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+
+  const int tb = item.token_begin, te = item.token_end;
+  const int ntiles = (te - tb + 15) / 16;
+  const int niters = (ntiles + kTiles - 1) / kTiles;
+  const int32_t* pages = tab.page_indices + tab.page_indptr[item.seq];
+  const uint8_t* base = tab.pool + static_cast<int64_t>(kvh) * tab.head_stride_bytes;
+  const int first_page = tb / kPageTokens;
+
+  auto load_iter = [&](Raw (&raw)[kTiles], int it) {
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      const int tok0 = tb + (it * kTiles + t) * 16;
+      const int pg = tok0 / kPageTokens;
+      const int32_t i0 = tok0 < te ? __ldg(pages + pg) : __ldg(pages + first_page);
+      const int32_t i1 = tok0 + 8 < te ? __ldg(pages + pg + 1) : i0;
+      L::Load(raw[t], base + static_cast<int64_t>(i0) * tab.page_stride_bytes,
+              base + static_cast<int64_t>(i1) * tab.page_stride_bytes, lane);
+      L::ZeroInvalidV(raw[t], tok0, te, lane);
+    }
+  };
+
+  auto compute_iter = [&](const Raw (&raw)[kTiles], int it) {
+    float s[kTiles][4];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int ks = 0; ks < kMt; ++ks) {
+        uint32_t a[4];
+        L::KFrag(raw[t], ks, a);
+        MmaBf16(acc, a, qf[ks][0], qf[ks][1]);
+      }
+      const int tok = tb + (it * kTiles + t) * 16 + r;
+      float aa, ba, ab, bb;
+      L::ScoreAB(raw[t], 0, sc_log2, aa, ba);
+      L::ScoreAB(raw[t], 1, sc_log2, ab, bb);
+      const bool va = tok < te, vb = tok + 8 < te;
+      s[t][0] = va ? fmaf(aa, acc[0], ba * e0) : -INFINITY;
+      s[t][1] = va ? fmaf(aa, acc[1], ba * e1) : -INFINITY;
+      s[t][2] = vb ? fmaf(ab, acc[2], bb * e0) : -INFINITY;
+      s[t][3] = vb ? fmaf(ab, acc[3], bb * e1) : -INFINITY;
+    }
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      mx0 = fmaxf(mx0, fmaxf(s[t][0], s[t][2]));
+      mx1 = fmaxf(mx1, fmaxf(s[t][1], s[t][3]));
+    }
+    mx0 = WarpMaxOverRows(mx0);
+    mx1 = WarpMaxOverRows(mx1);
+    const float ms0 = mx0 == -INFINITY ? 0.0f : mx0;
+    const float ms1 = mx1 == -INFINITY ? 0.0f : mx1;
+    const float al0 = exp2f(m0 - ms0), al1 = exp2f(m1 - ms1);
+    m0 = mx0;
+    m1 = mx1;
+    l0 *= al0; l1 *= al1; c0 *= al0; c1 *= al1;
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      o[mt][0] *= al0; o[mt][1] *= al1; o[mt][2] *= al0; o[mt][3] *= al1;
+    }
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      const int tok = tb + (it * kTiles + t) * 16 + r;
+      const bool va = tok < te, vb = tok + 8 < te;
+      const float p0 = exp2f(s[t][0] - ms0), p1 = exp2f(s[t][1] - ms1);
+      const float p2 = exp2f(s[t][2] - ms0), p3 = exp2f(s[t][3] - ms1);
+      l0 += p0 + p2;
+      l1 += p1 + p3;
+      uint32_t x0, x1;
+      if constexpr (L::kHasCorr) {
+        float mula, adda, mulb, addb;
+        L::VParams(raw[t], 0, mula, adda);
+        L::VParams(raw[t], 1, mulb, addb);
+        if (!va) { mula = 0.0f; adda = 0.0f; }
+        if (!vb) { mulb = 0.0f; addb = 0.0f; }
+        x0 = PackHalf2(p0 * mula, p1 * mula);
+        x1 = PackHalf2(p2 * mulb, p3 * mulb);
+        c0 += fmaf(p0, adda, -HalfLoToFloat(x0)) + fmaf(p2, addb, -HalfLoToFloat(x1));
+        c1 += fmaf(p1, adda, -HalfHiToFloat(x0)) + fmaf(p3, addb, -HalfHiToFloat(x1));
+      } else {
+        x0 = PackBf16x2(p0, p1);
+        x1 = PackBf16x2(p2, p3);
+      }
+      const uint32_t b0 = MoveMatrixTrans(x0), b1 = MoveMatrixTrans(x1);
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        uint32_t a[4];
+        L::VFrag(raw[t], mt, lane, a);
+        if constexpr (L::kHalfPv) {
+          MmaHalf(o[mt], a, b0, b1);
+        } else {
+          MmaBf16(o[mt], a, b0, b1);
+        }
+      }
+    }
+  };
+
+  if constexpr (kPrefetch) {
+    Raw cur[kTiles];
+    if (warp < niters) load_iter(cur, warp);
+    for (int it = warp; it < niters; it += kWarps) {
+      Raw nxt[kTiles];
+      if (it + kWarps < niters) load_iter(nxt, it + kWarps);
+      compute_iter(cur, it);
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) cur[t] = nxt[t];
+    }
+  } else {
+    for (int it = warp; it < niters; it += kWarps) {
+      Raw cur[kTiles];
+      load_iter(cur, it);
+      compute_iter(cur, it);
+    }
+  }
+
+  // Warp totals: row sums and corrections are per-lane partials over the lane's tokens.
+  l0 = WarpSumOverRows(l0);
+  l1 = WarpSumOverRows(l1);
+  if constexpr (L::kHasCorr) {
+    c0 = WarpSumOverRows(c0);
+    c1 = WarpSumOverRows(c1);
+  }
+  if (r == 0) {
+    s_m[warp][2 * pq] = m0;
+    s_m[warp][2 * pq + 1] = m1;
+    s_l[warp][2 * pq] = l0;
+    s_l[warp][2 * pq + 1] = l1;
+  }
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+    const int d0 = L::OutDim(mt, r), d1 = L::OutDim(mt, r + 8);
+    s_o[warp][2 * pq][d0] = o[mt][0] + c0;
+    s_o[warp][2 * pq + 1][d0] = o[mt][1] + c1;
+    s_o[warp][2 * pq][d1] = o[mt][2] + c0;
+    s_o[warp][2 * pq + 1][d1] = o[mt][3] + c1;
+  }
+  __syncthreads();
+  for (int i = tid; i < nh * D; i += kThreads) {
+    const int h = i / D, d = i % D;
+    float mm = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, s_m[w][h]);
+    float out = 0.0f, lse = -INFINITY;
+    if (mm != -INFINITY) {
+      float ll = 0.0f, acc = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = exp2f(s_m[w][h] - mm);
+        ll += f * s_l[w][h];
+        acc += f * s_o[w][h][d];
+      }
+      out = acc / ll;
+      lse = (mm + log2f(ll)) * kLn2;
+    }
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * p.num_q_heads + qh0 + h;
+    p.partial_out[row * D + d] = out;
+    if (d == 0) p.partial_lse[row] = lse;
+  }
+}
+
+// Stage 2. Grid: (B, Hq); block: D threads.
+__global__ void MergeKernel(const DecodeAttentionParams p) {
+  const int b = blockIdx.x, h = blockIdx.y, d = threadIdx.x, D = p.head_dim;
+  const int w0 = p.seq_work_indptr[b], w1 = p.seq_work_indptr[b + 1];
+  float mm = -INFINITY;
+  for (int i = w0; i < w1; ++i) mm = fmaxf(mm, p.partial_lse[static_cast<int64_t>(i) * p.num_q_heads + h]);
+  float* out = p.out + static_cast<int64_t>(b) * p.out_seq_stride + static_cast<int64_t>(h) * D;
+  if (mm == -INFINITY) {
+    out[d] = 0.0f;
+    if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = -INFINITY;
+    return;
+  }
+  float sum = 0.0f, acc = 0.0f;
+  for (int i = w0; i < w1; ++i) {
+    const int64_t row = static_cast<int64_t>(i) * p.num_q_heads + h;
+    const float w = __expf(p.partial_lse[row] - mm);
+    sum += w;
+    acc += w * p.partial_out[row * D + d];
+  }
+  out[d] = acc / sum;
+  if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = mm + logf(sum);
+}
+
+template <int D>
+cudaError_t LaunchStage1(const DecodeAttentionParams& p, cudaStream_t stream) {
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const dim3 grid(p.num_work, p.num_kv_heads, (group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta);
+  const float sc_log2 = p.sm_scale * kLog2e;
+  if (p.bf16.seq_tokens != nullptr) {
+    DecodeSplitKernel<D, Bf16Loader, 1, false><<<grid, kThreads, 0, stream>>>(p, 0, sc_log2);
+    OSCARKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  if (p.int2.seq_tokens != nullptr) {
+    DecodeSplitKernel<D, Int2Loader, 2, true><<<grid, kThreads, 0, stream>>>(p, 1, sc_log2);
+    OSCARKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_t stream) {
+  if (ValidateDecodeAttentionParams(params) != nullptr) return cudaErrorInvalidValue;
+  if (params.num_seqs == 0) return cudaSuccess;
+  if (params.head_dim != 64 && params.head_dim != 128) return cudaErrorNotSupported;
+  if (params.num_work > 0) {
+    OSCARKV_CUDA_RETURN_IF_ERROR(params.head_dim == 128 ? LaunchStage1<128>(params, stream)
+                                                        : LaunchStage1<64>(params, stream));
+  }
+  MergeKernel<<<dim3(params.num_seqs, params.num_q_heads), params.head_dim, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads, int num_sms,
+                                     int ctas_per_sm) {
+  const int group = num_q_heads / std::max(1, num_kv_heads);
+  const int head_ctas = std::max(1, num_seqs * num_kv_heads *
+                                        ((group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta));
+  const int target = std::max(1, num_sms * ctas_per_sm);
+  DecodePlanConfig config;
+  config.max_splits_per_tier = std::clamp((target + head_ctas - 1) / head_ctas, 1, 512);
+  config.min_tokens_per_split = 256;
+  return config;
+}
+
+}  // namespace oscarkv::kernels

@@ -1,0 +1,34 @@
+// CUDA path of decode attention over the paged three-tier cache. Implements the contract of
+// decode_attention.h on the device: same DecodeAttentionParams, same plan, same partial buffers,
+// every pointer a device pointer (work, seq_work_indptr, page tables, pools, q, out, scratch).
+//
+//   stage 1, one launch per non-empty tier: a CTA per (work item, KV head, group of <= 8 query
+//   heads); 4 warps stream the split's pages, each K/V tile is loaded once for all query heads of
+//   the GQA group; scores and P.V run on tensor cores (mma.sync m16n8k16). INT2 codes are turned
+//   into MMA operands in registers (1 + c/4 trick, kernels/common/cuda_utils.cuh) and the
+//   per-token scale/min are applied to the 16x8 score tile and folded into P; BF16 history is never
+//   materialised. BF16 pages use the same kernel template with a BF16 loader.
+//   stage 2: log-sum-exp merge of each sequence's splits into out / out_lse.
+// Numerics: q is rounded to bf16 for the score MMA; P is rounded to fp16 (INT2) or bf16 (BF16) for
+// the P.V MMA; accumulation is fp32. Expected error vs the CPU reference: ~1e-3 relative.
+#ifndef OSCARKV_KERNELS_ATTENTION_DECODE_ATTENTION_CUDA_H_
+#define OSCARKV_KERNELS_ATTENTION_DECODE_ATTENTION_CUDA_H_
+
+#include <cuda_runtime.h>
+
+#include "kernels/attention/decode_attention.h"
+
+namespace oscarkv::kernels {
+
+// Runs both stages on `stream`. head_dim 64 or 128 (cudaErrorNotSupported otherwise); invalid
+// params give cudaErrorInvalidValue. Asynchronous; no host synchronisation, graph-capturable.
+cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_t stream);
+
+// A plan config that gives the GPU enough CTAs: about `ctas_per_sm` * num_sms stage-1 CTAs when
+// the batch alone does not fill the chip (batch 1, long context). Default ctas_per_sm: 4.
+DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads,
+                                     int num_sms, int ctas_per_sm = 4);
+
+}  // namespace oscarkv::kernels
+
+#endif  // OSCARKV_KERNELS_ATTENTION_DECODE_ATTENTION_CUDA_H_

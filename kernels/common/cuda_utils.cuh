@@ -1,0 +1,125 @@
+// Shared device helpers of kernels/: CUDA error propagation, warp-level MMA wrappers, and the
+// bit tricks that turn packed INT2 codes (lib/kvformat/int2_block.h, quartered packing) into
+// 16-bit MMA operands without a lookup table.
+//
+// INT2 -> 16-bit operand trick: a code c in {0,1,2,3} placed in the two mantissa bits just below
+// the leading 1 gives exactly 1 + c/4, in bf16 (0x3F80 | c << 5) and in fp16 (0x3C00 | c << 8).
+// So q . (1 + c/4) = sum(q) + (q . c) / 4, and the true dot product follows from one MMA plus a
+// per-row correction that uses sum(q) (keys) or sum(p) (values). The offset is small (1 against
+// c/4 <= 0.75), so the cancellation costs at most ~2 bits of the fp32 accumulator.
+#ifndef OSCARKV_KERNELS_COMMON_CUDA_UTILS_CUH_
+#define OSCARKV_KERNELS_COMMON_CUDA_UTILS_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+// Returns the cudaError_t of `expr` from the enclosing function when it is not cudaSuccess.
+#define OSCARKV_CUDA_RETURN_IF_ERROR(expr)        \
+  do {                                            \
+    const cudaError_t oscarkv_cuda_err_ = (expr); \
+    if (oscarkv_cuda_err_ != cudaSuccess) return oscarkv_cuda_err_; \
+  } while (0)
+
+namespace oscarkv::kernels::cuda {
+
+// ---- bf16 / fp16 packing ----
+__device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ float Bf16LoToFloat(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float Bf16HiToFloat(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
+__device__ __forceinline__ float Bf16BitsToFloatDev(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+__device__ __forceinline__ float HalfLoToFloat(uint32_t v) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(v & 0xffffu)));
+}
+__device__ __forceinline__ float HalfHiToFloat(uint32_t v) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(v >> 16)));
+}
+__device__ __forceinline__ float HalfBitsToFloatDev(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+
+// ---- INT2 unpack (quartered packing: byte j of a row holds channels j, j+D/4, j+D/2, j+3D/4 in
+// bits [1:0], [3:2], [5:4], [7:6]) ----
+
+// Scalar code of quarter q in a packed byte.
+__device__ __forceinline__ uint32_t Crumb(uint32_t byte, int quarter) {
+  return (byte >> (2 * quarter)) & 3u;
+}
+// y must hold source bytes at byte positions 1 and 3 (bits 8..15 and 24..31). Returns the bf16x2
+// pair (1 + c_lo/4, 1 + c_hi/4) of quarter q of those two bytes.
+__device__ __forceinline__ uint32_t CrumbPairBf16(uint32_t y, int quarter) {
+  // crumb at bit 8+2q -> bit 5 (bf16 mantissa bits 6:5).
+  return ((y >> (3 + 2 * quarter)) & 0x00600060u) | 0x3F803F80u;
+}
+// Same for fp16: (1 + c_lo/4, 1 + c_hi/4), crumb at bit 8+2q -> bit 8 (fp16 mantissa bits 9:8).
+__device__ __forceinline__ uint32_t CrumbPairHalf(uint32_t y, int quarter) {
+  return ((y >> (2 * quarter)) & 0x03000300u) | 0x3C003C00u;
+}
+// Moves bytes b0 of x and b1 of z to byte positions 1 and 3 (x's byte to the low half).
+__device__ __forceinline__ uint32_t BytesTo13(uint32_t x, uint32_t z, int bx, int bz) {
+  return __byte_perm(x, z, static_cast<uint32_t>((bx << 4) | ((4 + bz) << 12)));
+}
+
+// ---- Warp MMA (sm_80+ mma.sync; fine on sm_90) ----
+// D = A * B + D, m16n8k16, A row-major bf16 (4 regs), B col-major bf16 (2 regs), f32 accumulators.
+__device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void MmaHalf(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Transposes an 8x8 matrix of 16-bit elements held in the mma accumulator layout (lane l holds
+// row l/4, columns 2(l%4), 2(l%4)+1).
+__device__ __forceinline__ uint32_t MoveMatrixTrans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// Streaming loads that do not pollute L1 (KV is read once per launch).
+template <typename T>
+__device__ __forceinline__ T LoadNc(const T* p) {
+  return __ldg(p);
+}
+__device__ __forceinline__ uint2 LoadStream(const uint2* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n"
+               : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t LoadStream(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 LoadStream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+}  // namespace oscarkv::kernels::cuda
+
+#endif  // OSCARKV_KERNELS_COMMON_CUDA_UTILS_CUH_

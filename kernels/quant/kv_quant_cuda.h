@@ -1,0 +1,39 @@
+// CUDA path of the fused KV quantizer (kv_quant_ref.h's KvQuantParams, every pointer a device
+// pointer): rotate -> clip -> per-token asymmetric INT2 -> quartered pack, one warp per
+// (token, head) row. Bit-exact with KvQuantRef: the rotation accumulates in double in the same
+// order as the reference, the clip threshold is the exact order statistic (radix select on the
+// bits of |x|), and quantisation uses the same IEEE float operations.
+// Supported: SegmentKind::kInt2PerToken, head_dim 64 or 128, no token norms (oscar-tns and the
+// grouped kinds return cudaErrorNotSupported: they stay on the CPU path for now).
+#ifndef OSCARKV_KERNELS_QUANT_KV_QUANT_CUDA_H_
+#define OSCARKV_KERNELS_QUANT_KV_QUANT_CUDA_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/quant/kv_quant_ref.h"
+
+namespace oscarkv::kernels {
+
+// Same contract as KvQuantRef (kInt2PerToken): output segment of head h at
+// output + h * output_head_stride. cudaErrorInvalidValue on bad params.
+cudaError_t KvQuantCuda(const KvQuantParams& params, cudaStream_t stream);
+
+// Demotion straight into paged INT2 history (decode_attention.h pool layout): token t of `params`
+// (params.output and output_head_stride are ignored) goes to row t % 8 of the 8-token segment at
+//   pool + page_ids[t / 8] * page_stride_bytes + h * head_stride_bytes + segment_offset_bytes,
+// segment_offset_bytes = Int2PageKCodesOffset(D) for K, Int2PageVCodesOffset(D) for V.
+struct DemotePagesTarget {
+  uint8_t* pool = nullptr;
+  const int32_t* page_ids = nullptr;  // [ceil(tokens / 8)] device i32
+  int64_t page_stride_bytes = 0;
+  int64_t head_stride_bytes = 0;
+  int64_t segment_offset_bytes = 0;
+};
+cudaError_t DemoteToPagesCuda(const KvQuantParams& params, const DemotePagesTarget& target,
+                              cudaStream_t stream);
+
+}  // namespace oscarkv::kernels
+
+#endif  // OSCARKV_KERNELS_QUANT_KV_QUANT_CUDA_H_

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One device call: build kernels/ standalone with the GPU machine's nvcc, run the gpu-labelled
+# tests, compute-sanitizer on the tests, the CUDA benchmark, then the PyTorch SDPA baselines.
+# Logs go to $OUT (or out/device when unset). Usage: bash scripts/device/check.sh [--quick]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-out/device}
+mkdir -p "$OUT"
+QUICK=${1:-}
+status=0
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
+cmake -S . -B build-dev -G Ninja -DOSCARKV_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
+  > "$OUT/build.log" 2>&1 && cmake --build build-dev -j16 >> "$OUT/build.log" 2>&1 \
+  || { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
+echo "== gpu tests"
+(cd build-dev && ctest -L gpu --output-on-failure 2>&1) | tee "$OUT/tests.log" || status=1
+echo "== compute-sanitizer"
+for t in decode_attention_gpu_test kv_quant_gpu_test; do
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build-dev/tests/kernels/$t \
+      > "$OUT/sanitizer_${tool}_$t.log" 2>&1
+    rc=$?
+    echo "$tool $t: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_${tool}_$t.log" | tail -1)"
+    [ $rc -eq 0 ] || status=1
+  done
+done
+echo "== CUDA bench"
+build-dev/bench/kernels/decode_attention_bench $QUICK 2>&1 | tee "$OUT/bench.log" || status=1
+echo "== PyTorch SDPA baselines"
+PYTHONUNBUFFERED=1 python3 bench/kernels/sdpa_baseline.py $QUICK 2>&1 | tee "$OUT/sdpa.log" || status=1
+exit $status
