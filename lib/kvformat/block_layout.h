@@ -52,7 +52,8 @@ constexpr size_t ChannelGroupBytes(int head_dim) {
 // `group` is the 32-token channel group and must be 0 for the other kinds.
 
 // Offset of the codes (or, for kBf16Rows, the bf16 values) of `group` inside a segment.
-constexpr size_t SegmentCodesOffset(SegmentKind kind, int tokens, int head_dim, int group = 0) {
+constexpr size_t SegmentCodesOffset(SegmentKind kind, int /*tokens*/, int head_dim,
+                                    int group = 0) {
   return kind == SegmentKind::kInt2ChannelGroup
              ? static_cast<size_t>(group) * ChannelGroupBytes(head_dim)
              : 0;
