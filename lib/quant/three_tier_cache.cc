@@ -1,0 +1,606 @@
+#include "lib/quant/three_tier_cache.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/quant/kv_quant_ref.h"
+#include "lib/base/log.h"
+#include "lib/base/status_macros.h"
+#include "lib/kvformat/float16.h"
+
+namespace oscarkv::quant {
+
+using kernels::kPageTokens;
+using kvformat::CodecId;
+using kvformat::Int2Params;
+using kvformat::SegmentKind;
+
+namespace {
+
+enum class Family {
+  kAllBf16,           // M0
+  kPerTokenNoWindow,  // M1, M2
+  kPerTokenWindowed,  // M3-M6
+  kKiviResidual,      // M7: K block flush, V sliding
+  kTileResidual,      // M8: K and V flushed together in tiles
+};
+
+Family FamilyOf(const CodecSpec& spec) {
+  if (spec.id == CodecId::kBf16) return Family::kAllBf16;
+  if (spec.residual_tokens > 0) {
+    return spec.token_norms ? Family::kTileResidual : Family::kKiviResidual;
+  }
+  if (spec.sink_tokens == 0 && spec.recent_tokens == 0) return Family::kPerTokenNoWindow;
+  return Family::kPerTokenWindowed;
+}
+
+void CheckOk(kernels::KvQuantStatus s) {
+  CHECK(s == kernels::KvQuantStatus::kOk) << kernels::KvQuantStatusString(s);
+}
+
+}  // namespace
+
+TierWindows WindowsAt(const CodecSpec& spec, int n) {
+  TierWindows w;
+  switch (FamilyOf(spec)) {
+    case Family::kAllBf16:
+      break;
+    case Family::kPerTokenNoWindow:
+      w.k_quant_end = w.v_quant_end = n;
+      break;
+    case Family::kPerTokenWindowed: {
+      const int s = spec.sink_tokens;
+      const int over = std::max(0, n - s - spec.recent_tokens);
+      w.quant_begin = s;
+      w.k_quant_end = w.v_quant_end = s + over / kPageTokens * kPageTokens;
+      break;
+    }
+    case Family::kKiviResidual:
+      w.k_quant_end = n / spec.residual_tokens * spec.residual_tokens;
+      w.v_quant_end = std::max(0, n - spec.residual_tokens);
+      break;
+    case Family::kTileResidual:
+      w.k_quant_end = w.v_quant_end = n / spec.residual_tokens * spec.residual_tokens;
+      break;
+  }
+  return w;
+}
+
+void RotateRowToBf16(const float* x, const float* rotation, int head_dim, float* out) {
+  if (rotation == nullptr) {
+    for (int j = 0; j < head_dim; ++j) out[j] = kvformat::RoundToBf16(x[j]);
+    return;
+  }
+  for (int j = 0; j < head_dim; ++j) {
+    float acc = 0.0f;
+    for (int i = 0; i < head_dim; ++i) acc += x[i] * rotation[i * head_dim + j];
+    out[j] = kvformat::RoundToBf16(acc);
+  }
+}
+
+void EncodePerTokenRow(const float* row, int head_dim, float clip_ratio, uint8_t* codes,
+                       Int2Params* params) {
+  float x[256];
+  float scratch[256];
+  uint8_t seg[256 / 4 + sizeof(Int2Params)];
+  std::memcpy(x, row, sizeof(float) * head_dim);
+  kernels::ClipRow(x, head_dim, clip_ratio, scratch);
+  CheckOk(kernels::EncodeSegment(SegmentKind::kInt2PerToken, x, 1, head_dim, head_dim, seg));
+  std::memcpy(codes, seg, head_dim / 4);
+  std::memcpy(params, seg + head_dim / 4, sizeof(Int2Params));
+}
+
+void DecodePerTokenRow(const uint8_t* codes, Int2Params params, int head_dim, float* out) {
+  uint8_t seg[256 / 4 + sizeof(Int2Params)];
+  std::memcpy(seg, codes, head_dim / 4);
+  std::memcpy(seg + head_dim / 4, &params, sizeof(Int2Params));
+  CheckOk(kernels::DecodeSegment(SegmentKind::kInt2PerToken, seg, 1, head_dim, out, head_dim));
+}
+
+float OmniTokenNorm(const float* rows, int num_heads, int head_dim) {
+  double sum = 0.0;
+  for (int i = 0; i < num_heads * head_dim; ++i) sum += static_cast<double>(rows[i]) * rows[i];
+  const float n = static_cast<float>(std::sqrt(sum));
+  return n > 0.0f ? n : 1.0f;
+}
+
+// State of one layer. Paged members serve the per-token families, the rest the residual ones.
+struct ThreeTierCache::Layer {
+  int tokens = 0;
+  // BF16 pages: sink (or everything, for bf16) and the recent window, 8 tokens each.
+  std::vector<uint8_t> bf16_pool;
+  std::vector<int32_t> bf16_free;
+  std::vector<int32_t> sink_pages;
+  std::deque<int32_t> recent_pages;
+  int sink_count = 0;
+  int recent_count = 0;
+  // INT2 history pages, ids 0..int2_pages-1 in token order.
+  std::vector<uint8_t> int2_pool;
+  int int2_pages = 0;
+  int int2_count = 0;
+  // Residual codecs, per head: quantised K (kInt2ChannelGroup groups back to back), quantised V
+  // (kInt2TokenGroup codes and params), BF16 residual rows ([rows][D] bf16 bits).
+  std::vector<std::vector<uint8_t>> k_groups, v_codes;
+  std::vector<std::vector<Int2Params>> v_params;
+  std::vector<std::vector<uint16_t>> k_res, v_res;
+  std::vector<float> norms;  // OScaR: one per token (all tokens)
+  int k_quant = 0;
+  int v_quant = 0;
+};
+
+absl::StatusOr<ThreeTierCacheConfig> ThreeTierCacheConfigFromCodecs(
+    std::span<const Codec* const> per_layer, int num_kv_heads) {
+  if (per_layer.empty() || per_layer[0] == nullptr) {
+    return absl::InvalidArgumentError("ThreeTierCacheConfigFromCodecs: no codecs");
+  }
+  ThreeTierCacheConfig config;
+  const Codec& first = *per_layer[0];
+  config.num_layers = static_cast<int>(per_layer.size());
+  config.num_kv_heads = num_kv_heads;
+  config.head_dim = first.head_dim();
+  config.codec = first.spec().id;
+  config.k_clip_ratio = first.clip_ratio(KvSide::kKey);
+  config.v_clip_ratio = first.clip_ratio(KvSide::kValue);
+  const size_t dd = static_cast<size_t>(first.head_dim()) * first.head_dim();
+  for (const Codec* c : per_layer) {
+    if (c == nullptr || c->spec().id != first.spec().id || c->head_dim() != first.head_dim() ||
+        c->clip_ratio(KvSide::kKey) != config.k_clip_ratio ||
+        c->clip_ratio(KvSide::kValue) != config.v_clip_ratio) {
+      return absl::InvalidArgumentError(
+          "ThreeTierCacheConfigFromCodecs: codecs differ in kind, head_dim or clip ratios");
+    }
+    const float* rk = c->key_rotation();
+    const float* rv = c->value_rotation();
+    config.rotations.k.push_back(rk == nullptr ? std::vector<float>() : std::vector<float>(rk, rk + dd));
+    config.rotations.v.push_back(rv == nullptr ? std::vector<float>() : std::vector<float>(rv, rv + dd));
+  }
+  return config;
+}
+
+absl::StatusOr<std::unique_ptr<ThreeTierCache>> ThreeTierCache::Create(
+    ThreeTierCacheConfig config) {
+  if (config.num_layers <= 0 || config.num_kv_heads <= 0) {
+    return absl::InvalidArgumentError("ThreeTierCache: num_layers and num_kv_heads must be > 0");
+  }
+  if (config.head_dim <= 0 || config.head_dim % 32 != 0 || config.head_dim > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ThreeTierCache: head_dim ", config.head_dim, " not a multiple of 32 <= 256"));
+  }
+  OSCARKV_ASSIGN_OR_RETURN(const CodecSpec* spec,
+                           FindCodecById(static_cast<uint16_t>(config.codec)));
+  const size_t dd = static_cast<size_t>(config.head_dim) * config.head_dim;
+  for (const auto* rots : {&config.rotations.k, &config.rotations.v}) {
+    if (!rots->empty() && static_cast<int>(rots->size()) != config.num_layers) {
+      return absl::InvalidArgumentError("ThreeTierCache: rotations need one entry per layer");
+    }
+    for (const auto& r : *rots) {
+      if (!r.empty() && r.size() != dd) {
+        return absl::InvalidArgumentError("ThreeTierCache: a rotation is not [D][D]");
+      }
+    }
+  }
+  if (spec->residual_tokens > 0 && spec->residual_tokens % kvformat::kChannelGroupTokens != 0) {
+    return absl::InvalidArgumentError("ThreeTierCache: residual not a multiple of 32 tokens");
+  }
+  if (FamilyOf(*spec) == Family::kPerTokenWindowed && spec->sink_tokens % kPageTokens != 0) {
+    return absl::InvalidArgumentError("ThreeTierCache: sink not a multiple of the page size");
+  }
+  return std::unique_ptr<ThreeTierCache>(new ThreeTierCache(std::move(config), spec));
+}
+
+ThreeTierCache::ThreeTierCache(ThreeTierCacheConfig config, const CodecSpec* spec)
+    : config_(std::move(config)),
+      spec_(spec),
+      k_clip_(config_.k_clip_ratio > 0.0f ? config_.k_clip_ratio : spec->k_clip_ratio),
+      v_clip_(config_.v_clip_ratio > 0.0f ? config_.v_clip_ratio : spec->v_clip_ratio) {
+  for (int l = 0; l < config_.num_layers; ++l) {
+    auto layer = std::make_unique<Layer>();
+    const int h = config_.num_kv_heads;
+    layer->k_groups.resize(h);
+    layer->v_codes.resize(h);
+    layer->v_params.resize(h);
+    layer->k_res.resize(h);
+    layer->v_res.resize(h);
+    layers_.push_back(std::move(layer));
+  }
+}
+
+ThreeTierCache::~ThreeTierCache() = default;
+
+int ThreeTierCache::tokens(int layer) const { return layers_.at(layer)->tokens; }
+
+absl::Status ThreeTierCache::Append(int layer, const float* k, const float* v, int num_tokens) {
+  if (layer < 0 || layer >= config_.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("ThreeTierCache::Append: bad layer ", layer));
+  }
+  if (num_tokens < 0 || (num_tokens > 0 && (k == nullptr || v == nullptr))) {
+    return absl::InvalidArgumentError("ThreeTierCache::Append: null k/v or negative count");
+  }
+  const int64_t stride = static_cast<int64_t>(config_.num_kv_heads) * config_.head_dim;
+  for (int t = 0; t < num_tokens; ++t) AppendToken(layer, k + t * stride, v + t * stride);
+  return absl::OkStatus();
+}
+
+void ThreeTierCache::AppendToken(int layer_index, const float* k, const float* v) {
+  Layer& L = *layers_[layer_index];
+  const int d = config_.head_dim;
+  const int hkv = config_.num_kv_heads;
+  const auto& rk = config_.rotations.k;
+  const auto& rv = config_.rotations.v;
+  const float* rot_k = rk.empty() || rk[layer_index].empty() ? nullptr : rk[layer_index].data();
+  const float* rot_v = rv.empty() || rv[layer_index].empty() ? nullptr : rv[layer_index].data();
+  std::vector<float> kr(static_cast<size_t>(hkv) * d), vr(kr.size());
+  for (int h = 0; h < hkv; ++h) {
+    RotateRowToBf16(k + h * d, rot_k, d, kr.data() + h * d);
+    RotateRowToBf16(v + h * d, rot_v, d, vr.data() + h * d);
+  }
+  const Family family = FamilyOf(*spec_);
+  const int64_t bf16_unit = kernels::Bf16PageUnitBytes(d);
+  const int64_t int2_unit = kernels::Int2PageUnitBytes(d);
+  const int64_t bf16_page = bf16_unit * hkv;
+  const int64_t int2_page = int2_unit * hkv;
+  auto alloc_bf16 = [&]() {
+    if (!L.bf16_free.empty()) {
+      const int32_t p = L.bf16_free.back();
+      L.bf16_free.pop_back();
+      return p;
+    }
+    const int32_t p = static_cast<int32_t>(L.bf16_pool.size() / bf16_page);
+    L.bf16_pool.resize(L.bf16_pool.size() + bf16_page);
+    return p;
+  };
+  auto write_bf16 = [&](int32_t page, int row) {
+    for (int h = 0; h < hkv; ++h) {
+      uint8_t* unit = L.bf16_pool.data() + page * bf16_page + h * bf16_unit;
+      auto* kd = reinterpret_cast<uint16_t*>(unit + kernels::Bf16PageKOffset(d)) + row * d;
+      auto* vd = reinterpret_cast<uint16_t*>(unit + kernels::Bf16PageVOffset(d)) + row * d;
+      for (int c = 0; c < d; ++c) {
+        kd[c] = kvformat::FloatToBf16Bits(kr[h * d + c]);
+        vd[c] = kvformat::FloatToBf16Bits(vr[h * d + c]);
+      }
+    }
+  };
+  auto new_int2_page = [&]() {
+    L.int2_pool.resize(L.int2_pool.size() + int2_page);
+    return L.int2_pages++;
+  };
+  auto write_int2_row = [&](int32_t page, int row, int h, const float* krow, const float* vrow) {
+    uint8_t* unit = L.int2_pool.data() + page * int2_page + h * int2_unit;
+    Int2Params kp, vp;
+    EncodePerTokenRow(krow, d, k_clip_,
+                      unit + kernels::Int2PageKCodesOffset(d) + row * (d / 4), &kp);
+    EncodePerTokenRow(vrow, d, v_clip_,
+                      unit + kernels::Int2PageVCodesOffset(d) + row * (d / 4), &vp);
+    std::memcpy(unit + kernels::Int2PageKParamsOffset(d) + row * sizeof(Int2Params), &kp,
+                sizeof(kp));
+    std::memcpy(unit + kernels::Int2PageVParamsOffset(d) + row * sizeof(Int2Params), &vp,
+                sizeof(vp));
+  };
+
+  const int pos = L.tokens;
+  switch (family) {
+    case Family::kAllBf16: {
+      if (L.sink_count % kPageTokens == 0) L.sink_pages.push_back(alloc_bf16());
+      write_bf16(L.sink_pages.back(), L.sink_count % kPageTokens);
+      ++L.sink_count;
+      break;
+    }
+    case Family::kPerTokenNoWindow: {
+      if (L.int2_count % kPageTokens == 0) new_int2_page();
+      for (int h = 0; h < hkv; ++h) {
+        write_int2_row(L.int2_pages - 1, L.int2_count % kPageTokens, h, kr.data() + h * d,
+                       vr.data() + h * d);
+      }
+      ++L.int2_count;
+      break;
+    }
+    case Family::kPerTokenWindowed: {
+      if (pos < spec_->sink_tokens) {
+        if (L.sink_count % kPageTokens == 0) L.sink_pages.push_back(alloc_bf16());
+        write_bf16(L.sink_pages.back(), L.sink_count % kPageTokens);
+        ++L.sink_count;
+        break;
+      }
+      if (L.recent_count % kPageTokens == 0) L.recent_pages.push_back(alloc_bf16());
+      write_bf16(L.recent_pages.back(), L.recent_count % kPageTokens);
+      ++L.recent_count;
+      if (L.recent_count >= spec_->recent_tokens + kPageTokens) {
+        // Demote the oldest recent page: one BF16 page -> one INT2 page (clip, quantise, pack).
+        const int32_t old = L.recent_pages.front();
+        L.recent_pages.pop_front();
+        const int32_t page = new_int2_page();
+        float krow[256], vrow[256];
+        for (int h = 0; h < hkv; ++h) {
+          const uint8_t* unit = L.bf16_pool.data() + old * bf16_page + h * bf16_unit;
+          const auto* ks = reinterpret_cast<const uint16_t*>(unit + kernels::Bf16PageKOffset(d));
+          const auto* vs = reinterpret_cast<const uint16_t*>(unit + kernels::Bf16PageVOffset(d));
+          for (int r = 0; r < kPageTokens; ++r) {
+            for (int c = 0; c < d; ++c) {
+              krow[c] = kvformat::Bf16BitsToFloat(ks[r * d + c]);
+              vrow[c] = kvformat::Bf16BitsToFloat(vs[r * d + c]);
+            }
+            write_int2_row(page, r, h, krow, vrow);
+          }
+        }
+        L.bf16_free.push_back(old);
+        L.recent_count -= kPageTokens;
+        L.int2_count += kPageTokens;
+      }
+      break;
+    }
+    case Family::kKiviResidual:
+    case Family::kTileResidual: {
+      const int r_tokens = spec_->residual_tokens;
+      float norm = 1.0f;
+      if (spec_->token_norms) {
+        norm = OmniTokenNorm(kr.data(), hkv, d);
+        L.norms.push_back(norm);
+      }
+      for (int h = 0; h < hkv; ++h) {
+        for (int c = 0; c < d; ++c) {
+          L.k_res[h].push_back(kvformat::FloatToBf16Bits(kr[h * d + c] / norm));
+          L.v_res[h].push_back(kvformat::FloatToBf16Bits(vr[h * d + c]));
+        }
+      }
+      const int k_res_rows = static_cast<int>(L.k_res[0].size()) / d;
+      const int v_res_rows = static_cast<int>(L.v_res[0].size()) / d;
+      std::vector<float> rows;
+      if (k_res_rows == r_tokens) {
+        // K block flush: R tokens -> R/32 channel groups per head.
+        const size_t group_bytes =
+            kvformat::SegmentBytes(SegmentKind::kInt2ChannelGroup, r_tokens, d);
+        for (int h = 0; h < hkv; ++h) {
+          rows.resize(L.k_res[h].size());
+          for (size_t i = 0; i < rows.size(); ++i) rows[i] = kvformat::Bf16BitsToFloat(L.k_res[h][i]);
+          const size_t at = L.k_groups[h].size();
+          L.k_groups[h].resize(at + group_bytes);
+          CheckOk(kernels::EncodeSegment(SegmentKind::kInt2ChannelGroup, rows.data(), r_tokens, d,
+                                         d, L.k_groups[h].data() + at));
+          L.k_res[h].clear();
+        }
+        L.k_quant += r_tokens;
+      }
+      // V: KIVI quantises the oldest token once more than R are kept; OScaR flushes R at once.
+      const int v_flush = family == Family::kKiviResidual
+                              ? std::max(0, v_res_rows - r_tokens)
+                              : (v_res_rows == r_tokens ? r_tokens : 0);
+      if (v_flush > 0) {
+        const int groups = d / kvformat::kTokenGroupChannels;
+        std::vector<uint8_t> seg(kvformat::SegmentBytes(SegmentKind::kInt2TokenGroup, 1, d));
+        float row[256];
+        for (int h = 0; h < hkv; ++h) {
+          for (int t = 0; t < v_flush; ++t) {
+            for (int c = 0; c < d; ++c) row[c] = kvformat::Bf16BitsToFloat(L.v_res[h][t * d + c]);
+            CheckOk(kernels::EncodeSegment(SegmentKind::kInt2TokenGroup, row, 1, d, d, seg.data()));
+            L.v_codes[h].insert(L.v_codes[h].end(), seg.begin(), seg.begin() + d / 4);
+            const auto* p = reinterpret_cast<const Int2Params*>(seg.data() + d / 4);
+            L.v_params[h].insert(L.v_params[h].end(), p, p + groups);
+          }
+          L.v_res[h].erase(L.v_res[h].begin(), L.v_res[h].begin() + v_flush * d);
+        }
+        L.v_quant += v_flush;
+      }
+      break;
+    }
+  }
+  ++L.tokens;
+}
+
+absl::Status ThreeTierCache::ReadSeen(int layer, int head, std::vector<float>* k,
+                                      std::vector<float>* v,
+                                      std::vector<float>* token_scale) const {
+  if (layer < 0 || layer >= config_.num_layers || head < 0 || head >= config_.num_kv_heads) {
+    return absl::InvalidArgumentError("ThreeTierCache::ReadSeen: bad layer or head");
+  }
+  const Layer& L = *layers_[layer];
+  const int d = config_.head_dim;
+  const int n = L.tokens;
+  k->assign(static_cast<size_t>(n) * d, 0.0f);
+  v->assign(k->size(), 0.0f);
+  token_scale->clear();
+  const Family family = FamilyOf(*spec_);
+  if (family == Family::kKiviResidual || family == Family::kTileResidual) {
+    if (L.k_quant > 0) {
+      CheckOk(kernels::DecodeSegment(SegmentKind::kInt2ChannelGroup, L.k_groups[head].data(),
+                                     L.k_quant, d, k->data(), d));
+    }
+    for (size_t i = 0; i < L.k_res[head].size(); ++i) {
+      (*k)[static_cast<size_t>(L.k_quant) * d + i] = kvformat::Bf16BitsToFloat(L.k_res[head][i]);
+    }
+    if (L.v_quant > 0) {
+      std::vector<uint8_t> seg(L.v_codes[head]);
+      const auto* p = reinterpret_cast<const uint8_t*>(L.v_params[head].data());
+      seg.insert(seg.end(), p, p + L.v_params[head].size() * sizeof(Int2Params));
+      CheckOk(kernels::DecodeSegment(SegmentKind::kInt2TokenGroup, seg.data(), L.v_quant, d,
+                                     v->data(), d));
+    }
+    for (size_t i = 0; i < L.v_res[head].size(); ++i) {
+      (*v)[static_cast<size_t>(L.v_quant) * d + i] = kvformat::Bf16BitsToFloat(L.v_res[head][i]);
+    }
+    if (spec_->token_norms) *token_scale = L.norms;
+    return absl::OkStatus();
+  }
+  const int64_t bf16_unit = kernels::Bf16PageUnitBytes(d);
+  const int64_t int2_unit = kernels::Int2PageUnitBytes(d);
+  const int hkv = config_.num_kv_heads;
+  auto read_bf16 = [&](int32_t page, int row, int pos) {
+    const uint8_t* unit = L.bf16_pool.data() + page * bf16_unit * hkv + head * bf16_unit;
+    const auto* ks = reinterpret_cast<const uint16_t*>(unit + kernels::Bf16PageKOffset(d));
+    const auto* vs = reinterpret_cast<const uint16_t*>(unit + kernels::Bf16PageVOffset(d));
+    for (int c = 0; c < d; ++c) {
+      (*k)[static_cast<size_t>(pos) * d + c] = kvformat::Bf16BitsToFloat(ks[row * d + c]);
+      (*v)[static_cast<size_t>(pos) * d + c] = kvformat::Bf16BitsToFloat(vs[row * d + c]);
+    }
+  };
+  int pos = 0;
+  for (int i = 0; i < L.sink_count; ++i, ++pos) read_bf16(L.sink_pages[i / kPageTokens], i % kPageTokens, pos);
+  for (int i = 0; i < L.int2_count; ++i, ++pos) {
+    const uint8_t* unit = L.int2_pool.data() + (i / kPageTokens) * int2_unit * hkv + head * int2_unit;
+    const int r = i % kPageTokens;
+    Int2Params kp, vp;
+    std::memcpy(&kp, unit + kernels::Int2PageKParamsOffset(d) + r * 4, 4);
+    std::memcpy(&vp, unit + kernels::Int2PageVParamsOffset(d) + r * 4, 4);
+    DecodePerTokenRow(unit + kernels::Int2PageKCodesOffset(d) + r * (d / 4), kp, d,
+                      k->data() + static_cast<size_t>(pos) * d);
+    DecodePerTokenRow(unit + kernels::Int2PageVCodesOffset(d) + r * (d / 4), vp, d,
+                      v->data() + static_cast<size_t>(pos) * d);
+  }
+  for (int i = 0; i < L.recent_count; ++i, ++pos) {
+    read_bf16(L.recent_pages[i / kPageTokens], i % kPageTokens, pos);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ThreeTierCache::Attend(int layer, const float* q, int num_q_heads, float* out) const {
+  if (layer < 0 || layer >= config_.num_layers || q == nullptr || out == nullptr) {
+    return absl::InvalidArgumentError("ThreeTierCache::Attend: bad layer or null pointer");
+  }
+  const int hkv = config_.num_kv_heads;
+  if (num_q_heads <= 0 || num_q_heads % hkv != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ThreeTierCache::Attend: ", num_q_heads, " query heads for ", hkv, " KV heads"));
+  }
+  const Layer& L = *layers_[layer];
+  const int d = config_.head_dim;
+  const int g = num_q_heads / hkv;
+  const float sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const auto& rk = config_.rotations.k;
+  const auto& rv = config_.rotations.v;
+  const float* rot_k = rk.empty() || rk[layer].empty() ? nullptr : rk[layer].data();
+  const float* rot_v = rv.empty() || rv[layer].empty() ? nullptr : rv[layer].data();
+  // q~ = q R_K in float.
+  std::vector<float> qr(static_cast<size_t>(num_q_heads) * d);
+  for (int h = 0; h < num_q_heads; ++h) {
+    for (int j = 0; j < d; ++j) {
+      if (rot_k == nullptr) {
+        qr[h * d + j] = q[h * d + j];
+        continue;
+      }
+      float acc = 0.0f;
+      for (int i = 0; i < d; ++i) acc += q[h * d + i] * rot_k[i * d + j];
+      qr[h * d + j] = acc;
+    }
+  }
+  std::vector<float> out_rot(qr.size(), 0.0f);
+  const Family family = FamilyOf(*spec_);
+  if (family == Family::kKiviResidual || family == Family::kTileResidual) {
+    // Dequantise-then-attend: quantised K range and BF16 residual as two segments, LSE-merged.
+    std::vector<float> k, v, scale;
+    std::vector<kernels::AttentionState> a(g), b(g);
+    const int split = L.k_quant;
+    for (int h = 0; h < hkv; ++h) {
+      OSCARKV_RETURN_IF_ERROR(ReadSeen(layer, h, &k, &v, &scale));
+      const float* s = scale.empty() ? nullptr : scale.data();
+      const float* qh = qr.data() + static_cast<size_t>(h) * g * d;
+      kernels::AttendFloatRows(qh, g, d, k.data(), v.data(), d, s, split, sm_scale, a.data());
+      kernels::AttendFloatRows(qh, g, d, k.data() + static_cast<size_t>(split) * d,
+                               v.data() + static_cast<size_t>(split) * d, d,
+                               s == nullptr ? nullptr : s + split, L.tokens - split, sm_scale,
+                               b.data());
+      for (int i = 0; i < g; ++i) {
+        kernels::MergeAttentionState(a[i], b[i]);
+        kernels::FinalizeAttentionState(a[i], d, out_rot.data() + (static_cast<size_t>(h) * g + i) * d);
+      }
+    }
+  } else {
+    // Paged per-token path through the decode attention reference.
+    std::vector<int32_t> bf16_indices(L.sink_pages.begin(), L.sink_pages.end());
+    bf16_indices.insert(bf16_indices.end(), L.recent_pages.begin(), L.recent_pages.end());
+    std::vector<int32_t> int2_indices(L.int2_pages);
+    for (int i = 0; i < L.int2_pages; ++i) int2_indices[i] = i;
+    const int32_t bf16_indptr[2] = {0, static_cast<int32_t>(bf16_indices.size())};
+    const int32_t int2_indptr[2] = {0, L.int2_pages};
+    const int32_t bf16_tokens = L.sink_count + L.recent_count;
+    const int32_t int2_tokens = L.int2_count;
+    const kernels::DecodePlan plan =
+        kernels::PlanDecodeAttention(config_.plan, 1, &bf16_tokens, &int2_tokens);
+    std::vector<float> partial_out(plan.PartialOutFloats(num_q_heads, d));
+    std::vector<float> partial_lse(plan.PartialLseFloats(num_q_heads));
+    kernels::DecodeAttentionParams p;
+    p.num_seqs = 1;
+    p.num_q_heads = num_q_heads;
+    p.num_kv_heads = hkv;
+    p.head_dim = d;
+    p.sm_scale = sm_scale;
+    p.q = qr.data();
+    p.q_seq_stride = static_cast<int64_t>(num_q_heads) * d;
+    const int64_t bu = kernels::Bf16PageUnitBytes(d), iu = kernels::Int2PageUnitBytes(d);
+    // An empty tier is passed as absent (its pool may not exist yet).
+    if (bf16_tokens > 0) {
+      p.bf16 = {bf16_indptr, bf16_indices.data(), &bf16_tokens, L.bf16_pool.data(), bu * hkv, bu};
+    }
+    if (int2_tokens > 0) {
+      p.int2 = {int2_indptr, int2_indices.data(), &int2_tokens, L.int2_pool.data(), iu * hkv, iu};
+    }
+    p.work = plan.work.data();
+    p.seq_work_indptr = plan.seq_work_indptr.data();
+    p.num_work = plan.num_work();
+    p.partial_out = partial_out.data();
+    p.partial_lse = partial_lse.data();
+    p.out = out_rot.data();
+    p.out_seq_stride = p.q_seq_stride;
+    if (const char* err = kernels::DecodeAttentionRef(p)) {
+      return absl::InternalError(absl::StrCat("ThreeTierCache::Attend: ", err));
+    }
+  }
+  // o = o~ R_V^T.
+  for (int h = 0; h < num_q_heads; ++h) {
+    const float* o = out_rot.data() + static_cast<size_t>(h) * d;
+    for (int c = 0; c < d; ++c) {
+      if (rot_v == nullptr) {
+        out[h * d + c] = o[c];
+        continue;
+      }
+      float acc = 0.0f;
+      for (int j = 0; j < d; ++j) acc += o[j] * rot_v[c * d + j];
+      out[h * d + c] = acc;
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t ThreeTierCache::BytesInUse() const {
+  const int d = config_.head_dim;
+  const int hkv = config_.num_kv_heads;
+  int64_t total = 0;
+  for (const auto& lp : layers_) {
+    const Layer& L = *lp;
+    total += static_cast<int64_t>(L.sink_pages.size() + L.recent_pages.size()) *
+             kernels::Bf16PageUnitBytes(d) * hkv;
+    total += static_cast<int64_t>(L.int2_pages) * kernels::Int2PageUnitBytes(d) * hkv;
+    for (int h = 0; h < hkv; ++h) {
+      total += static_cast<int64_t>(L.k_groups[h].size() + L.v_codes[h].size() +
+                                    L.v_params[h].size() * sizeof(Int2Params));
+      total += static_cast<int64_t>(L.k_res[h].size() + L.v_res[h].size()) * 2;
+    }
+    total += static_cast<int64_t>(L.norms.size()) * 4;
+  }
+  return total;
+}
+
+int64_t ThreeTierCache::BytesAllocated() const {
+  int64_t total = 0;
+  for (const auto& lp : layers_) {
+    const Layer& L = *lp;
+    total += static_cast<int64_t>(L.bf16_pool.capacity() + L.int2_pool.capacity());
+    for (int h = 0; h < config_.num_kv_heads; ++h) {
+      total += static_cast<int64_t>(L.k_groups[h].capacity() + L.v_codes[h].capacity() +
+                                    L.v_params[h].capacity() * sizeof(Int2Params) +
+                                    (L.k_res[h].capacity() + L.v_res[h].capacity()) * 2);
+    }
+    total += static_cast<int64_t>(L.norms.capacity()) * 4;
+  }
+  return total;
+}
+
+double ThreeTierCache::BitsPerElement() const {
+  const double elements = 2.0 * config_.num_layers * config_.num_kv_heads * config_.head_dim *
+                          std::max(1, tokens(0));
+  return static_cast<double>(BytesInUse()) * 8.0 / elements;
+}
+
+}  // namespace oscarkv::quant
