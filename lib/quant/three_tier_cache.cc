@@ -563,6 +563,105 @@ absl::Status ThreeTierCache::Attend(int layer, const float* q, int num_q_heads, 
   return absl::OkStatus();
 }
 
+absl::StatusOr<ThreeTierCache::Segment> ThreeTierCache::ExportSegment(int layer, KvSide side,
+                                                                      int head, int first,
+                                                                      int tokens) const {
+  if (layer < 0 || layer >= config_.num_layers || head < 0 || head >= config_.num_kv_heads) {
+    return absl::InvalidArgumentError("ThreeTierCache::ExportSegment: bad layer or head");
+  }
+  const Layer& L = *layers_[layer];
+  const int d = config_.head_dim;
+  const int hkv = config_.num_kv_heads;
+  const int end = first + tokens;
+  if (tokens <= 0 || first < 0 || end > L.tokens) {
+    return absl::OutOfRangeError(absl::StrCat("ThreeTierCache::ExportSegment: range [", first,
+                                              ", ", end, ") outside [0, ", L.tokens, ")"));
+  }
+  const bool is_k = side == KvSide::kKey;
+  const TierWindows w = WindowsAt(*spec_, L.tokens);
+  const int q_end = is_k ? w.k_quant_end : w.v_quant_end;
+  const bool all_quantised = first >= w.quant_begin && end <= q_end;
+  const bool none_quantised = end <= w.quant_begin || first >= q_end;
+  if (!all_quantised && !none_quantised) {
+    return absl::OutOfRangeError("ThreeTierCache::ExportSegment: range spans two tiers");
+  }
+  Segment seg;
+  const Family family = FamilyOf(*spec_);
+  const bool residual = family == Family::kKiviResidual || family == Family::kTileResidual;
+  if (none_quantised) {
+    seg.kind = SegmentKind::kBf16Rows;
+    seg.bytes.resize(kvformat::SegmentBytes(seg.kind, tokens, d));
+    auto* dst = reinterpret_cast<uint16_t*>(seg.bytes.data());
+    const int64_t bu = kernels::Bf16PageUnitBytes(d);
+    for (int pos = first; pos < end; ++pos, dst += d) {
+      if (residual) {
+        const auto& rows = is_k ? L.k_res[head] : L.v_res[head];
+        const int row = pos - q_end;
+        std::memcpy(dst, rows.data() + static_cast<size_t>(row) * d, 2 * d);
+        continue;
+      }
+      int page, row;
+      if (pos < L.sink_count) {
+        page = L.sink_pages[pos / kPageTokens];
+        row = pos % kPageTokens;
+      } else {
+        const int i = pos - q_end;
+        page = L.recent_pages[i / kPageTokens];
+        row = i % kPageTokens;
+      }
+      const uint8_t* unit = L.bf16_pool.data() + page * bu * hkv + head * bu +
+                            (is_k ? kernels::Bf16PageKOffset(d) : kernels::Bf16PageVOffset(d));
+      std::memcpy(dst, unit + static_cast<size_t>(row) * d * 2, 2 * d);
+    }
+    return seg;
+  }
+  if (!residual) {
+    seg.kind = SegmentKind::kInt2PerToken;
+    seg.bytes.resize(kvformat::SegmentBytes(seg.kind, tokens, d));
+    const int64_t iu = kernels::Int2PageUnitBytes(d);
+    uint8_t* codes = seg.bytes.data();
+    uint8_t* params = seg.bytes.data() + static_cast<size_t>(tokens) * (d / 4);
+    for (int pos = first; pos < end; ++pos) {
+      const int i = pos - w.quant_begin;
+      const uint8_t* unit = L.int2_pool.data() + (i / kPageTokens) * iu * hkv + head * iu;
+      const int r = i % kPageTokens;
+      const int64_t c_off = is_k ? kernels::Int2PageKCodesOffset(d) : kernels::Int2PageVCodesOffset(d);
+      const int64_t p_off = is_k ? kernels::Int2PageKParamsOffset(d) : kernels::Int2PageVParamsOffset(d);
+      std::memcpy(codes + static_cast<size_t>(pos - first) * (d / 4), unit + c_off + r * (d / 4),
+                  d / 4);
+      std::memcpy(params + static_cast<size_t>(pos - first) * 4, unit + p_off + r * 4, 4);
+    }
+    return seg;
+  }
+  if (is_k) {
+    const int cg = kvformat::kChannelGroupTokens;
+    if (first % cg != 0 || tokens % cg != 0) {
+      return absl::InvalidArgumentError(
+          "ThreeTierCache::ExportSegment: channel-group range not aligned to 32 tokens");
+    }
+    seg.kind = SegmentKind::kInt2ChannelGroup;
+    const size_t group = kvformat::SegmentBytes(seg.kind, cg, d);
+    const auto& src = L.k_groups[head];
+    seg.bytes.assign(src.begin() + first / cg * group, src.begin() + end / cg * group);
+    return seg;
+  }
+  seg.kind = SegmentKind::kInt2TokenGroup;
+  const int groups = d / kvformat::kTokenGroupChannels;
+  const auto& codes = L.v_codes[head];
+  const auto* params = reinterpret_cast<const uint8_t*>(L.v_params[head].data());
+  seg.bytes.assign(codes.begin() + static_cast<size_t>(first) * (d / 4),
+                   codes.begin() + static_cast<size_t>(end) * (d / 4));
+  seg.bytes.insert(seg.bytes.end(), params + static_cast<size_t>(first) * groups * 4,
+                   params + static_cast<size_t>(end) * groups * 4);
+  return seg;
+}
+
+std::vector<float> ThreeTierCache::TokenNorms(int layer, int first, int tokens) const {
+  const Layer& L = *layers_.at(layer);
+  if (L.norms.empty() || first < 0 || tokens <= 0 || first + tokens > L.tokens) return {};
+  return std::vector<float>(L.norms.begin() + first, L.norms.begin() + first + tokens);
+}
+
 int64_t ThreeTierCache::BytesInUse() const {
   const int d = config_.head_dim;
   const int hkv = config_.num_kv_heads;

@@ -128,6 +128,22 @@ class ThreeTierCache {
   absl::Status ReadSeen(int layer, int head, std::vector<float>* k, std::vector<float>* v,
                         std::vector<float>* token_scale) const;
 
+  // One (layer, K|V, head) token range as a kvformat segment, in the kind those tokens are stored
+  // in now: kBf16Rows for BF16 rows (sink, recent, residual, codec bf16), else the codec's history
+  // kind (kInt2PerToken, kInt2ChannelGroup for KIVI/OScaR K, kInt2TokenGroup for their V). The
+  // bytes are exactly kvformat::SegmentBytes(kind, tokens, D), so blocks are cut without
+  // re-quantising. OScaR K rows are stored divided by their token norms (TokenNorms gives them).
+  // kOutOfRange if [first, first + tokens) is empty, past the end or spans two tiers;
+  // kInvalidArgument for channel-group ranges not aligned to 32 tokens or a bad layer/head.
+  struct Segment {
+    kvformat::SegmentKind kind;
+    std::vector<uint8_t> bytes;
+  };
+  absl::StatusOr<Segment> ExportSegment(int layer, KvSide side, int head, int first,
+                                        int tokens) const;
+  // OScaR norms of tokens [first, first + tokens) of `layer` (empty for other codecs).
+  std::vector<float> TokenNorms(int layer, int first, int tokens) const;
+
   int tokens(int layer) const;
   const CodecSpec& spec() const { return *spec_; }
   // Bytes of live storage (pages in use counted whole, residual rows, norms), all layers.

@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "lib/kvformat/float16.h"
+#include "kernels/quant/kv_quant_ref.h"
 #include "lib/quant/codec.h"
 
 namespace oscarkv::quant {
@@ -287,6 +288,47 @@ TEST(ThreeTierCache, ConfigFromCodecsUsesTheirRotations) {
   ASSERT_EQ(config->rotations.k[1].size(), static_cast<size_t>(d * d));
   EXPECT_EQ(config->rotations.k[1][0], (*c1)->key_rotation()[0]);
   EXPECT_TRUE(ThreeTierCache::Create(*config).ok());
+}
+
+// Exported segments decode (with the kvformat reference decoder) to exactly the rows attention
+// reads, in every tier and for every codec; a range spanning two tiers is refused.
+TEST(ThreeTierCache, ExportSegmentRoundTripsThroughKvformatDecoder) {
+  const int d = 64, hkv = 2, n = 700;
+  const std::vector<float> k = RandomKv(n, hkv, d, 14), v = RandomKv(n, hkv, d, 15);
+  for (const CodecSpec& spec : AllCodecs()) {
+    auto cache = MakeCache(spec.id, d, hkv);
+    ASSERT_TRUE(cache->Append(0, k.data(), v.data(), n).ok());
+    const TierWindows w = WindowsAt(spec, n);
+    std::vector<float> seen_k, seen_v, scale;
+    ASSERT_TRUE(cache->ReadSeen(0, 1, &seen_k, &seen_v, &scale).ok());
+    for (KvSide side : {KvSide::kKey, KvSide::kValue}) {
+      const int q_end = side == KvSide::kKey ? w.k_quant_end : w.v_quant_end;
+      std::vector<std::pair<int, int>> ranges;  // {first, tokens}
+      if (w.quant_begin > 0) ranges.push_back({0, w.quant_begin});
+      if (q_end - w.quant_begin >= 64) ranges.push_back({w.quant_begin, 64});
+      if (q_end < n) ranges.push_back({q_end, n - q_end});
+      ASSERT_FALSE(ranges.empty());
+      for (auto [first, tokens] : ranges) {
+        auto seg = cache->ExportSegment(0, side, 1, first, tokens);
+        ASSERT_TRUE(seg.ok()) << spec.name << " " << first << " " << seg.status();
+        const bool quantised = first >= w.quant_begin && first < q_end;
+        EXPECT_EQ(seg->kind == kvformat::SegmentKind::kBf16Rows, !quantised) << spec.name;
+        ASSERT_EQ(seg->bytes.size(), kvformat::SegmentBytes(seg->kind, tokens, d));
+        std::vector<float> rows(static_cast<size_t>(tokens) * d);
+        ASSERT_EQ(kernels::DecodeSegment(seg->kind, seg->bytes.data(), tokens, d, rows.data(), d),
+                  kernels::KvQuantStatus::kOk);
+        const std::vector<float>& seen = side == KvSide::kKey ? seen_k : seen_v;
+        for (size_t i = 0; i < rows.size(); ++i) {
+          ASSERT_EQ(rows[i], seen[static_cast<size_t>(first) * d + i])
+              << spec.name << " side " << static_cast<int>(side) << " first " << first;
+        }
+      }
+      if (q_end - w.quant_begin >= 8 && n - q_end >= 8) {
+        EXPECT_FALSE(cache->ExportSegment(0, side, 1, q_end - 8, 16).ok()) << spec.name;
+      }
+    }
+    EXPECT_EQ(cache->TokenNorms(0, 0, 5).size(), spec.token_norms ? 5u : 0u);
+  }
 }
 
 TEST(ThreeTierCache, CreateRejectsBadConfig) {
