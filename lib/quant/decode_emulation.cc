@@ -118,7 +118,7 @@ void SeenRowsAt(const CodecSpec& spec, const EmulatedLayerKv& kv, int t, int hea
 
 absl::Status EmulateDecodeAttention(const CodecSpec& spec, const EmulatedLayerKv& kv,
                                     const float* rot_k, const float* rot_v, const float* q,
-                                    int num_q_heads, float* out) {
+                                    int num_q_heads, float* out, float sm_scale_arg) {
   const int T = kv.tokens;
   const int hkv = kv.kv_heads;
   const int d = kv.head_dim;
@@ -126,7 +126,8 @@ absl::Status EmulateDecodeAttention(const CodecSpec& spec, const EmulatedLayerKv
     return absl::InvalidArgumentError("EmulateDecodeAttention: bad head count or null pointer");
   }
   const int g = num_q_heads / hkv;
-  const float sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float sm_scale =
+      sm_scale_arg > 0.0f ? sm_scale_arg : 1.0f / std::sqrt(static_cast<float>(d));
   const int64_t kv_row = static_cast<int64_t>(hkv) * d;
   const int64_t q_row = static_cast<int64_t>(num_q_heads) * d;
   const int max_rows = kQueryBlock * g;

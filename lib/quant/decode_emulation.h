@@ -49,11 +49,11 @@ void SeenRowsAt(const CodecSpec& spec, const EmulatedLayerKv& kv, int t, int hea
                 std::vector<float>* k, std::vector<float>* v, std::vector<float>* token_scale);
 
 // Decode-equivalent attention for every position: out[t] = attention of q[t] (rotated by R_K)
-// over SeenRowsAt(t), scale 1/sqrt(D), rotated back by R_V^T.
+// over SeenRowsAt(t), scores scaled by sm_scale (<= 0: 1/sqrt(D)), rotated back by R_V^T.
 // q: [T][Hq][D] f32 model basis, Hq a multiple of Hkv; out: [T][Hq][D] f32 model basis.
 absl::Status EmulateDecodeAttention(const CodecSpec& spec, const EmulatedLayerKv& kv,
                                     const float* rot_k, const float* rot_v, const float* q,
-                                    int num_q_heads, float* out);
+                                    int num_q_heads, float* out, float sm_scale = 0.0f);
 
 }  // namespace oscarkv::quant
 

@@ -467,7 +467,8 @@ absl::Status ThreeTierCache::Attend(int layer, const float* q, int num_q_heads, 
   const Layer& L = *layers_[layer];
   const int d = config_.head_dim;
   const int g = num_q_heads / hkv;
-  const float sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float sm_scale = config_.sm_scale > 0.0f ? config_.sm_scale
+                                                 : 1.0f / std::sqrt(static_cast<float>(d));
   const auto& rk = config_.rotations.k;
   const auto& rv = config_.rotations.v;
   const float* rot_k = rk.empty() || rk[layer].empty() ? nullptr : rk[layer].data();

@@ -95,6 +95,8 @@ struct ThreeTierCacheConfig {
   // Default: -1 = the spec's k_clip_ratio / v_clip_ratio.
   float k_clip_ratio = -1.0f;
   float v_clip_ratio = -1.0f;
+  // Score scale of Attend. Default: 0 = 1/sqrt(head_dim).
+  float sm_scale = 0.0f;
   // Split plan of the per-token decode attention. Default: DecodePlanConfig defaults.
   kernels::DecodePlanConfig plan;
 };
@@ -119,7 +121,7 @@ class ThreeTierCache {
 
   // Decode attention of one query token over everything appended to `layer` (the query's own
   // token must already be appended). q: [num_q_heads][D] f32, model basis; num_q_heads a multiple
-  // of Hkv (GQA); sm_scale 1/sqrt(D). out: [num_q_heads][D] f32, model basis.
+  // of Hkv (GQA); scores scaled by config.sm_scale. out: [num_q_heads][D] f32, model basis.
   absl::Status Attend(int layer, const float* q, int num_q_heads, float* out) const;
 
   // The K/V rows attention reads for `layer`, `head`, in position order, in the rotated basis:
