@@ -1,0 +1,110 @@
+// The engine interface the router's HTTP layer calls: one generation request in, a stream of
+// tokens out. Two implementations exist (or will): a gRPC client that drives a placed
+// (prefill, decode) worker pair (`remote_completion_backend.h`), and an in-process engine for the
+// all-in-one `oscarkv serve`, which `tools/` wires. The HTTP layer (`router_http_service.h`) knows
+// only this header, so neither implementation sees HTTP or JSON.
+//
+// Thread-safety: implementations must accept concurrent calls to every method from many threads.
+#ifndef OSCARKV_SERVICES_ROUTER_COMPLETION_BACKEND_H_
+#define OSCARKV_SERVICES_ROUTER_COMPLETION_BACKEND_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace oscarkv::router {
+
+// One chat turn. `role` is one of system, developer, user, assistant, tool (checked by the HTTP
+// layer); `content` is plain text (array-of-parts content is flattened to text before this point).
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+// The prompt of a request: exactly one of `text`, `token_ids` or `messages` is set.
+struct PromptInput {
+  std::optional<std::string> text;                    // /v1/completions, string prompt
+  std::optional<std::vector<int32_t>> token_ids;      // /v1/completions, token-id prompt
+  std::optional<std::vector<ChatMessage>> messages;   // /v1/chat/completions; template applied
+                                                      // by the backend's tokenizer
+};
+
+// A validated generation request. The HTTP layer fills every field; backends may rely on the
+// ranges stated here.
+struct CompletionRequest {
+  std::string request_id;            // unique per router process, e.g. "cmpl-5f0c..."
+  std::string model;                 // one of the ids Models() returned
+  std::vector<int32_t> prompt_token_ids;  // the tokenized prompt (from Tokenize), never empty
+  int max_tokens = 16;               // >= 1; prompt + max_tokens <= the model's context length
+  double temperature = 1.0;          // [0, 2]; 0 means greedy
+  double top_p = 1.0;                // (0, 1]
+  std::optional<uint64_t> seed;      // sampling seed, when the client set one
+  std::vector<std::string> stop;     // up to 4 stop strings; the backend stops after a match
+  std::string session_id;            // Continuum program id ("" when none); see ARCHITECTURE §5
+  std::string codec;                 // KV codec name (config default or an allowed override)
+  absl::Time deadline = absl::InfiniteFuture();  // the backend returns kDeadlineExceeded after it
+};
+
+// One generated token. `text` is the detokenized piece to append to the output (may be empty for
+// a token that completes a multi-byte character later; pieces concatenate to valid UTF-8).
+struct TokenEvent {
+  int32_t token_id = 0;
+  std::string text;
+};
+
+// Why generation ended.
+enum class FinishReason { kStop, kLength };
+
+struct CompletionOutcome {
+  FinishReason finish_reason = FinishReason::kLength;  // kStop: EOS or stop string; kLength: max_tokens
+  int completion_tokens = 0;                           // tokens delivered through the callback
+};
+
+// Called once per generated token, in order, never concurrently for one request. Returns false
+// when the consumer is gone (client disconnected, deadline passed): the backend must then stop
+// generating and return kCancelled (or kDeadlineExceeded) soon.
+using TokenCallback = std::function<bool(const TokenEvent&)>;
+
+// A served model, as listed by /v1/models.
+struct ModelInfo {
+  std::string id;                 // e.g. "SmolLM2-135M-Instruct"
+  int context_length = 0;         // prompt + completion tokens, > 0
+  std::string owned_by = "oscarkv";
+  int64_t created_unix_s = 0;     // model load time, seconds since the epoch
+};
+
+class CompletionBackend {
+ public:
+  virtual ~CompletionBackend() = default;
+
+  //! The models this backend serves; never empty. Cheap; called per request.
+  virtual std::vector<ModelInfo> Models() const = 0;
+
+  //! Turns a prompt into token ids for `model` (chat messages go through the model's chat
+  //! template, with the assistant turn opened). @return kInvalidArgument for a prompt the
+  //! tokenizer rejects (e.g. token ids outside the vocabulary), kNotFound for an unknown model.
+  virtual absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& model,
+                                                        const PromptInput& prompt) = 0;
+
+  //! Generates up to request.max_tokens tokens after request.prompt_token_ids, calling
+  //! `on_token` for each one. Blocks until generation ends. Must honour request.deadline.
+  //! @return the outcome, or kCancelled (callback returned false), kDeadlineExceeded,
+  //! kUnavailable (no worker could take it; retryable), kResourceExhausted (overloaded),
+  //! kInvalidArgument (request rejected by a worker), kInternal.
+  virtual absl::StatusOr<CompletionOutcome> Complete(const CompletionRequest& request,
+                                                     const TokenCallback& on_token) = 0;
+
+  //! True when the backend can take requests now (workers registered and healthy, model
+  //! loaded). Drives /readyz.
+  virtual bool Ready() const = 0;
+};
+
+}  // namespace oscarkv::router
+
+#endif  // OSCARKV_SERVICES_ROUTER_COMPLETION_BACKEND_H_

@@ -1,0 +1,463 @@
+#include "services/router/openai_api.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace oscarkv::router {
+namespace {
+
+using nlohmann::json;
+
+// Serialises without throwing: invalid UTF-8 (a backend bug) is replaced, never fatal.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json NullIfEmpty(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+
+ApiError Invalid(std::string message, std::string param, std::string code = "") {
+  ApiError e;
+  e.http_status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+// Reads an optional number field in [lo, hi] (hi_open: value must be < hi... unused). Returns an
+// error for a non-number or out-of-range value.
+std::optional<ApiError> ReadNumber(const json& body, const char* name, double lo, bool lo_open,
+                                   double hi, double* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) return Invalid(absl::StrCat("'", name, "' must be a number"), name);
+  const double v = it->get<double>();
+  const bool below = lo_open ? !(v > lo) : !(v >= lo);
+  if (below || !(v <= hi) || !std::isfinite(v)) {
+    return Invalid(absl::StrCat("'", name, "' must be ", lo_open ? "in (" : "in [", lo, ", ", hi,
+                                "], got ", it->dump()),
+                   name);
+  }
+  *out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadMaxTokens(const json& body, const char* name, int limit,
+                                      std::optional<int>* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer()) {
+    return Invalid(absl::StrCat("'", name, "' must be an integer"), name);
+  }
+  const int64_t v = it->get<int64_t>();
+  if (v < 1 || v > limit) {
+    return Invalid(absl::StrCat("'", name, "' must be in [1, ", limit, "], got ", v), name);
+  }
+  *out = static_cast<int>(v);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadPrompt(const json& body, PromptInput* prompt) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) return Invalid("'prompt' is required", "prompt");
+  const json& p = *it;
+  if (p.is_string()) {
+    if (p.get_ref<const std::string&>().empty()) {
+      return Invalid("'prompt' must not be empty", "prompt");
+    }
+    prompt->text = p.get<std::string>();
+    return std::nullopt;
+  }
+  if (p.is_array()) {
+    if (p.empty()) return Invalid("'prompt' must not be empty", "prompt");
+    if (std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
+      std::vector<int32_t> ids;
+      for (const json& x : p) {
+        const int64_t v = x.get<int64_t>();
+        if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
+          return Invalid(absl::StrCat("'prompt' token id out of range: ", v), "prompt");
+        }
+        ids.push_back(static_cast<int32_t>(v));
+      }
+      prompt->token_ids = std::move(ids);
+      return std::nullopt;
+    }
+    if (p.size() == 1 && p[0].is_string()) {
+      if (p[0].get_ref<const std::string&>().empty()) {
+        return Invalid("'prompt' must not be empty", "prompt");
+      }
+      prompt->text = p[0].get<std::string>();
+      return std::nullopt;
+    }
+    if (p.size() > 1 && (p[0].is_string() || p[0].is_array())) {
+      return Invalid("batched prompts (a list of several prompts) are not supported; send one "
+                     "request per prompt",
+                     "prompt", "unsupported_value");
+    }
+  }
+  return Invalid("'prompt' must be a string, a list of one string, or a list of token ids",
+                 "prompt");
+}
+
+std::optional<ApiError> ReadMessages(const json& body, PromptInput* prompt) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) return Invalid("'messages' is required", "messages");
+  if (!it->is_array() || it->empty()) {
+    return Invalid("'messages' must be a non-empty array of {role, content} objects", "messages");
+  }
+  static const std::vector<std::string> kRoles = {"system", "developer", "user", "assistant",
+                                                  "tool"};
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string param = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return Invalid(absl::StrCat("'", param, "' must be an object"), param);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string() ||
+        std::find(kRoles.begin(), kRoles.end(), role->get<std::string>()) == kRoles.end()) {
+      return Invalid(absl::StrCat("'", param, ".role' must be one of ", absl::StrJoin(kRoles, ", ")),
+                     param + ".role");
+    }
+    ChatMessage msg;
+    msg.role = role->get<std::string>();
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      // An assistant turn that only made tool calls has no content.
+      if (msg.role != "assistant") {
+        return Invalid(absl::StrCat("'", param, ".content' is required"), param + ".content");
+      }
+    } else if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (const json& part : *content) {
+        auto type = part.is_object() ? part.find("type") : part.end();
+        if (!part.is_object() || type == part.end() || *type != "text" ||
+            !part.contains("text") || !part["text"].is_string()) {
+          return Invalid(absl::StrCat("'", param,
+                                      ".content' parts must be {\"type\": \"text\", \"text\": ...}; "
+                                      "only text is supported"),
+                         param + ".content");
+        }
+        msg.content += part["text"].get<std::string>();
+      }
+    } else {
+      return Invalid(absl::StrCat("'", param, ".content' must be a string or a list of text parts"),
+                     param + ".content");
+    }
+    messages.push_back(std::move(msg));
+  }
+  prompt->messages = std::move(messages);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadStop(const json& body, std::vector<std::string>* stop) {
+  auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) {
+    if (!it->get_ref<const std::string&>().empty()) stop->push_back(it->get<std::string>());
+    return std::nullopt;
+  }
+  if (it->is_array() && it->size() <= 4 &&
+      std::all_of(it->begin(), it->end(), [](const json& s) { return s.is_string(); })) {
+    for (const json& s : *it) {
+      if (!s.get_ref<const std::string&>().empty()) stop->push_back(s.get<std::string>());
+    }
+    return std::nullopt;
+  }
+  return Invalid("'stop' must be a string or a list of at most 4 strings", "stop");
+}
+
+const char* ObjectName(Endpoint e, bool chunk) {
+  if (e == Endpoint::kCompletions) return "text_completion";
+  return chunk ? "chat.completion.chunk" : "chat.completion";
+}
+
+json Envelope(const ResponseMeta& meta, bool chunk) {
+  json j = {{"id", meta.id},
+            {"object", ObjectName(meta.endpoint, chunk)},
+            {"created", meta.created},
+            {"model", meta.model}};
+  if (!meta.session_id.empty()) j["session_id"] = meta.session_id;
+  return j;
+}
+
+std::string Sse(const json& j) { return absl::StrCat("data: ", Dump(j), "\n\n"); }
+
+json StreamChoice(const ResponseMeta& meta, const std::string* text, const json& finish) {
+  if (meta.endpoint == Endpoint::kCompletions) {
+    return {{"index", 0}, {"text", text ? *text : ""}, {"logprobs", nullptr},
+            {"finish_reason", finish}};
+  }
+  json delta = json::object();
+  if (text) delta["content"] = *text;
+  return {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}};
+}
+
+}  // namespace
+
+std::string ApiErrorBody(const ApiError& e) {
+  return Dump({{"error",
+                {{"message", e.message},
+                 {"type", e.type},
+                 {"param", NullIfEmpty(e.param)},
+                 {"code", NullIfEmpty(e.code)}}}});
+}
+
+ApiError ApiErrorFromStatus(const absl::Status& status) {
+  ApiError e;
+  e.message = std::string(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+      e.http_status = 400;
+      break;
+    case absl::StatusCode::kNotFound:
+      e.http_status = 404;
+      e.code = "not_found";
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      e.http_status = 429;
+      e.type = "server_overloaded";
+      e.code = "overloaded";
+      break;
+    case absl::StatusCode::kUnavailable:
+      e.http_status = 503;
+      e.type = "server_error";
+      e.code = "unavailable";
+      break;
+    case absl::StatusCode::kDeadlineExceeded:
+      e.http_status = 504;
+      e.type = "server_error";
+      e.code = "timeout";
+      break;
+    case absl::StatusCode::kUnimplemented:
+      e.http_status = 501;
+      e.code = "unsupported";
+      break;
+    case absl::StatusCode::kCancelled:
+      e.http_status = 499;
+      e.code = "cancelled";
+      break;
+    default:
+      e.http_status = 500;
+      e.type = "server_error";
+      e.code = "internal_error";
+      break;
+  }
+  return e;
+}
+
+ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
+                            std::string_view body_text, std::string_view session_header,
+                            const ApiLimits& limits) {
+  ParseResult r;
+  ApiRequest& req = r.request;
+  req.endpoint = endpoint;
+  // "application/json; charset=utf-8" is fine; anything else is not.
+  const std::string media(content_type.substr(0, content_type.find(';')));
+  if (!absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(media), "application/json")) {
+    ApiError e = Invalid(absl::StrCat("Content-Type must be application/json, got '",
+                                      std::string(content_type), "'"),
+                         "", "unsupported_media_type");
+    e.http_status = 415;
+    r.error = e;
+    return r;
+  }
+  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    r.error = Invalid("We could not parse the JSON body of your request: malformed JSON", "",
+                      "invalid_json");
+    return r;
+  }
+  if (!body.is_object()) {
+    r.error = Invalid("The request body must be a JSON object", "", "invalid_json");
+    return r;
+  }
+  auto model = body.find("model");
+  if (model == body.end() || !model->is_string() || model->get_ref<const std::string&>().empty()) {
+    r.error = Invalid("'model' is required and must be a non-empty string", "model");
+    return r;
+  }
+  req.model = model->get<std::string>();
+  std::optional<ApiError> e = endpoint == Endpoint::kCompletions ? ReadPrompt(body, &req.prompt)
+                                                                 : ReadMessages(body, &req.prompt);
+  if (!e) e = ReadMaxTokens(body, "max_tokens", limits.max_tokens_limit, &req.max_tokens);
+  if (!e && endpoint == Endpoint::kChatCompletions && !req.max_tokens) {
+    e = ReadMaxTokens(body, "max_completion_tokens", limits.max_tokens_limit, &req.max_tokens);
+  }
+  if (!e) e = ReadNumber(body, "temperature", 0, false, 2, &req.temperature);
+  if (!e) e = ReadNumber(body, "top_p", 0, true, 1, &req.top_p);
+  if (!e) e = ReadStop(body, &req.stop);
+  if (e) {
+    r.error = e;
+    return r;
+  }
+  for (const char* name : {"n", "best_of"}) {
+    auto it = body.find(name);
+    if (it == body.end() || it->is_null()) continue;
+    if (!it->is_number_integer() || it->get<int64_t>() < 1) {
+      r.error = Invalid(absl::StrCat("'", name, "' must be a positive integer"), name);
+      return r;
+    }
+    if (it->get<int64_t>() != 1) {
+      r.error = Invalid(absl::StrCat("'", name, "' > 1 is not supported; send separate requests"),
+                        name, "unsupported_value");
+      return r;
+    }
+  }
+  if (auto it = body.find("echo"); it != body.end() && !it->is_null() && *it != false) {
+    r.error = Invalid("'echo' is not supported", "echo", "unsupported_value");
+    return r;
+  }
+  if (auto it = body.find("logprobs"); it != body.end() && !it->is_null() && *it != false &&
+                                       *it != 0) {
+    r.error = Invalid("'logprobs' is not supported", "logprobs", "unsupported_value");
+    return r;
+  }
+  if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
+    if (!it->is_number_integer()) {
+      r.error = Invalid("'seed' must be an integer", "seed");
+      return r;
+    }
+    req.seed = it->is_number_unsigned() ? it->get<uint64_t>()
+                                        : static_cast<uint64_t>(it->get<int64_t>());
+  }
+  if (auto it = body.find("stream"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      r.error = Invalid("'stream' must be a boolean", "stream");
+      return r;
+    }
+    req.stream = it->get<bool>();
+  }
+  if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      r.error = Invalid("'stream_options' must be an object", "stream_options");
+      return r;
+    }
+    if (!req.stream) {
+      r.error = Invalid("'stream_options' is only allowed when 'stream' is true", "stream_options");
+      return r;
+    }
+    auto u = it->find("include_usage");
+    if (u != it->end() && !u->is_null()) {
+      if (!u->is_boolean()) {
+        r.error = Invalid("'stream_options.include_usage' must be a boolean",
+                          "stream_options.include_usage");
+        return r;
+      }
+      req.include_usage = u->get<bool>();
+    }
+  }
+  if (auto it = body.find("session_id"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) {
+      r.error = Invalid("'session_id' must be a string", "session_id");
+      return r;
+    }
+    req.session_id = it->get<std::string>();
+  }
+  if (!session_header.empty()) {
+    if (!req.session_id.empty() && req.session_id != session_header) {
+      r.error = Invalid("'session_id' and the X-Session-Id header disagree", "session_id");
+      return r;
+    }
+    req.session_id = std::string(session_header);
+  }
+  if (req.session_id.size() > 256) {
+    r.error = Invalid("'session_id' is longer than 256 bytes", "session_id");
+    return r;
+  }
+  if (auto it = body.find("codec"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) {
+      r.error = Invalid("'codec' must be a string", "codec");
+      return r;
+    }
+    if (!limits.allow_codec_override) {
+      r.error = Invalid("choosing a codec per request is disabled on this server", "codec",
+                        "unsupported_value");
+      return r;
+    }
+    req.codec = it->get<std::string>();
+    if (std::find(limits.allowed_codecs.begin(), limits.allowed_codecs.end(), req.codec) ==
+        limits.allowed_codecs.end()) {
+      r.error = Invalid(absl::StrCat("unknown or disallowed codec '", req.codec, "'; allowed: ",
+                                     absl::StrJoin(limits.allowed_codecs, ", ")),
+                        "codec");
+      return r;
+    }
+  }
+  return r;
+}
+
+std::string_view FinishReasonName(FinishReason reason) {
+  return reason == FinishReason::kStop ? "stop" : "length";
+}
+
+std::string CompletionBody(const ResponseMeta& meta, const std::string& text, FinishReason reason,
+                           const Usage& usage) {
+  json j = Envelope(meta, /*chunk=*/false);
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishReasonName(reason)}};
+  if (meta.endpoint == Endpoint::kCompletions) {
+    choice["text"] = text;
+  } else {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  }
+  j["choices"] = json::array({choice});
+  j["usage"] = {{"prompt_tokens", usage.prompt_tokens},
+                {"completion_tokens", usage.completion_tokens},
+                {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+  return Dump(j);
+}
+
+std::string StreamTextEvent(const ResponseMeta& meta, const std::string& text) {
+  json j = Envelope(meta, true);
+  j["choices"] = json::array({StreamChoice(meta, &text, nullptr)});
+  return Sse(j);
+}
+
+std::string StreamRoleEvent(const ResponseMeta& meta) {
+  json j = Envelope(meta, true);
+  j["choices"] = json::array({{{"index", 0},
+                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}});
+  return Sse(j);
+}
+
+std::string StreamFinishEvent(const ResponseMeta& meta, FinishReason reason) {
+  json j = Envelope(meta, true);
+  j["choices"] = json::array({StreamChoice(meta, nullptr, FinishReasonName(reason))});
+  return Sse(j);
+}
+
+std::string StreamUsageEvent(const ResponseMeta& meta, const Usage& usage) {
+  json j = Envelope(meta, true);
+  j["choices"] = json::array();
+  j["usage"] = {{"prompt_tokens", usage.prompt_tokens},
+                {"completion_tokens", usage.completion_tokens},
+                {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+  return Sse(j);
+}
+
+std::string StreamErrorEvent(const ApiError& error) {
+  return absl::StrCat("data: ", ApiErrorBody(error), "\n\n");
+}
+
+std::string ModelsBody(const std::vector<ModelInfo>& models) {
+  json data = json::array();
+  for (const ModelInfo& m : models) {
+    data.push_back({{"id", m.id},
+                    {"object", "model"},
+                    {"created", m.created_unix_s},
+                    {"owned_by", m.owned_by},
+                    {"max_model_len", m.context_length}});
+  }
+  return Dump({{"object", "list"}, {"data", data}});
+}
+
+}  // namespace oscarkv::router

@@ -1,0 +1,109 @@
+// The OpenAI wire format, without sockets: parsing and validating request bodies of
+// /v1/completions and /v1/chat/completions into domain values, and building the response
+// bodies, stream chunks and error objects. router_http_service.cc does the HTTP around it.
+// Pure functions; thread-safe.
+//
+// Accepted fields (others are ignored, as OpenAI-compatible servers do):
+//   model (required), prompt | messages (required), max_tokens | max_completion_tokens,
+//   temperature [0,2], top_p (0,1], n (only 1), stream, stream_options.include_usage, stop
+//   (string or up to 4 strings), seed, best_of (only 1), echo (only false), logprobs (only
+//   null/false/0), user;
+//   extensions: session_id (string; also header X-Session-Id), codec (string).
+#ifndef OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
+#define OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "services/router/completion_backend.h"
+
+namespace oscarkv::router {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+// An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // "" → null
+  std::string code;   // "" → null
+};
+std::string ApiErrorBody(const ApiError& error);
+
+// Maps a backend/placement status to an HTTP error: kInvalidArgument/kOutOfRange/
+// kFailedPrecondition 400, kNotFound 404, kResourceExhausted 429, kUnavailable 503,
+// kDeadlineExceeded 504, kUnimplemented 501, kCancelled 499, others 500.
+ApiError ApiErrorFromStatus(const absl::Status& status);
+
+// What the router accepts from the client, before tokenization.
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  PromptInput prompt;
+  std::optional<int> max_tokens;  // absent → config default, clipped to the context
+  double temperature = 1.0;
+  double top_p = 1.0;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::string session_id;      // "" when none
+  std::string codec;           // "" → the configured default
+};
+
+struct ApiLimits {
+  int max_tokens_limit = 4096;
+  bool allow_codec_override = true;
+  std::vector<std::string> allowed_codecs;
+};
+
+struct ParseResult {
+  std::optional<ApiError> error;  // set when the request is rejected; `request` is then unspecified
+  ApiRequest request;
+};
+
+// Validates content type and body. `session_header` is the X-Session-Id header ("" if absent);
+// it must agree with the body's session_id when both are present.
+ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
+                            std::string_view body, std::string_view session_header,
+                            const ApiLimits& limits);
+
+// "stop" or "length".
+std::string_view FinishReasonName(FinishReason reason);
+
+// Response pieces. `id` is the full response id ("cmpl-..." / "chatcmpl-..."), `created` unix s.
+struct ResponseMeta {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  std::string session_id;  // echoed in responses when non-empty (extension)
+};
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+// Non-streaming body: object "text_completion" or "chat.completion".
+std::string CompletionBody(const ResponseMeta& meta, const std::string& text, FinishReason reason,
+                           const Usage& usage);
+// One SSE event ("data: {...}\n\n") of object "text_completion" / "chat.completion.chunk".
+// For chat, StreamRoleEvent is the opening {"role":"assistant","content":""} delta.
+std::string StreamTextEvent(const ResponseMeta& meta, const std::string& text);
+std::string StreamRoleEvent(const ResponseMeta& meta);
+std::string StreamFinishEvent(const ResponseMeta& meta, FinishReason reason);
+std::string StreamUsageEvent(const ResponseMeta& meta, const Usage& usage);  // empty choices
+std::string StreamErrorEvent(const ApiError& error);
+inline constexpr std::string_view kStreamDoneEvent = "data: [DONE]\n\n";
+
+// GET /v1/models body.
+std::string ModelsBody(const std::vector<ModelInfo>& models);
+
+}  // namespace oscarkv::router
+
+#endif  // OSCARKV_SERVICES_ROUTER_OPENAI_API_H_

@@ -1,0 +1,147 @@
+#include "services/router/router_server.h"
+
+#include <signal.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "httplib.h"
+#include "lib/base/log.h"
+#include "lib/metrics/metrics.h"
+#include "services/router/router_http_service.h"
+#include "services/router/router_metrics.h"
+#include "services/router/testing_echo_backend.h"
+
+namespace oscarkv::router {
+
+absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(
+    const RouterConfig& config, std::shared_ptr<CompletionBackend> backend,
+    metrics::Registry* metrics_registry) {
+  if (absl::Status s = config.Validate(); !s.ok()) return s;
+  SetVerbosity(config.verbosity);
+  std::unique_ptr<RouterServer> server(new RouterServer());
+  RouterServer& r = *server;
+  r.config_ = config;
+  if (metrics_registry == nullptr) {
+    r.owned_registry_ = std::make_unique<metrics::Registry>();
+    metrics_registry = r.owned_registry_.get();
+  }
+  r.registry_ = metrics_registry;
+  r.metrics_ = std::make_unique<RouterMetrics>(*r.registry_);
+
+  WorkerRegistryOptions wopts;
+  wopts.heartbeat_interval = absl::Seconds(config.heartbeat_interval_s);
+  wopts.suspect_after_missed = config.suspect_after_missed;
+  wopts.dead_after_missed = config.dead_after_missed;
+  r.workers_ = std::make_unique<WorkerRegistry>(wopts);
+  r.metrics_->WatchWorkers(*r.registry_, r.workers_.get());
+  r.prefix_index_ = std::make_unique<PrefixIndex>(config.max_index_keys_per_worker);
+  CostPlacementOptions popts;
+  popts.overlap_weight = config.overlap_weight;
+  popts.shared_credit = config.shared_credit;
+  popts.active_request_weight = config.active_request_weight;
+  popts.block_tokens = config.block_tokens;
+  r.placement_ = std::make_unique<CostPlacementPolicy>(popts);
+  r.tracker_ = std::make_unique<RequestTracker>();
+
+  if (backend == nullptr && config.testing_echo_backend) {
+    LOG(WARNING) << "router is serving from the TESTING echo backend (--testing_echo_backend): "
+                    "no model, no workers";
+    backend = std::make_shared<EchoCompletionBackend>();
+  }
+  if (backend == nullptr) {
+    return absl::FailedPreconditionError(
+        "no completion backend: the gRPC worker backend is not built into this router yet; "
+        "run `oscarkv serve` (all-in-one) instead");
+  }
+  r.backend_ = std::move(backend);
+
+  HttpServiceOptions hopts;
+  hopts.served_model_name = config.served_model_name;
+  hopts.default_max_tokens = config.default_max_tokens;
+  hopts.default_codec = config.default_codec;
+  hopts.limits.max_tokens_limit = config.max_tokens_limit;
+  hopts.limits.allow_codec_override = config.allow_codec_override;
+  hopts.limits.allowed_codecs = config.allowed_codecs;
+  hopts.request_timeout = absl::Seconds(config.request_timeout_s);
+  r.http_service_ = std::make_unique<RouterHttpService>(hopts, r.backend_, r.tracker_.get(),
+                                                        r.metrics_.get(), r.registry_);
+  r.http_ = std::make_unique<httplib::Server>();
+  const int threads = config.http_threads;
+  r.http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  r.http_->set_payload_max_length(config.max_body_bytes);
+  r.http_->set_read_timeout(30, 0);
+  r.http_->set_write_timeout(30, 0);
+  r.http_service_->Register(*r.http_);
+  if (config.http_port == 0) {
+    r.http_port_ = r.http_->bind_to_any_port(config.http_host);
+    if (r.http_port_ < 0) {
+      return absl::UnavailableError(absl::StrCat("cannot bind HTTP on ", config.http_host));
+    }
+  } else {
+    if (!r.http_->bind_to_port(config.http_host, config.http_port)) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot bind HTTP on ", config.http_host, ":", config.http_port,
+                       " (port in use?)"));
+    }
+    r.http_port_ = config.http_port;
+  }
+  r.http_thread_ = std::thread([srv = r.http_.get()] { srv->listen_after_bind(); });
+  LOG(INFO) << "router HTTP listening on " << config.http_host << ":" << r.http_port_
+            << " (models: " << r.http_service_->Models().front().id << ")";
+  return server;
+}
+
+RouterServer::~RouterServer() {
+  if (http_ == nullptr) return;  // Create failed part-way
+  config_.drain_timeout_s = 0;
+  Drain();
+  Wait();
+}
+
+std::string RouterServer::http_address() const {
+  const std::string host =
+      (config_.http_host == "0.0.0.0" || config_.http_host.empty()) ? "127.0.0.1" : config_.http_host;
+  return absl::StrCat(host, ":", http_port_);
+}
+
+void RouterServer::Drain() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  LOG(INFO) << "router draining: " << tracker_->InFlight() << " requests in flight, up to "
+            << config_.drain_timeout_s << " s";
+  http_service_->SetDraining(true);
+  if (!tracker_->WaitForIdle(absl::Seconds(config_.drain_timeout_s))) {
+    LOG(WARNING) << "drain timeout: " << tracker_->InFlight()
+                 << " requests still in flight are cut off";
+  }
+  http_->stop();
+  LOG(INFO) << "router HTTP stopped";
+}
+
+void RouterServer::Wait() {
+  if (http_thread_.joinable()) http_thread_.join();
+}
+
+void BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int WaitForTerminationSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+}  // namespace oscarkv::router

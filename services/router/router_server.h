@@ -1,0 +1,94 @@
+// RouterServer: owns and wires the router's parts: the HTTP server (OpenAI API, health, metrics),
+// the worker registry and prefix index, the placement policy, the request tracker and metrics.
+// Lifecycle: Create() starts serving; Drain() (on SIGTERM) makes /readyz fail and new requests
+// get 503, waits for in-flight requests up to drain_timeout_s, then stops; Wait() blocks until
+// stopped.
+//
+// Threads: one HTTP listener thread plus httplib's pool of `http_threads` connection threads;
+// one thread per running completion (router_http_service.h). Thread-safe.
+#ifndef OSCARKV_SERVICES_ROUTER_ROUTER_SERVER_H_
+#define OSCARKV_SERVICES_ROUTER_ROUTER_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "services/router/completion_backend.h"
+#include "services/router/placement_policy.h"
+#include "services/router/prefix_index.h"
+#include "services/router/request_tracker.h"
+#include "services/router/router_config.h"
+#include "services/router/worker_registry.h"
+
+namespace httplib {
+class Server;
+}
+namespace oscarkv::metrics {
+class Registry;
+}
+
+namespace oscarkv::router {
+
+class RouterHttpService;
+class RouterMetrics;
+
+class RouterServer {
+ public:
+  //! Builds everything and starts listening. `backend` may be null: then the config decides
+  //! (the echo backend under --testing_echo_backend; otherwise the gRPC worker backend).
+  //! `metrics_registry` may be null (the server makes its own); `oscarkv serve` passes the
+  //! process-wide one. @return kInvalidArgument for a bad config, kUnavailable when the HTTP
+  //! port cannot be bound, kFailedPrecondition when no backend can be built.
+  static absl::StatusOr<std::unique_ptr<RouterServer>> Create(
+      const RouterConfig& config, std::shared_ptr<CompletionBackend> backend = nullptr,
+      metrics::Registry* metrics_registry = nullptr);
+  ~RouterServer();  // Drain with a zero timeout if still running.
+  RouterServer(const RouterServer&) = delete;
+  RouterServer& operator=(const RouterServer&) = delete;
+
+  int http_port() const { return http_port_; }
+  //! "127.0.0.1:<port>" (or the configured host) for clients on this machine.
+  std::string http_address() const;
+
+  //! Stops admitting, waits up to config.drain_timeout_s for in-flight requests, then stops the
+  //! HTTP server. Idempotent; safe from any thread.
+  void Drain();
+  //! Blocks until the server has stopped.
+  void Wait();
+
+  WorkerRegistry& workers() { return *workers_; }
+  PrefixIndex& prefix_index() { return *prefix_index_; }
+  RequestTracker& tracker() { return *tracker_; }
+  const PlacementPolicy& placement() const { return *placement_; }
+
+ private:
+  RouterServer() = default;
+
+  RouterConfig config_;
+  std::unique_ptr<metrics::Registry> owned_registry_;
+  metrics::Registry* registry_ = nullptr;
+  std::unique_ptr<RouterMetrics> metrics_;
+  std::unique_ptr<WorkerRegistry> workers_;
+  std::unique_ptr<PrefixIndex> prefix_index_;
+  std::unique_ptr<PlacementPolicy> placement_;
+  std::unique_ptr<RequestTracker> tracker_;
+  std::shared_ptr<CompletionBackend> backend_;
+  std::unique_ptr<RouterHttpService> http_service_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread http_thread_;
+  int http_port_ = 0;
+  absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+//! Blocks SIGTERM and SIGINT in the calling thread and the threads it creates afterwards, so
+//! that WaitForTerminationSignal() receives them. Call first thing in main().
+void BlockTerminationSignals();
+//! Waits for SIGTERM or SIGINT (blocked by BlockTerminationSignals); returns the signal number.
+int WaitForTerminationSignal();
+
+}  // namespace oscarkv::router
+
+#endif  // OSCARKV_SERVICES_ROUTER_ROUTER_SERVER_H_

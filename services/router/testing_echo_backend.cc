@@ -1,0 +1,51 @@
+#include "services/router/testing_echo_backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace oscarkv::router {
+
+std::vector<ModelInfo> EchoCompletionBackend::Models() const {
+  ModelInfo m;
+  m.id = kModelId;
+  m.context_length = kContextLength;
+  m.owned_by = "oscarkv-testing";
+  return {m};
+}
+
+absl::StatusOr<std::vector<int32_t>> EchoCompletionBackend::Tokenize(const std::string& model,
+                                                                     const PromptInput& prompt) {
+  if (model != kModelId) return absl::NotFoundError(absl::StrCat("unknown model ", model));
+  if (prompt.token_ids) return *prompt.token_ids;
+  std::string text;
+  if (prompt.text) text = *prompt.text;
+  if (prompt.messages) {
+    for (size_t i = 0; i < prompt.messages->size(); ++i) {
+      if (i > 0) text += "\n";
+      text += (*prompt.messages)[i].content;
+    }
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(text.size());
+  for (unsigned char c : text) ids.push_back(c);
+  return ids;
+}
+
+absl::StatusOr<CompletionOutcome> EchoCompletionBackend::Complete(const CompletionRequest& request,
+                                                                  const TokenCallback& on_token) {
+  std::string text;
+  for (int32_t id : request.prompt_token_ids) text.push_back(id >= 0 && id < 256 ? id : '?');
+  std::vector<std::string> words = absl::StrSplit(text, absl::ByAnyChar(" \t\n"), absl::SkipEmpty());
+  CompletionOutcome out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (out.completion_tokens == request.max_tokens) return out;  // kLength
+    if (absl::Now() > request.deadline) return absl::DeadlineExceededError("echo: deadline passed");
+    TokenEvent t{static_cast<int32_t>(i), absl::StrCat(i == 0 ? "" : " ", words[i])};
+    if (!on_token(t)) return absl::CancelledError("echo: consumer gone");
+    ++out.completion_tokens;
+  }
+  out.finish_reason = FinishReason::kStop;
+  return out;
+}
+
+}  // namespace oscarkv::router

@@ -1,0 +1,109 @@
+// FakeCompletionBackend: a scriptable, deterministic CompletionBackend for router tests.
+// Model "fake-model" with a small context (default 64 tokens). Tokenization: one token per
+// prompt byte; chat messages become "<role>:<content>\n" bytes; token-id prompts pass through
+// (ids >= 1000 are rejected as outside the vocabulary). Generation emits script.pieces in order,
+// one per token; running out of pieces finishes with "stop", reaching max_tokens with "length".
+// Failure modes on cue: fail before the first token, fail after N tokens, or stall (ignoring the
+// deadline) to test the router's own timeout.
+#ifndef OSCARKV_TESTS_SERVICES_ROUTER_FAKE_COMPLETION_BACKEND_H_
+#define OSCARKV_TESTS_SERVICES_ROUTER_FAKE_COMPLETION_BACKEND_H_
+
+#include <atomic>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "services/router/completion_backend.h"
+
+namespace oscarkv::router::testing {
+
+struct FakeScript {
+  std::vector<std::string> pieces = {"Hello", ",", " world", "!"};
+  absl::Status fail_before_first;  // non-OK: returned before any token
+  int fail_after_tokens = -1;      // >= 0: return `fail_status` after this many tokens
+  absl::Status fail_status = absl::InternalError("worker crashed");
+  absl::Duration stall_for = absl::ZeroDuration();  // sleep this long first, ignoring the
+                                                    // deadline (tests the router's own timeout)
+  absl::Duration token_delay = absl::ZeroDuration();
+  int context_length = 64;
+  bool ready = true;
+};
+
+class FakeCompletionBackend final : public CompletionBackend {
+ public:
+  explicit FakeCompletionBackend(FakeScript script = {}) : script_(std::move(script)) {}
+
+  std::vector<ModelInfo> Models() const override {
+    ModelInfo m;
+    m.id = "fake-model";
+    m.context_length = script_.context_length;
+    m.created_unix_s = 1700000000;
+    return {m};
+  }
+
+  absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& model,
+                                                const PromptInput& prompt) override {
+    if (model != "fake-model") return absl::NotFoundError("unknown model");
+    if (prompt.token_ids) {
+      for (int32_t id : *prompt.token_ids) {
+        if (id >= 1000) return absl::InvalidArgumentError(absl::StrCat("token id ", id, " >= vocab 1000"));
+      }
+      return *prompt.token_ids;
+    }
+    std::string text = prompt.text.value_or("");
+    if (prompt.messages) {
+      for (const ChatMessage& m : *prompt.messages) text += m.role + ":" + m.content + "\n";
+    }
+    return std::vector<int32_t>(text.begin(), text.end());
+  }
+
+  absl::StatusOr<CompletionOutcome> Complete(const CompletionRequest& request,
+                                             const TokenCallback& on_token) override {
+    {
+      absl::MutexLock lock(&mu_);
+      last_request_ = request;
+      ++calls_;
+    }
+    if (!script_.fail_before_first.ok()) return script_.fail_before_first;
+    absl::SleepFor(script_.stall_for);
+    CompletionOutcome out;
+    for (size_t i = 0; i < script_.pieces.size(); ++i) {
+      if (out.completion_tokens == request.max_tokens) return out;
+      if (script_.fail_after_tokens >= 0 && out.completion_tokens == script_.fail_after_tokens) {
+        return script_.fail_status;
+      }
+      absl::SleepFor(script_.token_delay);
+      if (!on_token(TokenEvent{static_cast<int32_t>(100 + i), script_.pieces[i]})) {
+        return absl::CancelledError("fake: consumer gone");
+      }
+      ++out.completion_tokens;
+    }
+    out.finish_reason = FinishReason::kStop;
+    return out;
+  }
+
+  bool Ready() const override { return script_.ready; }
+
+  std::optional<CompletionRequest> last_request() {
+    absl::MutexLock lock(&mu_);
+    return last_request_;
+  }
+  int calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+  FakeScript& script() { return script_; }  // change only between requests
+
+ private:
+  FakeScript script_;
+  absl::Mutex mu_;
+  std::optional<CompletionRequest> last_request_;
+  int calls_ = 0;
+};
+
+}  // namespace oscarkv::router::testing
+
+#endif  // OSCARKV_TESTS_SERVICES_ROUTER_FAKE_COMPLETION_BACKEND_H_

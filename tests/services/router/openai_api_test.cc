@@ -1,0 +1,104 @@
+#include "services/router/openai_api.h"
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace oscarkv::router {
+namespace {
+
+using nlohmann::json;
+
+ApiLimits Limits() { return ApiLimits{100, true, {"oscar", "bf16"}}; }
+
+ParseResult Parse(Endpoint e, const json& body, std::string_view session_header = "") {
+  return ParseApiRequest(e, "application/json", body.dump(), session_header, Limits());
+}
+
+TEST(OpenAiApi, ParsesEveryPromptForm) {
+  auto r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", "hi"}});
+  ASSERT_FALSE(r.error) << r.error->message;
+  EXPECT_EQ(r.request.prompt.text, "hi");
+  r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", {"one"}}});
+  ASSERT_FALSE(r.error);
+  EXPECT_EQ(r.request.prompt.text, "one");
+  r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", {1, 2, 3}}});
+  ASSERT_FALSE(r.error);
+  EXPECT_EQ(r.request.prompt.token_ids, (std::vector<int32_t>{1, 2, 3}));
+  r = Parse(Endpoint::kChatCompletions,
+            {{"model", "m"},
+             {"messages",
+              {{{"role", "system"}, {"content", "be brief"}},
+               {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}},
+                                               {{"type", "text"}, {"text", "b"}}}}}}}});
+  ASSERT_FALSE(r.error) << r.error->message;
+  ASSERT_EQ(r.request.prompt.messages->size(), 2u);
+  EXPECT_EQ((*r.request.prompt.messages)[1].content, "ab");
+}
+
+TEST(OpenAiApi, ParsesSamplingAndExtensionFields) {
+  auto r = Parse(Endpoint::kChatCompletions,
+                 {{"model", "m"},
+                  {"messages", {{{"role", "user"}, {"content", "x"}}}},
+                  {"max_completion_tokens", 7},
+                  {"temperature", 0},
+                  {"top_p", 0.5},
+                  {"seed", 42},
+                  {"stop", {"\n", "END"}},
+                  {"stream", true},
+                  {"stream_options", {{"include_usage", true}}},
+                  {"session_id", "s-1"},
+                  {"codec", "bf16"},
+                  {"user", "ignored"},
+                  {"frequency_penalty", 0}});
+  ASSERT_FALSE(r.error) << r.error->message;
+  const ApiRequest& q = r.request;
+  EXPECT_EQ(q.max_tokens, 7);
+  EXPECT_EQ(q.temperature, 0);
+  EXPECT_EQ(q.top_p, 0.5);
+  EXPECT_EQ(q.seed, 42u);
+  EXPECT_EQ(q.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_TRUE(q.stream);
+  EXPECT_TRUE(q.include_usage);
+  EXPECT_EQ(q.session_id, "s-1");
+  EXPECT_EQ(q.codec, "bf16");
+  // The header alone also sets the session.
+  r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", "p"}}, "from-header");
+  EXPECT_EQ(r.request.session_id, "from-header");
+}
+
+TEST(OpenAiApi, ContentTypeWithCharsetIsAccepted) {
+  auto r = ParseApiRequest(Endpoint::kCompletions, "Application/JSON; charset=utf-8",
+                           R"({"model":"m","prompt":"p"})", "", Limits());
+  EXPECT_FALSE(r.error);
+  r = ParseApiRequest(Endpoint::kCompletions, "text/plain", R"({"model":"m","prompt":"p"})", "",
+                      Limits());
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->http_status, 415);
+}
+
+TEST(OpenAiApi, ErrorBodyHasOpenAiShape) {
+  const json j = json::parse(ApiErrorBody(ApiError{400, "bad", "invalid_request_error", "", "x"}));
+  EXPECT_EQ(j["error"]["message"], "bad");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(j["error"]["param"].is_null());
+  EXPECT_EQ(j["error"]["code"], "x");
+}
+
+TEST(OpenAiApi, StatusMapping) {
+  EXPECT_EQ(ApiErrorFromStatus(absl::InvalidArgumentError("")).http_status, 400);
+  EXPECT_EQ(ApiErrorFromStatus(absl::NotFoundError("")).http_status, 404);
+  EXPECT_EQ(ApiErrorFromStatus(absl::ResourceExhaustedError("")).http_status, 429);
+  EXPECT_EQ(ApiErrorFromStatus(absl::UnavailableError("")).http_status, 503);
+  EXPECT_EQ(ApiErrorFromStatus(absl::DeadlineExceededError("")).http_status, 504);
+  EXPECT_EQ(ApiErrorFromStatus(absl::InternalError("")).http_status, 500);
+}
+
+TEST(OpenAiApi, InvalidUtf8FromABackendDoesNotBreakTheStream) {
+  ResponseMeta meta{Endpoint::kCompletions, "cmpl-1", 1, "m", ""};
+  const std::string event = StreamTextEvent(meta, std::string("\xff\xfe", 2));
+  ASSERT_EQ(event.rfind("data: ", 0), 0u);
+  EXPECT_NO_THROW(json::parse(event.substr(6)));
+}
+
+}  // namespace
+}  // namespace oscarkv::router

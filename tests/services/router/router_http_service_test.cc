@@ -1,0 +1,453 @@
+// HTTP-level tests: a real RouterServer on a loopback port with a FakeCompletionBackend, driven
+// by a real HTTP client.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "services/router/request_tracker.h"
+#include "services/router/router_server.h"
+#include "tests/services/router/fake_completion_backend.h"
+
+namespace oscarkv::router {
+namespace {
+
+using nlohmann::json;
+using testing::FakeCompletionBackend;
+using testing::FakeScript;
+
+class RouterHttpTest : public ::testing::Test {
+ protected:
+  void Start(FakeScript script = {}, RouterConfig config = {}) {
+    config.http_host = "127.0.0.1";
+    config.http_port = 0;
+    config.max_tokens_limit = 100;
+    config.default_max_tokens = 16;
+    config.drain_timeout_s = 5;
+    backend_ = std::make_shared<FakeCompletionBackend>(std::move(script));
+    auto server = RouterServer::Create(config, backend_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
+    client_->set_read_timeout(10, 0);
+  }
+
+  httplib::Result Post(const std::string& path, const json& body,
+                       const httplib::Headers& headers = {}) {
+    return client_->Post(path.c_str(), headers, body.dump(), "application/json");
+  }
+
+  // Checks the error shape and returns error.{type,param,code} for comparisons.
+  static json ExpectError(const httplib::Result& res, int status) {
+    EXPECT_TRUE(res) << "no response";
+    if (!res) return {};
+    EXPECT_EQ(res->status, status) << res->body;
+    const json j = json::parse(res->body, nullptr, false);
+    EXPECT_TRUE(j.is_object() && j.contains("error")) << res->body;
+    if (!j.is_object() || !j.contains("error")) return {};
+    const json& e = j["error"];
+    for (const char* k : {"message", "type", "param", "code"}) {
+      EXPECT_TRUE(e.contains(k)) << "missing error." << k << " in " << res->body;
+    }
+    EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty());
+    return e;
+  }
+
+  // Parses an SSE body: every event is "data: <payload>\n\n"; returns the payloads.
+  static std::vector<std::string> SseEvents(const std::string& body) {
+    std::vector<std::string> events;
+    EXPECT_TRUE(body.size() >= 2 && body.substr(body.size() - 2) == "\n\n") << body;
+    for (absl::string_view block : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+      EXPECT_EQ(block.substr(0, 6), "data: ") << block;
+      EXPECT_EQ(block.find('\n'), absl::string_view::npos) << "one line per event: " << block;
+      events.emplace_back(block.substr(6));
+    }
+    return events;
+  }
+
+  void ExpectAllFinished() {
+    // The handler records the end before the last byte leaves; allow the stream to settle.
+    for (int i = 0; i < 200 && server_->tracker().InFlight() > 0; ++i) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    EXPECT_EQ(server_->tracker().InFlight(), 0u) << "every request must end";
+  }
+
+  std::shared_ptr<FakeCompletionBackend> backend_;
+  std::unique_ptr<RouterServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+TEST_F(RouterHttpTest, ListsModels) {
+  Start();
+  auto res = client_->Get("/v1/models");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  const json j = json::parse(res->body);
+  EXPECT_EQ(j["object"], "list");
+  ASSERT_EQ(j["data"].size(), 1u);
+  EXPECT_EQ(j["data"][0]["id"], "fake-model");
+  EXPECT_EQ(j["data"][0]["object"], "model");
+  EXPECT_EQ(j["data"][0]["owned_by"], "oscarkv");
+  EXPECT_EQ(j["data"][0]["max_model_len"], 64);
+}
+
+TEST_F(RouterHttpTest, ServedModelNameRenamesTheModel) {
+  RouterConfig c;
+  c.served_model_name = "my-model";
+  Start({}, c);
+  EXPECT_EQ(json::parse(client_->Get("/v1/models")->body)["data"][0]["id"], "my-model");
+  auto ok = Post("/v1/completions", {{"model", "my-model"}, {"prompt", "hi"}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(json::parse(ok->body)["model"], "my-model");
+  ExpectError(Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "hi"}}), 404);
+}
+
+TEST_F(RouterHttpTest, CompletionNonStreamingShape) {
+  Start();
+  auto res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "abcde"}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
+  const json j = json::parse(res->body);
+  EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "fake-model");
+  EXPECT_TRUE(j["created"].is_number_integer());
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][0]["text"], "Hello, world!");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 5);  // one token per byte in the fake
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(j["usage"]["total_tokens"], 9);
+  // Defaults reach the backend.
+  const CompletionRequest req = *backend_->last_request();
+  EXPECT_EQ(req.max_tokens, 16);
+  EXPECT_EQ(req.codec, "oscar");
+  EXPECT_EQ(req.prompt_token_ids, (std::vector<int32_t>{'a', 'b', 'c', 'd', 'e'}));
+  EXPECT_EQ(req.request_id, j["id"]);
+  ExpectAllFinished();
+  EXPECT_EQ(server_->tracker().FinishedCount(RequestState::kDone), 1);
+}
+
+TEST_F(RouterHttpTest, MaxTokensCutsWithFinishReasonLength) {
+  Start();
+  auto res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"max_tokens", 2}});
+  ASSERT_TRUE(res);
+  const json j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["text"], "Hello,");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 2);
+}
+
+TEST_F(RouterHttpTest, ChatNonStreamingShape) {
+  Start();
+  auto res = Post("/v1/chat/completions",
+                  {{"model", "fake-model"},
+                   {"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json j = json::parse(res->body);
+  EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello, world!");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 8);  // "user:hi\n"
+}
+
+TEST_F(RouterHttpTest, CompletionStreamingFormat) {
+  Start();
+  auto res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"stream", true}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+  const std::vector<std::string> events = SseEvents(res->body);
+  ASSERT_EQ(events.size(), 6u) << res->body;  // 4 tokens, finish, [DONE]
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text, id;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json j = json::parse(events[i]);
+    EXPECT_EQ(j["object"], "text_completion");
+    if (id.empty()) id = j["id"];
+    EXPECT_EQ(j["id"], id) << "one id for the whole stream";
+    ASSERT_EQ(j["choices"].size(), 1u);
+    text += j["choices"][0]["text"].get<std::string>();
+    if (i + 2 < events.size()) {
+      EXPECT_TRUE(j["choices"][0]["finish_reason"].is_null());
+    } else {
+      EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+      EXPECT_EQ(j["choices"][0]["text"], "");
+    }
+  }
+  EXPECT_EQ(text, "Hello, world!");
+  ExpectAllFinished();
+}
+
+TEST_F(RouterHttpTest, ChatStreamingFormatWithUsage) {
+  Start();
+  auto res = Post("/v1/chat/completions",
+                  {{"model", "fake-model"},
+                   {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                   {"max_tokens", 3},
+                   {"stream", true},
+                   {"stream_options", {{"include_usage", true}}}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const std::vector<std::string> events = SseEvents(res->body);
+  // role, 3 content deltas, finish, usage, [DONE]
+  ASSERT_EQ(events.size(), 7u) << res->body;
+  const json role = json::parse(events[0]);
+  EXPECT_EQ(role["object"], "chat.completion.chunk");
+  EXPECT_EQ(role["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
+  std::string text;
+  for (int i = 1; i <= 3; ++i) {
+    const json j = json::parse(events[i]);
+    EXPECT_FALSE(j["choices"][0]["delta"].contains("role"));
+    text += j["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, "Hello, world");
+  const json fin = json::parse(events[4]);
+  EXPECT_EQ(fin["choices"][0]["delta"], json::object());
+  EXPECT_EQ(fin["choices"][0]["finish_reason"], "length");
+  const json usage = json::parse(events[5]);
+  EXPECT_EQ(usage["choices"], json::array());
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], 8);
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(usage["usage"]["total_tokens"], 11);
+  EXPECT_EQ(events[6], "[DONE]");
+}
+
+TEST_F(RouterHttpTest, ExtensionFieldsReachTheBackend) {
+  Start();
+  auto res = Post("/v1/completions",
+                  {{"model", "fake-model"}, {"prompt", "x"}, {"codec", "kivi2"},
+                   {"temperature", 0}, {"top_p", 0.9}, {"seed", 5}, {"stop", "\n"}},
+                  {{"X-Session-Id", "agent-42"}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["session_id"], "agent-42");
+  const CompletionRequest req = *backend_->last_request();
+  EXPECT_EQ(req.session_id, "agent-42");
+  EXPECT_EQ(req.codec, "kivi2");
+  EXPECT_EQ(req.temperature, 0);
+  EXPECT_EQ(req.top_p, 0.9);
+  EXPECT_EQ(req.seed, 5u);
+  EXPECT_EQ(req.stop, std::vector<std::string>{"\n"});
+  res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"session_id", "s2"}});
+  EXPECT_EQ(backend_->last_request()->session_id, "s2");
+}
+
+struct BadCase {
+  std::string name;
+  std::string path;
+  json body;
+  int status;
+  std::string param;  // "" → null
+  std::string code;   // "" → null
+};
+
+TEST_F(RouterHttpTest, EveryInvalidRequestGetsAClear4xx) {
+  Start();
+  const json user = {{{"role", "user"}, {"content", "hi"}}};
+  const std::string c = "/v1/completions", chat = "/v1/chat/completions";
+  const std::string long_prompt(64, 'a');  // context is 64 tokens
+  const std::vector<BadCase> cases = {
+      {"unknown model", c, {{"model", "gpt-9"}, {"prompt", "x"}}, 404, "model", "model_not_found"},
+      {"missing model", c, {{"prompt", "x"}}, 400, "model", ""},
+      {"missing prompt", c, {{"model", "fake-model"}}, 400, "prompt", ""},
+      {"prompt wrong type", c, {{"model", "fake-model"}, {"prompt", 5}}, 400, "prompt", ""},
+      {"empty prompt", c, {{"model", "fake-model"}, {"prompt", ""}}, 400, "prompt", ""},
+      {"batched prompts", c, {{"model", "fake-model"}, {"prompt", {"a", "b"}}}, 400, "prompt",
+       "unsupported_value"},
+      {"token outside vocabulary", c, {{"model", "fake-model"}, {"prompt", {1, 5000}}}, 400,
+       "prompt", ""},
+      {"missing messages", chat, {{"model", "fake-model"}}, 400, "messages", ""},
+      {"empty messages", chat, {{"model", "fake-model"}, {"messages", json::array()}}, 400,
+       "messages", ""},
+      {"bad role", chat, {{"model", "fake-model"}, {"messages", {{{"role", "robot"}, {"content", "x"}}}}},
+       400, "messages[0].role", ""},
+      {"missing content", chat, {{"model", "fake-model"}, {"messages", {{{"role", "user"}}}}}, 400,
+       "messages[0].content", ""},
+      {"max_tokens zero", c, {{"model", "fake-model"}, {"prompt", "x"}, {"max_tokens", 0}}, 400,
+       "max_tokens", ""},
+      {"max_tokens above limit", c, {{"model", "fake-model"}, {"prompt", "x"}, {"max_tokens", 101}},
+       400, "max_tokens", ""},
+      {"max_tokens not integer", c, {{"model", "fake-model"}, {"prompt", "x"}, {"max_tokens", "10"}},
+       400, "max_tokens", ""},
+      {"temperature too high", chat, {{"model", "fake-model"}, {"messages", user}, {"temperature", 2.5}},
+       400, "temperature", ""},
+      {"temperature negative", c, {{"model", "fake-model"}, {"prompt", "x"}, {"temperature", -0.1}},
+       400, "temperature", ""},
+      {"top_p zero", c, {{"model", "fake-model"}, {"prompt", "x"}, {"top_p", 0}}, 400, "top_p", ""},
+      {"top_p above one", c, {{"model", "fake-model"}, {"prompt", "x"}, {"top_p", 1.01}}, 400,
+       "top_p", ""},
+      {"n > 1", chat, {{"model", "fake-model"}, {"messages", user}, {"n", 2}}, 400, "n",
+       "unsupported_value"},
+      {"stream not bool", c, {{"model", "fake-model"}, {"prompt", "x"}, {"stream", "yes"}}, 400,
+       "stream", ""},
+      {"too many stops", c,
+       {{"model", "fake-model"}, {"prompt", "x"}, {"stop", {"a", "b", "c", "d", "e"}}}, 400, "stop", ""},
+      {"echo", c, {{"model", "fake-model"}, {"prompt", "x"}, {"echo", true}}, 400, "echo",
+       "unsupported_value"},
+      {"prompt fills the context", c, {{"model", "fake-model"}, {"prompt", long_prompt}}, 400,
+       "prompt", "context_length_exceeded"},
+      {"prompt + max_tokens over the context", c,
+       {{"model", "fake-model"}, {"prompt", std::string(60, 'a')}, {"max_tokens", 5}}, 400,
+       "max_tokens", "context_length_exceeded"},
+      {"unknown codec", c, {{"model", "fake-model"}, {"prompt", "x"}, {"codec", "int3"}}, 400,
+       "codec", ""},
+      {"session_id not string", c, {{"model", "fake-model"}, {"prompt", "x"}, {"session_id", 7}},
+       400, "session_id", ""},
+      {"body not an object", c, json::array({1, 2}), 400, "", "invalid_json"},
+  };
+  for (const BadCase& bc : cases) {
+    SCOPED_TRACE(bc.name);
+    const json e = ExpectError(Post(bc.path, bc.body), bc.status);
+    if (e.is_null()) continue;
+    EXPECT_EQ(e["type"], "invalid_request_error");
+    EXPECT_EQ(e["param"], bc.param.empty() ? json(nullptr) : json(bc.param));
+    EXPECT_EQ(e["code"], bc.code.empty() ? json(nullptr) : json(bc.code));
+  }
+  // Malformed JSON and wrong content type need raw bodies.
+  json e = ExpectError(client_->Post("/v1/completions", "{\"model\": ", "application/json"), 400);
+  EXPECT_EQ(e["code"], "invalid_json");
+  e = ExpectError(client_->Post("/v1/completions", R"({"model":"fake-model","prompt":"x"})",
+                                "text/plain"),
+                  415);
+  EXPECT_EQ(e["code"], "unsupported_media_type");
+  // Header and body sessions disagree.
+  e = ExpectError(Post(c, {{"model", "fake-model"}, {"prompt", "x"}, {"session_id", "a"}},
+                       {{"X-Session-Id", "b"}}),
+                  400);
+  EXPECT_EQ(e["param"], "session_id");
+  // Unknown route: 404 in the same shape.
+  ExpectError(client_->Get("/v1/embeddings"), 404);
+  EXPECT_EQ(backend_->calls(), 0) << "no rejected request reaches the backend";
+  EXPECT_EQ(server_->tracker().InFlight(), 0u);
+}
+
+TEST_F(RouterHttpTest, CodecOverrideCanBeDisabled) {
+  RouterConfig c;
+  c.allow_codec_override = false;
+  Start({}, c);
+  const json e =
+      ExpectError(Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"codec", "bf16"}}), 400);
+  EXPECT_EQ(e["param"], "codec");
+}
+
+TEST_F(RouterHttpTest, BackendErrorsMapToStatusCodes) {
+  FakeScript s;
+  s.fail_before_first = absl::UnavailableError("no healthy decode worker is registered");
+  Start(s);
+  json e = ExpectError(Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}}), 503);
+  EXPECT_EQ(e["message"], "no healthy decode worker is registered");
+  backend_->script().fail_before_first = absl::ResourceExhaustedError("all busy");
+  ExpectError(Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"stream", true}}),
+              429);
+  ExpectAllFinished();
+  EXPECT_EQ(server_->tracker().FinishedCount(RequestState::kFailed), 2);
+}
+
+TEST_F(RouterHttpTest, StreamFailingMidwayEndsWithAnErrorEvent) {
+  FakeScript s;
+  s.fail_after_tokens = 2;
+  Start(s);
+  auto res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"stream", true}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  const std::vector<std::string> events = SseEvents(res->body);
+  ASSERT_EQ(events.size(), 4u) << res->body;  // 2 tokens, error, [DONE]
+  EXPECT_EQ(json::parse(events[1])["choices"][0]["text"], ",");
+  const json err = json::parse(events[2]);
+  EXPECT_EQ(err["error"]["message"], "worker crashed");
+  EXPECT_EQ(err["error"]["type"], "server_error");
+  EXPECT_EQ(events[3], "[DONE]");
+  ExpectAllFinished();
+  EXPECT_EQ(server_->tracker().FinishedCount(RequestState::kFailed), 1);
+}
+
+TEST_F(RouterHttpTest, SlowBackendTimesOutWith504) {
+  FakeScript s;
+  s.stall_for = absl::Seconds(2);
+  RouterConfig c;
+  c.request_timeout_s = 0.3;
+  Start(s, c);
+  const absl::Time t0 = absl::Now();
+  const json e = ExpectError(Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}}), 504);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1.5)) << "the router, not the backend, ends it";
+  EXPECT_EQ(e["code"], "timeout");
+  EXPECT_NE(e["message"].get<std::string>().find("timed out"), std::string::npos);
+  // Streaming: no token before the deadline is also a 504.
+  ExpectError(Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"stream", true}}),
+              504);
+  EXPECT_EQ(server_->tracker().FinishedCount(RequestState::kTimedOut), 2);
+  EXPECT_EQ(server_->tracker().InFlight(), 0u);
+}
+
+TEST_F(RouterHttpTest, HealthReadinessDrainAndMetrics) {
+  Start();
+  EXPECT_EQ(client_->Get("/healthz")->status, 200);
+  EXPECT_EQ(client_->Get("/readyz")->status, 200);
+  ASSERT_EQ(Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "abc"}})->status, 200);
+  ExpectError(Post("/v1/completions", {{"model", "nope"}, {"prompt", "x"}}), 404);
+  auto m = client_->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_NE(m->body.find("oscarkv_router_requests_total{endpoint=\"completions\",code=\"200\"} 1"),
+            std::string::npos)
+      << m->body;
+  EXPECT_NE(m->body.find("oscarkv_router_requests_total{endpoint=\"completions\",code=\"404\"} 1"),
+            std::string::npos);
+  EXPECT_NE(m->body.find("oscarkv_router_completion_tokens_total 4"), std::string::npos);
+  EXPECT_NE(m->body.find("oscarkv_router_prompt_tokens_total 3"), std::string::npos);
+  EXPECT_NE(m->body.find("oscarkv_router_time_to_first_token_seconds_count 1"), std::string::npos);
+
+  std::thread drain([&] { server_->Drain(); });
+  drain.join();
+  // After drain the listener is gone: connections fail.
+  EXPECT_FALSE(client_->Get("/healthz"));
+}
+
+TEST_F(RouterHttpTest, NotReadyBackendFailsReadiness) {
+  FakeScript s;
+  s.ready = false;
+  Start(s);
+  EXPECT_EQ(client_->Get("/readyz")->status, 503);
+  EXPECT_EQ(client_->Get("/healthz")->status, 200);
+}
+
+TEST_F(RouterHttpTest, DrainWaitsForInFlightThenRejectsNewRequests) {
+  FakeScript s;
+  s.token_delay = absl::Milliseconds(100);  // 4 tokens: ~400 ms
+  Start(s);
+  std::thread slow([&] {
+    httplib::Client c2("127.0.0.1", server_->http_port());
+    c2.set_read_timeout(10, 0);
+    auto res = c2.Post("/v1/completions", R"({"model":"fake-model","prompt":"x"})",
+                       "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << "an in-flight request completes during drain";
+    EXPECT_EQ(json::parse(res->body)["choices"][0]["text"], "Hello, world!");
+  });
+  while (server_->tracker().InFlight() == 0) absl::SleepFor(absl::Milliseconds(2));
+  std::thread drain([&] { server_->Drain(); });
+  absl::SleepFor(absl::Milliseconds(50));
+  // Draining: new work is refused while the old one finishes.
+  auto res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}});
+  if (res) {
+    EXPECT_EQ(res->status, 503);
+    EXPECT_EQ(client_->Get("/readyz")->status, 503);
+  }
+  slow.join();
+  drain.join();
+  EXPECT_EQ(server_->tracker().FinishedCount(RequestState::kDone), 1);
+}
+
+}  // namespace
+}  // namespace oscarkv::router
