@@ -202,6 +202,7 @@ const char* ValidateDecodeAttentionParams(const DecodeAttentionParams& p) {
   if (p.head_dim <= 0 || p.head_dim % 32 != 0 || p.head_dim > 256) {
     return "head_dim must be a multiple of 32 in [32, 256]";
   }
+  if (!(p.sm_scale > 0.0f)) return "sm_scale must be > 0 (normally 1/sqrt(head_dim))";
   if (p.q == nullptr || p.out == nullptr) return "q and out must be set";
   if (p.q_seq_stride < static_cast<int64_t>(p.num_q_heads) * p.head_dim ||
       p.out_seq_stride < static_cast<int64_t>(p.num_q_heads) * p.head_dim) {
