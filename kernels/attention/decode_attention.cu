@@ -35,6 +35,7 @@ template <int D>
 struct Int2Loader {
   static constexpr int kKW = D / 64;  // u32 words of K codes a lane reads per token
   static constexpr bool kHalfPv = true;
+  static constexpr bool kHalfQk = true;
   static constexpr bool kHasCorr = true;
   struct Raw {
     uint32_t k0[kKW], k1[kKW];  // K codes: page 0 row r, page 1 row r (bytes 4*kKW*p ...)
@@ -67,30 +68,66 @@ struct Int2Loader {
     raw.vp0 = LoadStream(reinterpret_cast<const uint32_t*>(u0 + kVp + 4 * r));
     raw.vp1 = LoadStream(reinterpret_cast<const uint32_t*>(u1 + kVp + 4 * r));
   }
-  // Channel of logical k index kk (0..15) of k-step ks for the lane with p = (kk % 8) / 2.
+  // Same fragments from a tile staged in shared memory (u0, u1: the two page units there).
+  __device__ static void LoadShared(Raw& raw, const uint8_t* u0, const uint8_t* u1, int lane) {
+    const int r = lane >> 2, p = lane & 3;
+    constexpr int kRow = D / 4;
+    constexpr int kKp = kPageTokens * kRow;
+    constexpr int kV = kKp + kPageTokens * 4;
+    constexpr int kVp = kV + kKp;
+    const int koff = r * kRow + p * 4 * kKW;
+    if constexpr (kKW == 2) {
+      const uint2 a = *reinterpret_cast<const uint2*>(u0 + koff);
+      const uint2 b = *reinterpret_cast<const uint2*>(u1 + koff);
+      raw.k0[0] = a.x; raw.k0[1] = a.y; raw.k1[0] = b.x; raw.k1[1] = b.y;
+    } else {
+      raw.k0[0] = *reinterpret_cast<const uint32_t*>(u0 + koff);
+      raw.k1[0] = *reinterpret_cast<const uint32_t*>(u1 + koff);
+    }
+    const int voff = kV + (2 * p) * kRow + 4 * VWord(r);
+    raw.v[0][0] = *reinterpret_cast<const uint32_t*>(u0 + voff);
+    raw.v[0][1] = *reinterpret_cast<const uint32_t*>(u0 + voff + kRow);
+    raw.v[1][0] = *reinterpret_cast<const uint32_t*>(u1 + voff);
+    raw.v[1][1] = *reinterpret_cast<const uint32_t*>(u1 + voff + kRow);
+    raw.kp0 = *reinterpret_cast<const uint32_t*>(u0 + kKp + 4 * r);
+    raw.kp1 = *reinterpret_cast<const uint32_t*>(u1 + kKp + 4 * r);
+    raw.vp0 = *reinterpret_cast<const uint32_t*>(u0 + kVp + 4 * r);
+    raw.vp1 = *reinterpret_cast<const uint32_t*>(u1 + kVp + 4 * r);
+  }
+  // Channel of logical k index kk (0..15) of k-step ks for the lane with p = (kk % 8) / 2: the
+  // low half of a word pair holds bytes 0 / 1, the high half bytes 2 / 3 (no byte shuffles).
   __device__ static int QDim(int ks, int kk) {
-    const int p = (kk & 7) >> 1, byte = (kk & 1) + 2 * (kk >> 3), w = ks >> 2, q = ks & 3;
+    const int p = (kk & 7) >> 1, byte = 2 * (kk & 1) + (kk >> 3), w = ks >> 2, q = ks & 3;
     return p * 4 * kKW + 4 * w + byte + q * (D / 4);
   }
+  // K codes of quarter q are fp16 subnormals c * 2^(2q-24); Q of that k-step is scaled by 2^-2q,
+  // so every product is q_d * c_d * 2^-24.
+  __device__ static float QScale(int ks) { return 1.0f / static_cast<float>(1 << (2 * (ks & 3))); }
+  __device__ static float RoundQ(float v) { return __half2float(__float2half_rn(v)); }
   __device__ static void KFrag(const Raw& raw, int ks, uint32_t (&a)[4]) {
     const int w = ks >> 2, q = ks & 3;
-    a[0] = CrumbPairBf16(__byte_perm(raw.k0[w], 0, 0x1404), q);
-    a[1] = CrumbPairBf16(__byte_perm(raw.k1[w], 0, 0x1404), q);
-    a[2] = CrumbPairBf16(__byte_perm(raw.k0[w], 0, 0x3424), q);
-    a[3] = CrumbPairBf16(__byte_perm(raw.k1[w], 0, 0x3424), q);
+    const uint32_t m = 0x00030003u << (2 * q);
+    a[0] = raw.k0[w] & m;         // bytes 0 (lo), 2 (hi)
+    a[1] = raw.k1[w] & m;
+    a[2] = (raw.k0[w] >> 8) & m;  // bytes 1 (lo), 3 (hi)
+    a[3] = (raw.k1[w] >> 8) & m;
   }
-  // score = a * acc + b * e_h with e_h = scale * sum(q_h): acc = q.(1 + c/4).
+  // score = a * acc + b * e_h with e_h = scale * sum(q_h) and acc = 2^-24 q.c.
   __device__ static void ScoreAB(const Raw& raw, int page, float sc, float& a, float& b) {
     const uint32_t kp = page == 0 ? raw.kp0 : raw.kp1;
-    const float s = HalfLoToFloat(kp), mn = HalfHiToFloat(kp);
-    a = 4.0f * s * sc;
-    b = mn - 4.0f * s;
+    a = HalfLoToFloat(kp) * (sc * 16777216.0f);
+    b = HalfHiToFloat(kp);
   }
-  // V weight multiplier (weight = p * mul) and per-token additive term (corr += p * add - w~).
+  // V weight multiplier (weight = p * mul) and per-token additive term (corr += p * add).
   __device__ static void VParams(const Raw& raw, int page, float& mul, float& add) {
     const uint32_t vp = page == 0 ? raw.vp0 : raw.vp1;
-    mul = 4.0f * HalfLoToFloat(vp);
+    mul = HalfLoToFloat(vp);
     add = HalfHiToFloat(vp);
+  }
+  // The P.V accumulator of m-tile mt holds 2^(2q-24) sum_t w_t c_t (q: the m-tile's quarter).
+  __device__ static float OutScale(int mt) {
+    const int q = D == 128 ? (mt >> 1) : mt;
+    return 16777216.0f / static_cast<float>(1 << (2 * q));
   }
   __device__ static int OutDim(int mt, int row) {
     const int r = row & 7, hi = row >> 3;
@@ -110,10 +147,11 @@ struct Int2Loader {
       b0 = 2 * (r >> 2);
       q = mt;
     }
-    a[0] = CrumbPairHalf(BytesTo13(raw.v[0][0], raw.v[0][1], b0, b0), q);
-    a[1] = CrumbPairHalf(BytesTo13(raw.v[0][0], raw.v[0][1], b0 + 1, b0 + 1), q);
-    a[2] = CrumbPairHalf(BytesTo13(raw.v[1][0], raw.v[1][1], b0, b0), q);
-    a[3] = CrumbPairHalf(BytesTo13(raw.v[1][0], raw.v[1][1], b0 + 1, b0 + 1), q);
+    const uint32_t m = 0x00030003u << (2 * q);
+    a[0] = BytesTo02(raw.v[0][0], raw.v[0][1], b0) & m;
+    a[1] = BytesTo02(raw.v[0][0], raw.v[0][1], b0 + 1) & m;
+    a[2] = BytesTo02(raw.v[1][0], raw.v[1][1], b0) & m;
+    a[3] = BytesTo02(raw.v[1][0], raw.v[1][1], b0 + 1) & m;
   }
   __device__ static void ZeroInvalidV(Raw&, int, int, int) {}
 };
@@ -125,7 +163,11 @@ struct Bf16Loader {
   static constexpr int kKW = D / 8;   // u32 words of K a lane reads per token (D/4 channels)
   static constexpr int kVW = D / 16;  // u32 words of V a lane reads per token (D/8 channels)
   static constexpr bool kHalfPv = false;
+  static constexpr bool kHalfQk = false;
   static constexpr bool kHasCorr = false;
+  __device__ static float QScale(int) { return 1.0f; }
+  __device__ static float RoundQ(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+  __device__ static float OutScale(int) { return 1.0f; }
   struct Raw {
     uint32_t k0[kKW], k1[kKW];
     uint32_t v[2][2][kVW];  // [page][row 2p / 2p+1][word]
@@ -210,16 +252,29 @@ __device__ __forceinline__ float WarpSumOverRows(float v) {
   return v;
 }
 
-// Stage 1. Grid: (num_work, Hkv, ceil(group / 8)); block: kThreads.
-template <int D, template <int> class LoaderT, int kTiles, bool kPrefetch>
-__global__ void __launch_bounds__(kThreads, 3)
-    DecodeSplitKernel(const DecodeAttentionParams p, int tier, float sc_log2) {
+constexpr int kStages = 8;  // INT2 tiles in flight per warp (cp.async ring)
+
+template <int D>
+struct SplitSmem {
+  float q[kMaxHeadsPerCta][D];
+  float m[kWarps][kMaxHeadsPerCta];
+  float l[kWarps][kMaxHeadsPerCta];
+  union {
+    float o[kWarps][kMaxHeadsPerCta][D + 4];                           // epilogue
+    uint8_t ring[kWarps][kStages][2 * Int2PageUnitBytes(D)];           // INT2 main loop
+  } u;
+};
+
+// One split of one tier for one (KV head, <= 8 query heads). kTiles 16-token tiles per softmax
+// step. BF16: warps take interleaved steps, registers loaded straight from global memory. INT2:
+// each warp takes a contiguous range of tiles and streams it through a kStages-deep cp.async ring.
+template <int D, template <int> class LoaderT, int kTiles, bool kRing>
+__device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const DecodeWorkItem& item,
+                                         const PagedTierTable& tab, float sc_log2,
+                                         SplitSmem<D>& sm) {
   using L = LoaderT<D>;
   using Raw = typename L::Raw;
   constexpr int kMt = D / 16;  // k-steps of the score MMA and m-tiles of the P.V MMA
-  const DecodeWorkItem item = p.work[blockIdx.x];
-  if (item.tier != tier) return;
-  const PagedTierTable& tab = tier == 0 ? p.bf16 : p.int2;
   const int group = p.num_q_heads / p.num_kv_heads;
   const int kvh = blockIdx.y;
   const int head0 = blockIdx.z * kMaxHeadsPerCta;
@@ -228,29 +283,33 @@ __global__ void __launch_bounds__(kThreads, 3)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int r = lane >> 2, pq = lane & 3;
 
-  __shared__ float s_q[kMaxHeadsPerCta][D];
-  __shared__ float s_m[kWarps][kMaxHeadsPerCta];
-  __shared__ float s_l[kWarps][kMaxHeadsPerCta];
-  __shared__ float s_o[kWarps][kMaxHeadsPerCta][D + 4];
-
   const float* q = p.q + static_cast<int64_t>(item.seq) * p.q_seq_stride;
   for (int i = tid; i < kMaxHeadsPerCta * D; i += kThreads) {
     const int h = i / D, d = i % D;
     const float v = h < nh ? q[(qh0 + h) * D + d] : 0.0f;
-    s_q[h][d] = __bfloat162float(__float2bfloat16_rn(v));
+    sm.q[h][d] = L::RoundQ(v);
   }
   __syncthreads();
   uint32_t qf[kMt][2];
 #pragma unroll
   for (int ks = 0; ks < kMt; ++ks) {
-    qf[ks][0] = PackBf16x2(s_q[r][L::QDim(ks, 2 * pq)], s_q[r][L::QDim(ks, 2 * pq + 1)]);
-    qf[ks][1] = PackBf16x2(s_q[r][L::QDim(ks, 2 * pq + 8)], s_q[r][L::QDim(ks, 2 * pq + 9)]);
+    const float f = L::QScale(ks);  // a power of two
+    const float x0 = sm.q[r][L::QDim(ks, 2 * pq)] * f, x1 = sm.q[r][L::QDim(ks, 2 * pq + 1)] * f;
+    const float x2 = sm.q[r][L::QDim(ks, 2 * pq + 8)] * f, x3 = sm.q[r][L::QDim(ks, 2 * pq + 9)] * f;
+    if constexpr (L::kHalfQk) {
+      qf[ks][0] = PackHalf2(x0, x1);
+      qf[ks][1] = PackHalf2(x2, x3);
+    } else {
+      qf[ks][0] = PackBf16x2(x0, x1);
+      qf[ks][1] = PackBf16x2(x2, x3);
+    }
   }
   float e0 = 0.0f, e1 = 0.0f;  // sc_log2 * sum(q) of heads 2pq, 2pq+1
   if constexpr (L::kHasCorr) {
+#pragma unroll 8
     for (int d = 0; d < D; ++d) {
-      e0 += s_q[2 * pq][d];
-      e1 += s_q[2 * pq + 1][d];
+      e0 += sm.q[2 * pq][d];
+      e1 += sm.q[2 * pq + 1][d];
     }
     e0 *= sc_log2;
     e1 *= sc_log2;
@@ -263,25 +322,13 @@ __global__ void __launch_bounds__(kThreads, 3)
 
   const int tb = item.token_begin, te = item.token_end;
   const int ntiles = (te - tb + 15) / 16;
-  const int niters = (ntiles + kTiles - 1) / kTiles;
   const int32_t* pages = tab.page_indices + tab.page_indptr[item.seq];
   const uint8_t* base = tab.pool + static_cast<int64_t>(kvh) * tab.head_stride_bytes;
   const int first_page = tb / kPageTokens;
 
-  auto load_iter = [&](Raw (&raw)[kTiles], int it) {
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t) {
-      const int tok0 = tb + (it * kTiles + t) * 16;
-      const int pg = tok0 / kPageTokens;
-      const int32_t i0 = tok0 < te ? __ldg(pages + pg) : __ldg(pages + first_page);
-      const int32_t i1 = tok0 + 8 < te ? __ldg(pages + pg + 1) : i0;
-      L::Load(raw[t], base + static_cast<int64_t>(i0) * tab.page_stride_bytes,
-              base + static_cast<int64_t>(i1) * tab.page_stride_bytes, lane);
-      L::ZeroInvalidV(raw[t], tok0, te, lane);
-    }
-  };
-
-  auto compute_iter = [&](const Raw (&raw)[kTiles], int it) {
+  // Softmax step over tiles tile0 .. tile0 + kTiles - 1 (absolute in the split); tokens at or past
+  // `tend` are masked out.
+  auto compute = [&](const Raw (&raw)[kTiles], int tile0, int tend) {
     float s[kTiles][4];
 #pragma unroll
     for (int t = 0; t < kTiles; ++t) {
@@ -290,13 +337,17 @@ __global__ void __launch_bounds__(kThreads, 3)
       for (int ks = 0; ks < kMt; ++ks) {
         uint32_t a[4];
         L::KFrag(raw[t], ks, a);
-        MmaBf16(acc, a, qf[ks][0], qf[ks][1]);
+        if constexpr (L::kHalfQk) {
+          MmaHalf(acc, a, qf[ks][0], qf[ks][1]);
+        } else {
+          MmaBf16(acc, a, qf[ks][0], qf[ks][1]);
+        }
       }
-      const int tok = tb + (it * kTiles + t) * 16 + r;
+      const int tok = tb + (tile0 + t) * 16 + r;
       float aa, ba, ab, bb;
       L::ScoreAB(raw[t], 0, sc_log2, aa, ba);
       L::ScoreAB(raw[t], 1, sc_log2, ab, bb);
-      const bool va = tok < te, vb = tok + 8 < te;
+      const bool va = tok < tend, vb = tok + 8 < tend;
       s[t][0] = va ? fmaf(aa, acc[0], ba * e0) : -INFINITY;
       s[t][1] = va ? fmaf(aa, acc[1], ba * e1) : -INFINITY;
       s[t][2] = vb ? fmaf(ab, acc[2], bb * e0) : -INFINITY;
@@ -316,14 +367,16 @@ __global__ void __launch_bounds__(kThreads, 3)
     m0 = mx0;
     m1 = mx1;
     l0 *= al0; l1 *= al1; c0 *= al0; c1 *= al1;
+    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {  // the max moved: rescale
 #pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-      o[mt][0] *= al0; o[mt][1] *= al1; o[mt][2] *= al0; o[mt][3] *= al1;
+      for (int mt = 0; mt < kMt; ++mt) {
+        o[mt][0] *= al0; o[mt][1] *= al1; o[mt][2] *= al0; o[mt][3] *= al1;
+      }
     }
 #pragma unroll
     for (int t = 0; t < kTiles; ++t) {
-      const int tok = tb + (it * kTiles + t) * 16 + r;
-      const bool va = tok < te, vb = tok + 8 < te;
+      const int tok = tb + (tile0 + t) * 16 + r;
+      const bool va = tok < tend, vb = tok + 8 < tend;
       const float p0 = exp2f(s[t][0] - ms0), p1 = exp2f(s[t][1] - ms1);
       const float p2 = exp2f(s[t][2] - ms0), p3 = exp2f(s[t][3] - ms1);
       l0 += p0 + p2;
@@ -337,8 +390,8 @@ __global__ void __launch_bounds__(kThreads, 3)
         if (!vb) { mulb = 0.0f; addb = 0.0f; }
         x0 = PackHalf2(p0 * mula, p1 * mula);
         x1 = PackHalf2(p2 * mulb, p3 * mulb);
-        c0 += fmaf(p0, adda, -HalfLoToFloat(x0)) + fmaf(p2, addb, -HalfLoToFloat(x1));
-        c1 += fmaf(p1, adda, -HalfHiToFloat(x0)) + fmaf(p3, addb, -HalfHiToFloat(x1));
+        c0 = fmaf(p0, adda, fmaf(p2, addb, c0));
+        c1 = fmaf(p1, adda, fmaf(p3, addb, c1));
       } else {
         x0 = PackBf16x2(p0, p1);
         x1 = PackBf16x2(p2, p3);
@@ -357,21 +410,75 @@ __global__ void __launch_bounds__(kThreads, 3)
     }
   };
 
-  if constexpr (kPrefetch) {
-    Raw cur[kTiles];
-    if (warp < niters) load_iter(cur, warp);
-    for (int it = warp; it < niters; it += kWarps) {
-      Raw nxt[kTiles];
-      if (it + kWarps < niters) load_iter(nxt, it + kWarps);
-      compute_iter(cur, it);
+  if constexpr (kRing) {
+    constexpr int kUnit = static_cast<int>(Int2PageUnitBytes(D));
+    constexpr int kChunks = 2 * kUnit / 16;  // 16-byte cp.async chunks per tile
+    const int t_begin = warp * ntiles / kWarps, t_end = (warp + 1) * ntiles / kWarps;
+    const int nmy = t_end - t_begin;
+    const int tend = min(te, tb + 16 * t_end);
+    const int npages = (te - tb + kPageTokens - 1) / kPageTokens - 2 * t_begin;  // from t_begin
+    const int32_t* plist = pages + first_page + 2 * t_begin;
+    auto load_batch = [&](int k) {
+      const int j = 32 * k + lane;
+      return j < npages ? __ldg(plist + j) : 0;
+    };
+    int32_t pb_cur = load_batch(0), pb_next = load_batch(1);
+    int cur_batch = 0;
+    uint8_t* ring = sm.u.ring[warp][0];
+    auto issue = [&](int t) {  // t: tile relative to t_begin; warp-uniform
+      if (t < nmy) {
+        const int bt = (2 * t) >> 5;
+        if (bt != cur_batch) {
+          pb_cur = pb_next;
+          pb_next = load_batch(bt + 1);
+          cur_batch = bt;
+        }
+        int32_t i0 = __shfl_sync(0xffffffffu, pb_cur, (2 * t) & 31);
+        int32_t i1 = __shfl_sync(0xffffffffu, pb_cur, (2 * t + 1) & 31);
+        if (tb + 16 * (t_begin + t) + 8 >= te) i1 = i0;
+        const uint8_t* g0 = base + static_cast<int64_t>(i0) * tab.page_stride_bytes;
+        const uint8_t* g1 = base + static_cast<int64_t>(i1) * tab.page_stride_bytes;
+        uint8_t* st = ring + (t % kStages) * (2 * kUnit);
 #pragma unroll
-      for (int t = 0; t < kTiles; ++t) cur[t] = nxt[t];
+        for (int c = lane; c < kChunks; c += 32) {
+          const uint8_t* src = c < kChunks / 2 ? g0 + 16 * c : g1 + 16 * (c - kChunks / 2);
+          CpAsync16(st + 16 * c, src);
+        }
+      }
+      CpAsyncCommit();
+    };
+#pragma unroll
+    for (int t = 0; t < kStages; ++t) issue(t);
+    for (int t = 0; t < nmy; t += kTiles) {
+      CpAsyncWait<kStages - kTiles>();
+      __syncwarp();
+      Raw raw[kTiles];
+#pragma unroll
+      for (int k = 0; k < kTiles; ++k) {
+        const uint8_t* st = ring + ((t + k) % kStages) * (2 * kUnit);
+        L::LoadShared(raw[k], st, st + kUnit, lane);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int k = 0; k < kTiles; ++k) issue(t + k + kStages);
+      compute(raw, t_begin + t, tend);
     }
+    CpAsyncWait<0>();
   } else {
+    const int niters = (ntiles + kTiles - 1) / kTiles;
     for (int it = warp; it < niters; it += kWarps) {
-      Raw cur[kTiles];
-      load_iter(cur, it);
-      compute_iter(cur, it);
+      Raw raw[kTiles];
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) {
+        const int tok0 = tb + (it * kTiles + t) * 16;
+        const int pg = tok0 / kPageTokens;
+        const int32_t i0 = tok0 < te ? __ldg(pages + pg) : __ldg(pages + first_page);
+        const int32_t i1 = tok0 + 8 < te ? __ldg(pages + pg + 1) : i0;
+        L::Load(raw[t], base + static_cast<int64_t>(i0) * tab.page_stride_bytes,
+                base + static_cast<int64_t>(i1) * tab.page_stride_bytes, lane);
+        L::ZeroInvalidV(raw[t], tok0, te, lane);
+      }
+      compute(raw, it * kTiles, te);
     }
   }
 
@@ -382,34 +489,36 @@ __global__ void __launch_bounds__(kThreads, 3)
     c0 = WarpSumOverRows(c0);
     c1 = WarpSumOverRows(c1);
   }
+  __syncthreads();  // the ring (INT2) aliases sm.u.o
   if (r == 0) {
-    s_m[warp][2 * pq] = m0;
-    s_m[warp][2 * pq + 1] = m1;
-    s_l[warp][2 * pq] = l0;
-    s_l[warp][2 * pq + 1] = l1;
+    sm.m[warp][2 * pq] = m0;
+    sm.m[warp][2 * pq + 1] = m1;
+    sm.l[warp][2 * pq] = l0;
+    sm.l[warp][2 * pq + 1] = l1;
   }
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
     const int d0 = L::OutDim(mt, r), d1 = L::OutDim(mt, r + 8);
-    s_o[warp][2 * pq][d0] = o[mt][0] + c0;
-    s_o[warp][2 * pq + 1][d0] = o[mt][1] + c1;
-    s_o[warp][2 * pq][d1] = o[mt][2] + c0;
-    s_o[warp][2 * pq + 1][d1] = o[mt][3] + c1;
+    const float f = L::OutScale(mt);
+    sm.u.o[warp][2 * pq][d0] = fmaf(o[mt][0], f, c0);
+    sm.u.o[warp][2 * pq + 1][d0] = fmaf(o[mt][1], f, c1);
+    sm.u.o[warp][2 * pq][d1] = fmaf(o[mt][2], f, c0);
+    sm.u.o[warp][2 * pq + 1][d1] = fmaf(o[mt][3], f, c1);
   }
   __syncthreads();
   for (int i = tid; i < nh * D; i += kThreads) {
     const int h = i / D, d = i % D;
     float mm = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, s_m[w][h]);
+    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, sm.m[w][h]);
     float out = 0.0f, lse = -INFINITY;
     if (mm != -INFINITY) {
       float ll = 0.0f, acc = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
-        const float f = exp2f(s_m[w][h] - mm);
-        ll += f * s_l[w][h];
-        acc += f * s_o[w][h][d];
+        const float f = exp2f(sm.m[w][h] - mm);
+        ll += f * sm.l[w][h];
+        acc += f * sm.u.o[w][h][d];
       }
       out = acc / ll;
       lse = (mm + log2f(ll)) * kLn2;
@@ -417,6 +526,19 @@ __global__ void __launch_bounds__(kThreads, 3)
     const int64_t row = static_cast<int64_t>(blockIdx.x) * p.num_q_heads + qh0 + h;
     p.partial_out[row * D + d] = out;
     if (d == 0) p.partial_lse[row] = lse;
+  }
+}
+
+// Stage 1, both tiers in one launch. Grid: (num_work, Hkv, ceil(group / 8)); block: kThreads.
+template <int D>
+__global__ void __launch_bounds__(kThreads, 4)
+    DecodeSplitKernel(const DecodeAttentionParams p, float sc_log2) {
+  __shared__ __align__(16) SplitSmem<D> sm;
+  const DecodeWorkItem item = p.work[blockIdx.x];
+  if (item.tier == static_cast<int32_t>(Tier::kBf16)) {
+    RunSplit<D, Bf16Loader, 1, false>(p, item, p.bf16, sc_log2, sm);
+  } else {
+    RunSplit<D, Int2Loader, 2, true>(p, item, p.int2, sc_log2, sm);
   }
 }
 
@@ -447,23 +569,33 @@ template <int D>
 cudaError_t LaunchStage1(const DecodeAttentionParams& p, cudaStream_t stream) {
   const int group = p.num_q_heads / p.num_kv_heads;
   const dim3 grid(p.num_work, p.num_kv_heads, (group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta);
-  const float sc_log2 = p.sm_scale * kLog2e;
-  if (p.bf16.seq_tokens != nullptr) {
-    DecodeSplitKernel<D, Bf16Loader, 1, false><<<grid, kThreads, 0, stream>>>(p, 0, sc_log2);
-    OSCARKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  }
-  if (p.int2.seq_tokens != nullptr) {
-    DecodeSplitKernel<D, Int2Loader, 2, true><<<grid, kThreads, 0, stream>>>(p, 1, sc_log2);
-    OSCARKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  }
-  return cudaSuccess;
+  DecodeSplitKernel<D><<<grid, kThreads, 0, stream>>>(p, p.sm_scale * kLog2e);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_t stream) {
-  if (ValidateDecodeAttentionParams(params) != nullptr) return cudaErrorInvalidValue;
-  if (params.num_seqs == 0) return cudaSuccess;
+  // ValidateDecodeAttentionParams reads the arrays, which live on the device here: check the
+  // scalars and pointers only.
+  const DecodeAttentionParams& p = params;
+  if (p.num_seqs < 0) return cudaErrorInvalidValue;
+  if (p.num_seqs == 0) return cudaSuccess;
+  if (p.num_kv_heads <= 0 || p.num_q_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0 ||
+      p.q == nullptr || p.out == nullptr || p.seq_work_indptr == nullptr ||
+      p.q_seq_stride < static_cast<int64_t>(p.num_q_heads) * p.head_dim ||
+      p.out_seq_stride < static_cast<int64_t>(p.num_q_heads) * p.head_dim ||
+      (p.num_work > 0 && (p.work == nullptr || p.partial_out == nullptr ||
+                          p.partial_lse == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
+  for (const PagedTierTable* t : {&p.bf16, &p.int2}) {
+    if (t->seq_tokens != nullptr &&
+        (t->page_indptr == nullptr || t->page_indices == nullptr || t->pool == nullptr ||
+         t->page_stride_bytes % 16 != 0 || t->head_stride_bytes % 16 != 0)) {
+      return cudaErrorInvalidValue;
+    }
+  }
   if (params.head_dim != 64 && params.head_dim != 128) return cudaErrorNotSupported;
   if (params.num_work > 0) {
     OSCARKV_CUDA_RETURN_IF_ERROR(params.head_dim == 128 ? LaunchStage1<128>(params, stream)
@@ -478,9 +610,12 @@ DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_h
   const int group = num_q_heads / std::max(1, num_kv_heads);
   const int head_ctas = std::max(1, num_seqs * num_kv_heads *
                                         ((group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta));
+  // One wave of INT2 CTAs: stage 1 runs ctas_per_sm CTAs per SM (its occupancy). The few short
+  // BF16 CTAs (sink + recent) come first in block order (the plan lists a sequence's BF16 splits
+  // before its INT2 splits), so the INT2 CTAs that do not fit at first start when they finish.
   const int target = std::max(1, num_sms * ctas_per_sm);
   DecodePlanConfig config;
-  config.max_splits_per_tier = std::clamp((target + head_ctas - 1) / head_ctas, 1, 512);
+  config.max_splits_per_tier = std::clamp(target / head_ctas, 1, 512);
   config.min_tokens_per_split = 256;
   return config;
 }

@@ -2,8 +2,9 @@
 // decode_attention.h on the device: same DecodeAttentionParams, same plan, same partial buffers,
 // every pointer a device pointer (work, seq_work_indptr, page tables, pools, q, out, scratch).
 //
-//   stage 1, one launch per non-empty tier: a CTA per (work item, KV head, group of <= 8 query
-//   heads); 4 warps stream the split's pages, each K/V tile is loaded once for all query heads of
+//   stage 1, one launch for both tiers: a CTA per (work item, KV head, group of <= 8 query
+//   heads); 4 warps stream the split's pages (INT2 through an 8-tile cp.async ring per warp, BF16
+//   straight into registers), each K/V tile is loaded once for all query heads of
 //   the GQA group; scores and P.V run on tensor cores (mma.sync m16n8k16). INT2 codes are turned
 //   into MMA operands in registers (1 + c/4 trick, kernels/common/cuda_utils.cuh) and the
 //   per-token scale/min are applied to the 16x8 score tile and folded into P; BF16 history is never
@@ -24,8 +25,9 @@ namespace oscarkv::kernels {
 // params give cudaErrorInvalidValue. Asynchronous; no host synchronisation, graph-capturable.
 cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_t stream);
 
-// A plan config that gives the GPU enough CTAs: about `ctas_per_sm` * num_sms stage-1 CTAs when
-// the batch alone does not fill the chip (batch 1, long context). Default ctas_per_sm: 4.
+// A plan config that fills the GPU in one wave: about `ctas_per_sm` * num_sms stage-1 CTAs (the
+// kernel's occupancy is 4 per SM) when the batch alone does not fill the chip (batch 1, long
+// context), assuming the BF16 tier holds sink + recent (<= 2 splits of 256 tokens). Default: 4.
 DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads,
                                      int num_sms, int ctas_per_sm = 4);
 

@@ -2,11 +2,10 @@
 // bit tricks that turn packed INT2 codes (lib/kvformat/int2_block.h, quartered packing) into
 // 16-bit MMA operands without a lookup table.
 //
-// INT2 -> 16-bit operand trick: a code c in {0,1,2,3} placed in the two mantissa bits just below
-// the leading 1 gives exactly 1 + c/4, in bf16 (0x3F80 | c << 5) and in fp16 (0x3C00 | c << 8).
-// So q . (1 + c/4) = sum(q) + (q . c) / 4, and the true dot product follows from one MMA plus a
-// per-row correction that uses sum(q) (keys) or sum(p) (values). The offset is small (1 against
-// c/4 <= 0.75), so the cancellation costs at most ~2 bits of the fp32 accumulator.
+// INT2 -> MMA operand trick: a code c in {0,1,2,3} left in bits [2q+1:2q] of an fp16 whose
+// other bits are zero is the subnormal c * 2^(2q-24), exact. So one AND of a packed word with
+// 0x00030003 << 2q yields two fp16 operands of quarter q (no shifts, no conversions); the power of
+// two 2^(2q-24) is folded into the other operand or the accumulator's scale.
 #ifndef OSCARKV_KERNELS_COMMON_CUDA_UTILS_CUH_
 #define OSCARKV_KERNELS_COMMON_CUDA_UTILS_CUH_
 
@@ -56,19 +55,10 @@ __device__ __forceinline__ float HalfBitsToFloatDev(uint16_t h) {
 __device__ __forceinline__ uint32_t Crumb(uint32_t byte, int quarter) {
   return (byte >> (2 * quarter)) & 3u;
 }
-// y must hold source bytes at byte positions 1 and 3 (bits 8..15 and 24..31). Returns the bf16x2
-// pair (1 + c_lo/4, 1 + c_hi/4) of quarter q of those two bytes.
-__device__ __forceinline__ uint32_t CrumbPairBf16(uint32_t y, int quarter) {
-  // crumb at bit 8+2q -> bit 5 (bf16 mantissa bits 6:5).
-  return ((y >> (3 + 2 * quarter)) & 0x00600060u) | 0x3F803F80u;
-}
-// Same for fp16: (1 + c_lo/4, 1 + c_hi/4), crumb at bit 8+2q -> bit 8 (fp16 mantissa bits 9:8).
-__device__ __forceinline__ uint32_t CrumbPairHalf(uint32_t y, int quarter) {
-  return ((y >> (2 * quarter)) & 0x03000300u) | 0x3C003C00u;
-}
-// Moves bytes b0 of x and b1 of z to byte positions 1 and 3 (x's byte to the low half).
-__device__ __forceinline__ uint32_t BytesTo13(uint32_t x, uint32_t z, int bx, int bz) {
-  return __byte_perm(x, z, static_cast<uint32_t>((bx << 4) | ((4 + bz) << 12)));
+// Byte b of x to byte position 0 and byte b of z to byte position 2 (the low byte of each fp16
+// half); the other bytes are garbage that the quarter mask clears.
+__device__ __forceinline__ uint32_t BytesTo02(uint32_t x, uint32_t z, int b) {
+  return __byte_perm(x, z, static_cast<uint32_t>(b | ((4 + b) << 8)));
 }
 
 // ---- Warp MMA (sm_80+ mma.sync; fine on sm_90) ----
@@ -118,6 +108,17 @@ __device__ __forceinline__ uint4 LoadStream(const uint4* p) {
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
+}
+
+// ---- cp.async (16-byte global -> shared, L1 bypass), for multi-stage smem rings ----
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
 }  // namespace oscarkv::kernels::cuda

@@ -17,7 +17,7 @@ echo "== gpu tests"
 echo "== compute-sanitizer"
 for t in decode_attention_gpu_test kv_quant_gpu_test; do
   for tool in memcheck racecheck; do
-    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 build-dev/tests/kernels/$t \
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 build-dev/tests/kernels/$t --small \
       > "$OUT/sanitizer_${tool}_$t.log" 2>&1
     rc=$?
     echo "$tool $t: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_${tool}_$t.log" | tail -1)"

@@ -1,0 +1,93 @@
+// Byte-level BPE tokenizer built from GGUF metadata (tokenizer.ggml.model "gpt2"): tokens,
+// merges, token types, the pre-tokenizer named by tokenizer.ggml.pre, special tokens, and a
+// ChatML chat template. Immutable after FromGguf; thread-safe for concurrent const use.
+#ifndef OSCARKV_LIB_MODEL_TOKENIZER_H_
+#define OSCARKV_LIB_MODEL_TOKENIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/model/gguf_file.h"
+
+namespace oscarkv::model {
+
+// How text is split into words before BPE (tokenizer.ggml.pre).
+enum class PreTokenizer {
+  kGpt2,    // "gpt2" and unknown BPE names: GPT-2's regex
+  kSmolLm,  // "smollm", "starcoder", "refact", ...: every digit alone, then GPT-2's regex
+  kLlama3,  // "llama-bpe", ...: Llama 3 regex (case-insensitive contractions, digits in 3s)
+  kQwen2,   // "qwen2", ...: the Llama 3 regex with every digit alone
+};
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant"
+  std::string content;
+};
+
+class Tokenizer {
+ public:
+  // @return kUnimplemented for a tokenizer model other than "gpt2" (byte-level BPE);
+  //   kNotFound/kInvalidArgument for missing or inconsistent tokenizer metadata.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
+
+  // Token ids of `text`. `add_special`: prepend BOS when the model asks for it
+  // (tokenizer.ggml.add_bos_token). `parse_special`: text such as "<|im_start|>" becomes its
+  // control token rather than being spelled out.
+  std::vector<int32_t> Encode(std::string_view text, bool add_special,
+                              bool parse_special = true) const;
+  // The text of `ids` (bytes joined; invalid UTF-8 passes through). Control tokens are
+  // rendered as their text unless `skip_special`.
+  std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  // The bytes of one token (empty for out-of-range ids).
+  std::string TokenToPiece(int32_t id) const;
+
+  int vocab_size() const { return static_cast<int>(tokens_.size()); }
+  int32_t bos_id() const { return bos_id_; }
+  int32_t eos_id() const { return eos_id_; }
+  bool add_bos() const { return add_bos_; }
+  PreTokenizer pre_tokenizer() const { return pre_; }
+  // True for tokens that end generation: EOS, EOT, <|im_end|>, <|endoftext|>.
+  bool IsEndOfGeneration(int32_t id) const;
+  // Id of a token by its exact text, or -1.
+  int32_t TokenId(std::string_view text) const;
+
+  // Renders a ChatML conversation ("<|im_start|>role\ncontent<|im_end|>\n" per message, then
+  // "<|im_start|>assistant\n" when add_generation_prompt). When the model's template injects a
+  // default system prompt if the first message is not "system", so do we (text taken from the
+  // template). @return kUnimplemented when the template is not ChatML-style.
+  absl::StatusOr<std::string> ApplyChatTemplate(std::span<const ChatMessage> messages,
+                                                bool add_generation_prompt) const;
+
+  // Splits text (no special tokens) into pre-tokenizer words; exposed for tests.
+  std::vector<std::string> PreTokenize(std::string_view text) const;
+
+ private:
+  Tokenizer() = default;
+  void EncodeWord(std::string_view word, std::vector<int32_t>* out) const;
+
+  std::vector<std::string> tokens_;  // as stored (byte-level mapped for normal tokens)
+  std::vector<int32_t> token_types_;
+  std::unordered_map<std::string, int32_t> token_to_id_;
+  std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank
+  std::vector<int32_t> specials_;  // control and user-defined token ids, longest text first
+  PreTokenizer pre_ = PreTokenizer::kGpt2;
+  int32_t bos_id_ = -1;
+  int32_t eos_id_ = -1;
+  std::vector<int32_t> end_ids_;
+  bool add_bos_ = false;
+  std::string chat_template_;
+  bool chatml_ = false;
+  std::string default_system_;  // empty: none
+  std::string byte_to_utf8_[256];  // byte-level mapping: byte -> UTF-8 of its code point
+  std::unordered_map<uint32_t, uint8_t> cp_to_byte_;
+};
+
+}  // namespace oscarkv::model
+
+#endif  // OSCARKV_LIB_MODEL_TOKENIZER_H_
