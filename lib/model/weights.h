@@ -1,0 +1,41 @@
+// Model weights dequantized to float32 at load (SmolLM2-135M: ~0.55 GB). Matrices keep ggml's
+// layout: a linear layer y = W x with x in R^in, y in R^out is `out` rows of `in` floats.
+#ifndef OSCARKV_LIB_MODEL_WEIGHTS_H_
+#define OSCARKV_LIB_MODEL_WEIGHTS_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/model/gguf_file.h"
+#include "lib/model/model_config.h"
+
+namespace oscarkv::model {
+
+struct LayerWeights {
+  std::vector<float> attn_norm;       // [d_model]
+  std::vector<float> wq, wk, wv, wo;  // [Hq*D, d_model], [Hkv*D, d_model] x2, [d_model, Hq*D]
+  std::vector<float> bq, bk, bv;      // qwen2 only: [Hq*D], [Hkv*D], [Hkv*D]; else empty
+  std::vector<float> q_norm, k_norm;  // qwen3 only: [D]; else empty
+  std::vector<float> ffn_norm;        // [d_model]
+  std::vector<float> w_gate, w_up;    // [d_ff, d_model]
+  std::vector<float> w_down;          // [d_model, d_ff]
+};
+
+struct ModelWeights {
+  std::vector<float> token_embd;   // [vocab, d_model]
+  std::vector<float> output_norm;  // [d_model]
+  std::vector<float> output;       // [vocab, d_model]; empty when tied to token_embd
+  std::vector<float> rope_freqs;   // optional per-pair frequency divisors [rope_dim/2]; else empty
+  std::vector<LayerWeights> layers;
+
+  const std::vector<float>& output_matrix() const { return output.empty() ? token_embd : output; }
+
+  // Dequantizes every tensor the config needs, checking its shape.
+  // @return kNotFound naming a missing tensor; kInvalidArgument naming a mis-shaped one;
+  //   kUnimplemented for a tensor type we cannot dequantize.
+  static absl::StatusOr<ModelWeights> FromGguf(const GgufFile& file, const ModelConfig& config);
+};
+
+}  // namespace oscarkv::model
+
+#endif  // OSCARKV_LIB_MODEL_WEIGHTS_H_
