@@ -542,26 +542,67 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
-// Stage 2. Grid: (B, Hq); block: D threads.
+// Stage 2. Grid: (B, Hq); block: D threads (64 or 128). The split weights are computed once per
+// block in shared memory (all lanes load in parallel), then every thread sums its channel over the
+// splits with 8 independent loads in flight.
+constexpr int kMergeMaxSplits = 1024;
 __global__ void MergeKernel(const DecodeAttentionParams p) {
+  __shared__ float s_w[kMergeMaxSplits];
+  __shared__ float s_red[2][4];
   const int b = blockIdx.x, h = blockIdx.y, d = threadIdx.x, D = p.head_dim;
-  const int w0 = p.seq_work_indptr[b], w1 = p.seq_work_indptr[b + 1];
-  float mm = -INFINITY;
-  for (int i = w0; i < w1; ++i) mm = fmaxf(mm, p.partial_lse[static_cast<int64_t>(i) * p.num_q_heads + h]);
+  const int lane = d & 31, warp = d >> 5, nwarps = blockDim.x >> 5;
+  const int w0 = p.seq_work_indptr[b], n = p.seq_work_indptr[b + 1] - w0;
   float* out = p.out + static_cast<int64_t>(b) * p.out_seq_stride + static_cast<int64_t>(h) * D;
-  if (mm == -INFINITY) {
-    out[d] = 0.0f;
-    if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = -INFINITY;
+  const float* lse = p.partial_lse + static_cast<int64_t>(w0) * p.num_q_heads + h;
+  float mm = -INFINITY;
+  for (int i = d; i < n; i += blockDim.x) {
+    const float v = lse[static_cast<int64_t>(i) * p.num_q_heads];
+    if (i < kMergeMaxSplits) s_w[i] = v;
+    mm = fmaxf(mm, v);
+  }
+  for (int off = 16; off > 0; off >>= 1) mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, off));
+  if (lane == 0) s_red[0][warp] = mm;
+  __syncthreads();
+  mm = s_red[0][0];
+  for (int w = 1; w < nwarps; ++w) mm = fmaxf(mm, s_red[0][w]);
+  if (mm == -INFINITY || n > kMergeMaxSplits) {  // empty row (or more splits than we stage)
+    if (mm == -INFINITY) {
+      out[d] = 0.0f;
+      if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = -INFINITY;
+      return;
+    }
+    float sum = 0.0f, acc = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      const int64_t row = static_cast<int64_t>(w0 + i) * p.num_q_heads + h;
+      const float w = __expf(p.partial_lse[row] - mm);
+      sum += w;
+      acc += w * p.partial_out[row * D + d];
+    }
+    out[d] = acc / sum;
+    if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = mm + logf(sum);
     return;
   }
-  float sum = 0.0f, acc = 0.0f;
-  for (int i = w0; i < w1; ++i) {
-    const int64_t row = static_cast<int64_t>(i) * p.num_q_heads + h;
-    const float w = __expf(p.partial_lse[row] - mm);
-    sum += w;
-    acc += w * p.partial_out[row * D + d];
+  float part = 0.0f;
+  for (int i = d; i < n; i += blockDim.x) {
+    const float w = __expf(s_w[i] - mm);
+    s_w[i] = w;
+    part += w;
   }
-  out[d] = acc / sum;
+  for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
+  if (lane == 0) s_red[1][warp] = part;
+  __syncthreads();
+  float sum = 0.0f;
+  for (int w = 0; w < nwarps; ++w) sum += s_red[1][w];
+  const float* po = p.partial_out + (static_cast<int64_t>(w0) * p.num_q_heads + h) * D + d;
+  const int64_t stride = static_cast<int64_t>(p.num_q_heads) * D;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[k] = fmaf(s_w[i + k], po[(i + k) * stride], acc[k]);
+  }
+  for (; i < n; ++i) acc[0] = fmaf(s_w[i], po[i * stride], acc[0]);
+  out[d] = ((acc[0] + acc[1]) + (acc[2] + acc[3]) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) / sum;
   if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = mm + logf(sum);
 }
 

@@ -13,14 +13,18 @@ cmake -S . -B build-dev -G Ninja -DOSCARKV_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Re
   > "$OUT/build.log" 2>&1 && cmake --build build-dev -j16 >> "$OUT/build.log" 2>&1 \
   || { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
 echo "== gpu tests"
-(cd build-dev && ctest -L gpu --output-on-failure 2>&1) | tee "$OUT/tests.log" || status=1
+(cd build-dev && ctest -L gpu --output-on-failure 2>&1) > "$OUT/tests.log" || status=1
+for t in decode_attention_gpu_test kv_quant_gpu_test; do build-dev/tests/kernels/$t 2>&1; done \
+  | tee "$OUT/tests_verbose.log"
+grep -E "tests passed|FAILED" "$OUT/tests.log"
 echo "== compute-sanitizer"
 for t in decode_attention_gpu_test kv_quant_gpu_test; do
   for tool in memcheck racecheck; do
     timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 build-dev/tests/kernels/$t --small \
-      > "$OUT/sanitizer_${tool}_$t.log" 2>&1
+      > /tmp/sanitizer.log 2>&1
     rc=$?
-    echo "$tool $t: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_${tool}_$t.log" | tail -1)"
+    { echo "=== $tool $t rc=$rc"; cat /tmp/sanitizer.log; } >> "$OUT/sanitizer.log"
+    echo "$tool $t: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/sanitizer.log | tail -1)"
     [ $rc -eq 0 ] || status=1
   done
 done
