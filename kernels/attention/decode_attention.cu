@@ -239,6 +239,13 @@ struct Bf16Loader {
   }
 };
 
+// 2^x on the SFU (ex2.approx.ftz: ~2 ulp; 2^-inf = +0).
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ float WarpMaxOverRows(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
@@ -363,7 +370,7 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     mx1 = WarpMaxOverRows(mx1);
     const float ms0 = mx0 == -INFINITY ? 0.0f : mx0;
     const float ms1 = mx1 == -INFINITY ? 0.0f : mx1;
-    const float al0 = exp2f(m0 - ms0), al1 = exp2f(m1 - ms1);
+    const float al0 = Exp2(m0 - ms0), al1 = Exp2(m1 - ms1);
     m0 = mx0;
     m1 = mx1;
     l0 *= al0; l1 *= al1; c0 *= al0; c1 *= al1;
@@ -377,8 +384,8 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     for (int t = 0; t < kTiles; ++t) {
       const int tok = tb + (tile0 + t) * 16 + r;
       const bool va = tok < tend, vb = tok + 8 < tend;
-      const float p0 = exp2f(s[t][0] - ms0), p1 = exp2f(s[t][1] - ms1);
-      const float p2 = exp2f(s[t][2] - ms0), p3 = exp2f(s[t][3] - ms1);
+      const float p0 = Exp2(s[t][0] - ms0), p1 = Exp2(s[t][1] - ms1);
+      const float p2 = Exp2(s[t][2] - ms0), p3 = Exp2(s[t][3] - ms1);
       l0 += p0 + p2;
       l1 += p1 + p3;
       uint32_t x0, x1;
@@ -425,6 +432,8 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     int32_t pb_cur = load_batch(0), pb_next = load_batch(1);
     int cur_batch = 0;
     uint8_t* ring = sm.u.ring[warp][0];
+    // Page strides are a few KB (Hkv * 576 bytes by default): 32-bit multiplies in the hot loop.
+    const int32_t page_stride32 = static_cast<int32_t>(tab.page_stride_bytes);
     auto issue = [&](int t) {  // t: tile relative to t_begin; warp-uniform
       if (t < nmy) {
         const int bt = (2 * t) >> 5;
@@ -436,8 +445,8 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
         int32_t i0 = __shfl_sync(0xffffffffu, pb_cur, (2 * t) & 31);
         int32_t i1 = __shfl_sync(0xffffffffu, pb_cur, (2 * t + 1) & 31);
         if (tb + 16 * (t_begin + t) + 8 >= te) i1 = i0;
-        const uint8_t* g0 = base + static_cast<int64_t>(i0) * tab.page_stride_bytes;
-        const uint8_t* g1 = base + static_cast<int64_t>(i1) * tab.page_stride_bytes;
+        const uint8_t* g0 = base + static_cast<int64_t>(i0) * page_stride32;
+        const uint8_t* g1 = base + static_cast<int64_t>(i1) * page_stride32;
         uint8_t* st = ring + (t % kStages) * (2 * kUnit);
 #pragma unroll
         for (int c = lane; c < kChunks; c += 32) {
@@ -538,7 +547,8 @@ __global__ void __launch_bounds__(kThreads, 4)
   if (item.tier == static_cast<int32_t>(Tier::kBf16)) {
     RunSplit<D, Bf16Loader, 1, false>(p, item, p.bf16, sc_log2, sm);
   } else {
-    RunSplit<D, Int2Loader, 2, true>(p, item, p.int2, sc_log2, sm);
+    // 4 tiles per softmax step fit in 128 registers at D = 64 only (D = 128 would spill).
+    RunSplit<D, Int2Loader, D == 64 ? 4 : 2, true>(p, item, p.int2, sc_log2, sm);
   }
 }
 
@@ -633,7 +643,8 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   for (const PagedTierTable* t : {&p.bf16, &p.int2}) {
     if (t->seq_tokens != nullptr &&
         (t->page_indptr == nullptr || t->page_indices == nullptr || t->pool == nullptr ||
-         t->page_stride_bytes % 16 != 0 || t->head_stride_bytes % 16 != 0)) {
+         t->page_stride_bytes % 16 != 0 || t->head_stride_bytes % 16 != 0 ||
+         t->page_stride_bytes >= (int64_t{1} << 31))) {
       return cudaErrorInvalidValue;
     }
   }
