@@ -281,6 +281,7 @@ KvQuantStatus KvQuantRef(const KvQuantParams& p) {
   std::vector<float> work(static_cast<size_t>(t_count) * row_elems);
   std::vector<float> in_row(d);
   std::vector<float> scratch(d);
+  std::vector<double> acc(d);
   for (int t = 0; t < t_count; ++t) {
     for (int h = 0; h < h_count; ++h) {
       const ptrdiff_t src = t * in_stride + static_cast<ptrdiff_t>(h) * d;
@@ -290,12 +291,16 @@ KvQuantStatus KvQuantRef(const KvQuantParams& p) {
       }
       float* dst = work.data() + t * row_elems + static_cast<ptrdiff_t>(h) * d;
       if (p.rotation != nullptr) {
-        // Row-vector convention: y_j = sum_i x_i R[i][j]; accumulate in double for parity.
-        for (int j = 0; j < d; ++j) {
-          double acc = 0.0;
-          for (int i = 0; i < d; ++i) acc += static_cast<double>(in_row[i]) * p.rotation[i * d + j];
-          dst[j] = static_cast<float>(acc);
+        // Row-vector convention: y_j = sum_i x_i R[i][j], accumulated in double in increasing i
+        // (lib/quant's Codec rotates with the same order, so both give identical rows). The
+        // i-outer loop streams R row by row and vectorises over j.
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int i = 0; i < d; ++i) {
+          const double xi = in_row[i];
+          const float* r_row = p.rotation + static_cast<ptrdiff_t>(i) * d;
+          for (int j = 0; j < d; ++j) acc[j] += xi * r_row[j];
         }
+        for (int j = 0; j < d; ++j) dst[j] = static_cast<float>(acc[j]);
       } else {
         std::copy(in_row.begin(), in_row.end(), dst);
       }

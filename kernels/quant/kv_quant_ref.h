@@ -91,7 +91,8 @@ struct KvQuantParams {
   // (R[i][j] at rotation[i * head_dim + j]). nullptr = identity.
   const float* rotation = nullptr;
   // OScaR omni-token scaling (K of oscar-tns): when non-null, after rotation each token's rows
-  // (all heads) are divided by their joint L2 norm n_t, and n_t is written here. [tokens] f32.
+  // (all heads) are scaled to unit joint L2 norm (multiplied by 1.0f / n_t, n_t = 0 gives 0) and
+  // n_t is written here. Decoders multiply dequantized K by n_t. [tokens] f32.
   float* token_norms_out = nullptr;
   // Output segments, one per head: segment h starts at output + h * output_head_stride and holds
   // SegmentBytes(kind, tokens, head_dim) bytes (the layout of int2_block.h). [heads][segment] u8.

@@ -1,5 +1,7 @@
 #include "lib/quant/codec.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/quant/kv_quant_ref.h"
 #include "lib/base/status_macros.h"
@@ -97,20 +99,27 @@ absl::Status Codec::Apply(const std::vector<float>& r, bool transpose,
         absl::StrCat("rotation input of ", rows.size(), " floats is not a multiple of ", d));
   }
   if (r.empty()) return absl::OkStatus();
-  std::vector<float> in(d);
+  // rt holds the matrix applied as y_j = sum_i x_i M[i][j]: R itself, or R^T for un-rotation.
+  const float* m = r.data();
+  std::vector<float> rt;
+  if (transpose) {
+    rt.resize(r.size());
+    for (int i = 0; i < d; ++i) {
+      for (int j = 0; j < d; ++j) rt[static_cast<size_t>(i) * d + j] = r[static_cast<size_t>(j) * d + i];
+    }
+    m = rt.data();
+  }
+  std::vector<double> acc(d);
   for (size_t row = 0; row < rows.size() / d; ++row) {
     float* x = rows.data() + row * d;
-    std::copy(x, x + d, in.begin());
-    for (int j = 0; j < d; ++j) {
-      // Same double accumulation as kernels::KvQuantRef, so both paths give identical rows.
-      double acc = 0.0;
-      if (transpose) {
-        for (int i = 0; i < d; ++i) acc += static_cast<double>(in[i]) * r[j * d + i];
-      } else {
-        for (int i = 0; i < d; ++i) acc += static_cast<double>(in[i]) * r[i * d + j];
-      }
-      x[j] = static_cast<float>(acc);
+    // Same double accumulation order (increasing i) as kernels::KvQuantRef: identical rows.
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int i = 0; i < d; ++i) {
+      const double xi = x[i];
+      const float* m_row = m + static_cast<size_t>(i) * d;
+      for (int j = 0; j < d; ++j) acc[j] += xi * m_row[j];
     }
+    for (int j = 0; j < d; ++j) x[j] = static_cast<float>(acc[j]);
   }
   return absl::OkStatus();
 }
