@@ -273,6 +273,17 @@ int main(int argc, char** argv) {
     return 77;
   }
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  // --only D B S: one INT2 case (for profilers).
+  if (argc == 5 && std::strcmp(argv[1], "--only") == 0) {
+    cudaStream_t st;
+    GPU_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    int n = 0;
+    GPU_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+    const int d = std::atoi(argv[2]);
+    const Shape sh = d == 64 ? Shape{9, 3, 64} : Shape{32, 8, 128};
+    RunDecode(sh, std::atoi(argv[3]), std::atoi(argv[4]), true, 3.9e12, 4, n, st);
+    return 0;
+  }
   cudaStream_t stream;
   GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int sms = 0;

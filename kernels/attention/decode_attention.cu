@@ -552,20 +552,23 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
-// Stage 2. Grid: (B, Hq); block: D threads (64 or 128). The split weights are computed once per
-// block in shared memory (all lanes load in parallel), then every thread sums its channel over the
-// splits with 8 independent loads in flight.
-constexpr int kMergeMaxSplits = 1024;
+// Stage 2. Grid: (B, Hq); block: D x kMergeGroups threads. Thread (d, j) sums channel d over
+// splits j, j + kMergeGroups, ... (independent loads, all in flight at once), then the groups are
+// reduced in shared memory. The split weights are staged once per block in shared memory.
+constexpr int kMergeGroups = 8;
+constexpr int kMergeMaxSplits = 2048;
 __global__ void MergeKernel(const DecodeAttentionParams p) {
   __shared__ float s_w[kMergeMaxSplits];
-  __shared__ float s_red[2][4];
-  const int b = blockIdx.x, h = blockIdx.y, d = threadIdx.x, D = p.head_dim;
-  const int lane = d & 31, warp = d >> 5, nwarps = blockDim.x >> 5;
+  __shared__ float s_acc[kMergeGroups][128];
+  __shared__ float s_red[2][32];
+  const int b = blockIdx.x, h = blockIdx.y, D = p.head_dim;
+  const int tid = threadIdx.x, d = tid % D, j = tid / D;
+  const int lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
   const int w0 = p.seq_work_indptr[b], n = p.seq_work_indptr[b + 1] - w0;
   float* out = p.out + static_cast<int64_t>(b) * p.out_seq_stride + static_cast<int64_t>(h) * D;
   const float* lse = p.partial_lse + static_cast<int64_t>(w0) * p.num_q_heads + h;
   float mm = -INFINITY;
-  for (int i = d; i < n; i += blockDim.x) {
+  for (int i = tid; i < n; i += blockDim.x) {
     const float v = lse[static_cast<int64_t>(i) * p.num_q_heads];
     if (i < kMergeMaxSplits) s_w[i] = v;
     mm = fmaxf(mm, v);
@@ -575,27 +578,16 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
   __syncthreads();
   mm = s_red[0][0];
   for (int w = 1; w < nwarps; ++w) mm = fmaxf(mm, s_red[0][w]);
-  if (mm == -INFINITY || n > kMergeMaxSplits) {  // empty row (or more splits than we stage)
-    if (mm == -INFINITY) {
-      out[d] = 0.0f;
-      if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = -INFINITY;
-      return;
-    }
-    float sum = 0.0f, acc = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      const int64_t row = static_cast<int64_t>(w0 + i) * p.num_q_heads + h;
-      const float w = __expf(p.partial_lse[row] - mm);
-      sum += w;
-      acc += w * p.partial_out[row * D + d];
-    }
-    out[d] = acc / sum;
-    if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = mm + logf(sum);
+  if (mm == -INFINITY) {  // no token attended: zeros, lse -inf
+    if (j == 0) out[d] = 0.0f;
+    if (tid == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = -INFINITY;
     return;
   }
+  const bool staged = n <= kMergeMaxSplits;
   float part = 0.0f;
-  for (int i = d; i < n; i += blockDim.x) {
-    const float w = __expf(s_w[i] - mm);
-    s_w[i] = w;
+  for (int i = tid; i < n; i += blockDim.x) {
+    const float w = __expf((staged ? s_w[i] : lse[static_cast<int64_t>(i) * p.num_q_heads]) - mm);
+    if (staged) s_w[i] = w;
     part += w;
   }
   for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
@@ -605,15 +597,21 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
   for (int w = 0; w < nwarps; ++w) sum += s_red[1][w];
   const float* po = p.partial_out + (static_cast<int64_t>(w0) * p.num_q_heads + h) * D + d;
   const int64_t stride = static_cast<int64_t>(p.num_q_heads) * D;
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) acc[k] = fmaf(s_w[i + k], po[(i + k) * stride], acc[k]);
+  float acc = 0.0f;
+#pragma unroll 4
+  for (int i = j; i < n; i += kMergeGroups) {
+    const float w = staged ? s_w[i] : __expf(lse[static_cast<int64_t>(i) * p.num_q_heads] - mm);
+    acc = fmaf(w, po[i * stride], acc);
   }
-  for (; i < n; ++i) acc[0] = fmaf(s_w[i], po[i * stride], acc[0]);
-  out[d] = ((acc[0] + acc[1]) + (acc[2] + acc[3]) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) / sum;
-  if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = mm + logf(sum);
+  s_acc[j][d] = acc;
+  __syncthreads();
+  if (j == 0) {
+    float total = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kMergeGroups; ++g) total += s_acc[g][d];
+    out[d] = total / sum;
+    if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = mm + logf(sum);
+  }
 }
 
 template <int D>
@@ -653,7 +651,8 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
     OSCARKV_CUDA_RETURN_IF_ERROR(params.head_dim == 128 ? LaunchStage1<128>(params, stream)
                                                         : LaunchStage1<64>(params, stream));
   }
-  MergeKernel<<<dim3(params.num_seqs, params.num_q_heads), params.head_dim, 0, stream>>>(params);
+  MergeKernel<<<dim3(params.num_seqs, params.num_q_heads), params.head_dim * kMergeGroups, 0,
+                stream>>>(params);
   return cudaGetLastError();
 }
 
@@ -667,7 +666,12 @@ DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_h
   // before its INT2 splits), so the INT2 CTAs that do not fit at first start when they finish.
   const int target = std::max(1, num_sms * ctas_per_sm);
   DecodePlanConfig config;
-  config.max_splits_per_tier = std::clamp(target / head_ctas, 1, 512);
+  int splits = target / head_ctas;
+  // Leave room in the wave for the (short) BF16 splits, 2 per (sequence, KV head), when that
+  // costs few INT2 CTAs (<= 1/8); otherwise a few INT2 CTAs would form a second, partial wave.
+  // (With fewer splits, dropping 2 would idle SMs: measured slower at B=8 and B=32.)
+  if (splits >= 16) splits -= 2;
+  config.max_splits_per_tier = std::clamp(splits, 1, 512);
   config.min_tokens_per_split = 256;
   return config;
 }
