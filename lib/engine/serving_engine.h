@@ -1,0 +1,106 @@
+// The serving engine: one model + one codec, doing what prefill and decode workers (and
+// `oscarkv generate`) do with it — chunked prefill whose KV comes out as kvformat blocks,
+// rebuilding a sequence's three-tier cache from blocks, and batched decode steps.
+//
+// Prefill semantics (docs/DECISIONS.md "Chunked prefill over the stored prefix"): the prompt is
+// processed in chunks of `chunk_tokens` (default 256, a multiple of the block size). Each chunk
+// attends to itself in BF16 (causal), to the sink (first 64 tokens) in BF16, and to every earlier
+// token in its stored (quantised) form. Hence the KV of a token is a function of its prefix and
+// the codec only, so blocks stored by one request are bit-identical to what a later request
+// sharing the prefix would compute: a prefix hit skips work without changing any output.
+// A hit is used up to a chunk boundary at least `recent_tokens` before the prompt's end, so the
+// recomputed tail fills the BF16 recent window exactly as without a hit.
+//
+// Blocks of a prompt of n tokens (block size B = 64): block 0 is the BF16 sink block; blocks
+// [1, R) are history blocks in the codec's stored form, where R*B is the reuse boundary; the rest
+// (up to n, the last one possibly partial) are BF16 blocks carrying the tail for the decode
+// worker. Only blocks [0, R) are "reusable" (stored in the kvstore under their chain keys).
+#ifndef OSCARKV_LIB_ENGINE_SERVING_ENGINE_H_
+#define OSCARKV_LIB_ENGINE_SERVING_ENGINE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/engine/quant_kv_cache.h"
+#include "lib/kvformat/block.h"
+#include "lib/kvformat/int2_block.h"
+#include "lib/model/model.h"
+
+namespace oscarkv::engine {
+
+struct ServingEngineOptions {
+  std::string codec = "oscar";    // lib/quant codec name; Default: oscar
+  std::string calibration_path;   // required for calibrated codecs; Default: none
+  int chunk_tokens = 256;         // prefill chunk, a multiple of block_tokens; Default: 256
+  int block_tokens = kvformat::kDefaultBlockTokens;  // tokens per block; Default: 64
+};
+
+// One block of a sequence: its chain key (zero for tail blocks) and serialized bytes.
+struct SequenceBlock {
+  kvformat::BlockKey key;
+  bool reusable = false;          // a canonical prefix block (stored in the kvstore)
+  std::vector<std::byte> bytes;   // kvformat::SerializeBlock output
+};
+
+struct PrefillResult {
+  std::unique_ptr<model::Sequence> sequence;  // three-tier cache holding the whole prompt
+  std::vector<float> last_logits;             // [vocab] logits after the last prompt token
+  std::vector<SequenceBlock> blocks;          // the prompt's KV as blocks (see file comment)
+  int64_t reused_tokens = 0;                  // tokens taken from `reused` blocks
+  int64_t computed_tokens = 0;                // tokens run through the model
+};
+
+class ServingEngine {
+ public:
+  // `model` must outlive the engine. Errors of KvCacheFactory::Create; kInvalidArgument for
+  // bad chunk/block sizes.
+  static absl::StatusOr<std::unique_ptr<ServingEngine>> Create(const model::Model* model,
+                                                               ServingEngineOptions options);
+
+  const model::Model& model() const { return *model_; }
+  const ServingEngineOptions& options() const { return options_; }
+  const quant::CodecSpec& codec() const { return factory_->spec(); }
+  uint64_t model_fingerprint() const { return model_fingerprint_; }
+  uint64_t calibration_fingerprint() const { return factory_->calibration_fingerprint(); }
+
+  // Chain keys of the reusable blocks of a prompt (what to look up in the kvstore).
+  std::vector<kvformat::BlockKey> ReusableKeys(std::span<const int32_t> prompt) const;
+
+  // Prefills `prompt`. `reused`: parsed blocks for a leading run of the prompt's reusable
+  // blocks (from the kvstore, in order, keys already matched); any that go past the reuse
+  // boundary of this prompt are ignored.
+  // @return kInvalidArgument for an empty prompt or bad tokens; kFailedPrecondition when a
+  //   reused block does not fit (codec, fingerprints, positions); model errors.
+  absl::StatusOr<PrefillResult> Prefill(std::span<const int32_t> prompt,
+                                        std::span<const kvformat::BlockView> reused = {}) const;
+
+  // Rebuilds a sequence from ALL of a prompt's blocks (as Prefill produced them, in order):
+  // the result decodes exactly like PrefillResult::sequence.
+  // @return kInvalidArgument / kFailedPrecondition for blocks that do not fit this engine or
+  //   are out of order.
+  absl::StatusOr<std::unique_ptr<model::Sequence>> SequenceFromBlocks(
+      std::span<const kvformat::BlockView> blocks) const;
+
+  // One decode step over several sequences (Model::DecodeStep).
+  absl::Status DecodeStep(std::span<model::Sequence* const> seqs, std::span<const int32_t> tokens,
+                          std::vector<float>* logits) const;
+
+  // Bytes the sequence's KV occupies in its cache (for memory accounting and metrics).
+  int64_t SequenceKvBytes(const model::Sequence& seq) const;
+
+ private:
+  ServingEngine() = default;
+  const model::Model* model_ = nullptr;
+  ServingEngineOptions options_;
+  std::unique_ptr<KvCacheFactory> factory_;
+  uint64_t model_fingerprint_ = 0;
+};
+
+}  // namespace oscarkv::engine
+
+#endif  // OSCARKV_LIB_ENGINE_SERVING_ENGINE_H_
