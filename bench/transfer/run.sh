@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 BUILD=${1:-build-services}
 OUT=bench/transfer/RESULTS.md
 cmake --build "$BUILD" --target transfer_bench -j2 >/dev/null
-BENCH_CMD="$BUILD/bench/transfer/transfer_bench --seconds_per_point 0.5 --transports 'tcp,self,sm;tcp,self'"
+BENCH_CMD="$BUILD/bench/transfer/transfer_bench --seconds_per_point 0.5 --transports 'tcp,self,sm/nopeer;tcp,self,sm;tcp,self'"
 bench_table=$(eval "$BENCH_CMD")
 
 perf_rows=""
@@ -71,9 +71,13 @@ fi
   echo "  needs the target worker's progress thread and costs a copy on each side; that is why the"
   echo "  tcp,self columns (and ucp_put_bw with tcp,self) sit near 1 GB/s or below. Between hosts"
   echo "  the NIC, not this path, will be the limit; RDMA transports (rc/dc) do real one-sided puts."
-  echo "- Adding sm lets UCX use shared-memory transports on the same host (cma, posix, sysv are"
-  echo "  available here; which lane UCX picked was not logged, as Debian builds UCX without"
-  echo "  logging). That path reaches roughly half of memcpy on this machine."
+  echo "- Columns marked /nopeer run with UcxOptions::peer_failure_detection off"
+  echo "  (UCP_ERR_HANDLING_MODE_NONE); the others use the default, peer error handling on, in"
+  echo "  which UCX 1.13 does not use its shared-memory transports, so tcp,self,sm behaves like"
+  echo "  tcp,self. ucx_perftest runs without peer error handling."
+  echo "- Without peer error handling, sm lets UCX use shared-memory transports on the same host"
+  echo "  (cma, posix, sysv are available here; which lane UCX picked was not logged, as Debian"
+  echo "  builds UCX without logging). That path reaches roughly a third to half of memcpy here."
   echo "- memcpy itself swings several-fold between runs here (2 shared cores, other builds"
   echo "  running), so compare columns within one row, not across runs."
 } > "$OUT"

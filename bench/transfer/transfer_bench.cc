@@ -4,7 +4,8 @@
 // Every transfer moves a real serialised block; the last one of each series is checked with
 // VerifyBlockOnArrival. Prints a markdown table.
 //
-//   transfer_bench [--seconds_per_point S] [--transports "tcp,self,sm;tcp,self"]
+//   transfer_bench [--seconds_per_point S] [--transports "tcp,self,sm/nopeer;tcp,self,sm"]
+// A transports entry ending in "/nopeer" turns UcxOptions::peer_failure_detection off.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -45,7 +46,7 @@ struct Row {
 
 int Run(int argc, char** argv) {
   double seconds = 0.5;
-  std::string transports_flag = "tcp,self,sm;tcp,self";
+  std::string transports_flag = "tcp,self,sm/nopeer;tcp,self,sm";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::string(argv[i]) == "--seconds_per_point") seconds = std::stod(argv[i + 1]);
     if (std::string(argv[i]) == "--transports") transports_flag = argv[i + 1];
@@ -64,12 +65,16 @@ int Run(int argc, char** argv) {
     CHECK(c.ok() && s.ok());
     columns.push_back({"local put", *std::move(c), *std::move(s)});
   }
-  for (const std::string& tls : transports) {
-    auto c = UcxBackend::Create({.transports = tls});
-    auto s = UcxBackend::Create({.transports = tls});
+  // "tls" = peer failure detection on (the default); "tls/nopeer" = off (lets UCX use sm).
+  for (const std::string& spec : transports) {
+    UcxOptions options;
+    options.transports = spec.substr(0, spec.find('/'));
+    options.peer_failure_detection = spec.find("/nopeer") == std::string::npos;
+    auto c = UcxBackend::Create(options);
+    auto s = UcxBackend::Create(options);
     CHECK(c.ok() && s.ok()) << (c.ok() ? s.status() : c.status());
-    columns.push_back({"ucx put [" + tls + "]", *std::move(c), *std::move(s)});
-    columns.push_back({"ucx get [" + tls + "]", nullptr, nullptr});
+    columns.push_back({"ucx put [" + spec + "]", *std::move(c), *std::move(s)});
+    columns.push_back({"ucx get [" + spec + "]", nullptr, nullptr});
   }
 
   std::vector<Row> rows;

@@ -22,6 +22,9 @@ void KvStoreConfig::AddFlags(CLI::App& app, KvStoreConfig& c) {
       ->capture_default_str();
   app.add_option("--ucx_transports", c.ucx_transports, "UCX transports (UCX_TLS)")
       ->capture_default_str();
+  app.add_option("--ucx_peer_failure_detection", c.ucx_peer_failure_detection,
+                 "detect dead UCX peers (disables UCX shared memory)")
+      ->capture_default_str();
   app.add_option("--read_lease_seconds", c.read_lease_seconds, "read lease per lookup")
       ->capture_default_str();
   app.add_option("--reservation_seconds", c.reservation_seconds, "time to commit a reservation")

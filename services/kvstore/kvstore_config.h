@@ -28,6 +28,9 @@ struct KvStoreConfig {
   std::string transfer_backend = "ucx";  // Default: "ucx"
   // UCX transports (UCX_TLS, set through ucp_config_modify). Default: "tcp,self,sm".
   std::string ucx_transports = "tcp,self,sm";
+  // Detect dead UCX peers (transfers fail instead of hanging). UCX 1.13 cannot use shared
+  // memory in that mode, so same-host peers use TCP. Default: true.
+  bool ucx_peer_failure_detection = true;
   // Read lease granted with lookups, seconds. Default: 10.
   double read_lease_seconds = 10;
   // Time a writer has between Reserve and Commit, seconds. Default: 30.

@@ -24,7 +24,9 @@ absl::StatusOr<std::unique_ptr<transfer::TransferBackend>> MakeBackend(
   }
 #ifdef OSCARKV_HAVE_UCX
   OSCARKV_ASSIGN_OR_RETURN(auto backend,
-                           transfer::UcxBackend::Create({.transports = config.ucx_transports}));
+                           transfer::UcxBackend::Create(
+                               {.transports = config.ucx_transports,
+                                .peer_failure_detection = config.ucx_peer_failure_detection}));
   return std::unique_ptr<transfer::TransferBackend>(std::move(backend));
 #else
   return absl::FailedPreconditionError("this build has no UCX backend; use --transfer_backend local");

@@ -117,9 +117,15 @@ absl::Status UcxBackend::DeregisterMemory(MemoryHandle handle) {
 
 absl::StatusOr<UcxBackend::Peer*> UcxBackend::GetPeerLocked(const std::string& address) {
   auto it = peers_.find(address);
-  if (it != peers_.end()) return it->second.get();
+  if (it != peers_.end()) {
+    if (!it->second->endpoint->failed()) return it->second.get();
+    // The peer failed (restarted or gone): drop the endpoint and its rkeys and connect anew.
+    // Pending batches on it have already completed with errors.
+    LOG(INFO) << "UCX reconnecting to a failed peer";
+    peers_.erase(it);
+  }
   absl::StatusOr<std::unique_ptr<ucx::UcxEndpoint>> endpoint =
-      ucx::UcxEndpoint::Create(worker_.get(), address);
+      ucx::UcxEndpoint::Create(worker_.get(), address, options_.peer_failure_detection);
   if (!endpoint.ok()) return Annotate(endpoint.status(), "connecting to UCX peer");
   auto peer = std::make_unique<Peer>();
   peer->endpoint = std::move(*endpoint);

@@ -28,6 +28,12 @@ struct UcxOptions {
   std::string transports = "tcp,self,sm";
   // Further UCX settings without the UCX_ prefix, e.g. {"NET_DEVICES", "lo"}. Default: none.
   std::vector<std::pair<std::string, std::string>> extra_config;
+  // Endpoints detect dead peers (UCP_ERR_HANDLING_MODE_PEER): transfers to a dead peer fail
+  // instead of hanging and the backend reconnects on next use. UCX 1.13 then cannot use the
+  // shared-memory transports, so same-host transfers run over TCP (about 10x slower here; see
+  // bench/transfer/RESULTS.md). Turn off for co-located processes that trust each other (the
+  // same-host benchmark). Default: true.
+  bool peer_failure_detection = true;
   // Run a progress thread. Without it the worker only progresses inside Post/Poll, so a backend
   // that is only a target must be polled by someone. Default: true.
   bool progress_thread = true;

@@ -10,12 +10,26 @@
 namespace oscarkv::transfer {
 namespace {
 
-class UcxBackendTest : public ::testing::TestWithParam<std::string> {};
+// Param: transports, optionally suffixed "/nopeer" to turn peer failure detection off (which lets
+// UCX use shared memory).
+class UcxBackendTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  UcxOptions Options() const {
+    std::string tls = GetParam();
+    UcxOptions options;
+    if (const size_t slash = tls.find('/'); slash != std::string::npos) {
+      options.peer_failure_detection = false;
+      tls = tls.substr(0, slash);
+    }
+    options.transports = tls;
+    return options;
+  }
+};
 
 TEST_P(UcxBackendTest, RoundTripsBlocksFrom64KiBTo16MiB) {
-  auto client = UcxBackend::Create({.transports = GetParam()});
+  auto client = UcxBackend::Create(Options());
   ASSERT_TRUE(client.ok()) << client.status();
-  auto server = UcxBackend::Create({.transports = GetParam()});
+  auto server = UcxBackend::Create(Options());
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE((*client)->capabilities().remote_peers);
   uint64_t seed = 11;
@@ -26,24 +40,25 @@ TEST_P(UcxBackendTest, RoundTripsBlocksFrom64KiBTo16MiB) {
 }
 
 TEST_P(UcxBackendTest, CorruptedBlockIsDetected) {
-  auto client = UcxBackend::Create({.transports = GetParam()});
-  auto server = UcxBackend::Create({.transports = GetParam()});
+  auto client = UcxBackend::Create(Options());
+  auto server = UcxBackend::Create(Options());
   ASSERT_TRUE(client.ok() && server.ok());
   CorruptedBlockIsDetected(**client, **server);
 }
 
 TEST_P(UcxBackendTest, OutOfBoundsIsRefused) {
-  auto client = UcxBackend::Create({.transports = GetParam()});
-  auto server = UcxBackend::Create({.transports = GetParam()});
+  auto client = UcxBackend::Create(Options());
+  auto server = UcxBackend::Create(Options());
   ASSERT_TRUE(client.ok() && server.ok());
   OutOfBoundsIsRefused(**client, **server);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UcxBackendTest,
-                         ::testing::Values("tcp,self,sm", "tcp,self"),
+                         ::testing::Values("tcp,self,sm", "tcp,self", "tcp,self,sm/nopeer"),
                          [](const auto& info) {
-                           return info.param == "tcp,self" ? std::string("Tcp")
-                                                           : std::string("TcpSm");
+                           if (info.param == "tcp,self") return std::string("Tcp");
+                           if (info.param == "tcp,self,sm") return std::string("TcpSm");
+                           return std::string("TcpSmNoPeerErrors");
                          });
 
 TEST(UcxBackend, ManyBlocksInOneBatchFromSeveralThreads) {

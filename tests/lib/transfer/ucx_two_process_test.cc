@@ -2,6 +2,7 @@
 // descriptor through a pipe (standing in for the control plane); the parent puts a block into it
 // and reads it back; the child checks the block on arrival. Fork happens before either process
 // creates any UCX object.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,6 +109,48 @@ TEST(UcxTwoProcess, PutAndGetAcrossProcesses) {
   ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
   EXPECT_TRUE(WIFEXITED(wstatus));
   EXPECT_EQ(WEXITSTATUS(wstatus), 0);
+}
+
+// A peer that dies makes transfers fail (endpoints use UCX's peer error handling) instead of
+// hanging, and the backend stays usable and shuts down cleanly.
+TEST(UcxTwoProcess, DeadPeerFailsTransfersInsteadOfHanging) {
+  int up[2], down[2];
+  ASSERT_EQ(pipe(up), 0);
+  ASSERT_EQ(pipe(down), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(up[0]);
+    close(down[1]);
+    _exit(RunChild(up[1], down[0]));
+  }
+  close(up[1]);
+  close(down[0]);
+  std::string address, descriptor;
+  ASSERT_TRUE(ReadString(up[0], &address));
+  ASSERT_TRUE(ReadString(up[0], &descriptor));
+  auto backend = UcxBackend::Create();
+  ASSERT_TRUE(backend.ok());
+  std::vector<std::byte> block = oscarkv::testing::MakeTestBlockOfSize(1, 1 << 20);
+  auto source = (*backend)->RegisterMemory(block);
+  ASSERT_TRUE(source.ok());
+  const TransferBatch put{address, {{source->handle, 0, descriptor, 0, block.size(),
+                                     Direction::kPut}}};
+  ASSERT_TRUE(TransferAndWait(**backend, put).ok());
+  kill(pid, SIGKILL);
+  ASSERT_EQ(waitpid(pid, nullptr, 0), pid);
+  // The first transfers after the death may still succeed on transports that buffer; within a
+  // few attempts one must fail, and none may hang past its deadline.
+  absl::Status status;
+  for (int attempt = 0; attempt < 20 && status.ok(); ++attempt) {
+    absl::StatusOr<TransferId> id = (*backend)->Post(put);
+    status = id.ok() ? WaitForTransfer(**backend, *id, std::chrono::seconds(10)) : id.status();
+    EXPECT_NE(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    if (status.ok()) usleep(50'000);
+  }
+  EXPECT_FALSE(status.ok());
+  const TransferCounters counters = (*backend)->counters();
+  EXPECT_GE(counters.batches_done, 1u);
 }
 
 }  // namespace
