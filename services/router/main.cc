@@ -3,13 +3,14 @@
 #include <iostream>
 
 #include "lib/base/log.h"
+#include "lib/rpc/shutdown_signal.h"
 #include "services/router/router_config.h"
 #include "services/router/router_server.h"
 
 int main(int argc, char** argv) {
   using oscarkv::router::RouterConfig;
   using oscarkv::router::RouterServer;
-  oscarkv::router::BlockTerminationSignals();
+  oscarkv::rpc::InstallShutdownSignalHandlers();
   absl::StatusOr<RouterConfig> config = RouterConfig::FromFlags(argc, argv, std::cout);
   if (absl::IsCancelled(config.status())) return 0;  // --help
   if (!config.ok()) {
@@ -21,7 +22,7 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "router failed to start: " << server.status();
     return 1;
   }
-  const int sig = oscarkv::router::WaitForTerminationSignal();
+  const int sig = oscarkv::rpc::WaitForShutdownSignal();
   LOG(INFO) << "signal " << sig << " received";
   (*server)->Drain();
   (*server)->Wait();

@@ -1,15 +1,16 @@
 #include "services/router/router_server.h"
 
-#include <signal.h>
-
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
 #include "lib/base/log.h"
+#include "lib/base/status_macros.h"
 #include "lib/metrics/metrics.h"
+#include "lib/rpc/server_runner.h"
 #include "services/router/router_http_service.h"
 #include "services/router/router_metrics.h"
+#include "services/router/router_service.h"
 #include "services/router/testing_echo_backend.h"
 
 namespace oscarkv::router {
@@ -86,6 +87,18 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(
     }
     r.http_port_ = config.http_port;
   }
+  if (!config.grpc_address.empty()) {
+    r.grpc_service_ = std::make_unique<RouterService>(r.workers_.get(), r.prefix_index_.get(),
+                                                      config.heartbeat_interval_s);
+    rpc::ServerOptions gopts;
+    gopts.listen_address = config.grpc_address;
+    absl::StatusOr<std::unique_ptr<rpc::ServerRunner>> runner =
+        rpc::ServerRunner::Start(gopts, {r.grpc_service_.get()});
+    if (!runner.ok()) return Annotate(runner.status(), "router worker registry gRPC");
+    r.grpc_server_ = *std::move(runner);
+    LOG(INFO) << "router worker registry (gRPC) listening on " << config.grpc_address
+              << " port " << r.grpc_server_->port();
+  }
   r.http_thread_ = std::thread([srv = r.http_.get()] { srv->listen_after_bind(); });
   LOG(INFO) << "router HTTP listening on " << config.http_host << ":" << r.http_port_
             << " (models: " << r.http_service_->Models().front().id << ")";
@@ -98,6 +111,8 @@ RouterServer::~RouterServer() {
   Drain();
   Wait();
 }
+
+int RouterServer::grpc_port() const { return grpc_server_ ? grpc_server_->port() : 0; }
 
 std::string RouterServer::http_address() const {
   const std::string host =
@@ -119,29 +134,12 @@ void RouterServer::Drain() {
                  << " requests still in flight are cut off";
   }
   http_->stop();
+  if (grpc_server_) grpc_server_->Shutdown(std::chrono::milliseconds(100));
   LOG(INFO) << "router HTTP stopped";
 }
 
 void RouterServer::Wait() {
   if (http_thread_.joinable()) http_thread_.join();
-}
-
-void BlockTerminationSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
-
-int WaitForTerminationSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  int sig = 0;
-  sigwait(&set, &sig);
-  return sig;
 }
 
 }  // namespace oscarkv::router

@@ -5,7 +5,8 @@
 // stopped.
 //
 // Threads: one HTTP listener thread plus httplib's pool of `http_threads` connection threads;
-// one thread per running completion (router_http_service.h). Thread-safe.
+// one thread per running completion (router_http_service.h); gRPC's pool for the worker
+// registry (router_service.h). Thread-safe.
 #ifndef OSCARKV_SERVICES_ROUTER_ROUTER_SERVER_H_
 #define OSCARKV_SERVICES_ROUTER_ROUTER_SERVER_H_
 
@@ -28,11 +29,15 @@ class Server;
 namespace oscarkv::metrics {
 class Registry;
 }
+namespace oscarkv::rpc {
+class ServerRunner;
+}
 
 namespace oscarkv::router {
 
 class RouterHttpService;
 class RouterMetrics;
+class RouterService;
 
 class RouterServer {
  public:
@@ -49,6 +54,8 @@ class RouterServer {
   RouterServer& operator=(const RouterServer&) = delete;
 
   int http_port() const { return http_port_; }
+  //! The worker registry's gRPC port; 0 when config.grpc_address is empty.
+  int grpc_port() const;
   //! "127.0.0.1:<port>" (or the configured host) for clients on this machine.
   std::string http_address() const;
 
@@ -78,16 +85,12 @@ class RouterServer {
   std::unique_ptr<RouterHttpService> http_service_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
+  std::unique_ptr<RouterService> grpc_service_;
+  std::unique_ptr<rpc::ServerRunner> grpc_server_;
   int http_port_ = 0;
   absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
-
-//! Blocks SIGTERM and SIGINT in the calling thread and the threads it creates afterwards, so
-//! that WaitForTerminationSignal() receives them. Call first thing in main().
-void BlockTerminationSignals();
-//! Waits for SIGTERM or SIGINT (blocked by BlockTerminationSignals); returns the signal number.
-int WaitForTerminationSignal();
 
 }  // namespace oscarkv::router
 

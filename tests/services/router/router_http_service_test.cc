@@ -24,6 +24,7 @@ class RouterHttpTest : public ::testing::Test {
   void Start(FakeScript script = {}, RouterConfig config = {}) {
     config.http_host = "127.0.0.1";
     config.http_port = 0;
+    config.grpc_address = "127.0.0.1:0";
     config.max_tokens_limit = 100;
     config.default_max_tokens = 16;
     config.drain_timeout_s = 5;
