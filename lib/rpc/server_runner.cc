@@ -64,8 +64,7 @@ std::string ServerRunner::dial_address() const {
 
 void ServerRunner::Shutdown(std::chrono::milliseconds drain) {
   // grpc::Server::Shutdown is itself thread-safe and idempotent; the flag only avoids the log.
-  if (!shut_down_) {
-    shut_down_ = true;
+  if (!shut_down_.exchange(true)) {
     LOG(INFO) << "gRPC server on port " << port_ << " draining for up to " << drain.count()
               << " ms";
   }

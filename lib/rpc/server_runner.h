@@ -4,6 +4,7 @@
 #ifndef OSCARKV_LIB_RPC_SERVER_RUNNER_H_
 #define OSCARKV_LIB_RPC_SERVER_RUNNER_H_
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -59,7 +60,7 @@ class ServerRunner {
   std::unique_ptr<grpc::Server> server_;
   std::string host_;
   int port_;
-  bool shut_down_ = false;
+  std::atomic<bool> shut_down_{false};
 };
 
 }  // namespace oscarkv::rpc
