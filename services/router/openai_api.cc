@@ -29,8 +29,8 @@ ApiError Invalid(std::string message, std::string param, std::string code = "") 
   return e;
 }
 
-// Reads an optional number field in [lo, hi] (hi_open: value must be < hi... unused). Returns an
-// error for a non-number or out-of-range value.
+// Reads an optional number field in [lo, hi] ((lo, hi] when lo_open). Returns an error for a
+// non-number, non-finite or out-of-range value.
 std::optional<ApiError> ReadNumber(const json& body, const char* name, double lo, bool lo_open,
                                    double hi, double* out) {
   auto it = body.find(name);
