@@ -42,6 +42,23 @@ std::string FindDefaultModelViaPython() {
   return out;
 }
 
+// Few rows (decode): products straight from the quantized weights (memory-bound, so reading
+// 5-8.5 bits per weight wins). Many rows (prefill): OpenBLAS sgemm on the float32 copy.
+constexpr int64_t kQuantGemvMaxRows = 4;
+void Lin(const std::vector<float>& w, const QuantMatrix& qm, const std::vector<float>& bias,
+         const float* x, int64_t rows, int64_t in, int64_t out, float* y, bool allow_quant) {
+  if (allow_quant && rows <= kQuantGemvMaxRows && qm.rows == out && qm.cols == in && QuantGemvSupported(qm)) {
+    for (int64_t r = 0; r < rows; ++r) {
+      QuantGemv(qm, x + r * in, y + r * out);
+      if (!bias.empty()) {
+        for (int64_t j = 0; j < out; ++j) y[r * out + j] += bias[j];
+      }
+    }
+    return;
+  }
+  Linear(x, w.data(), bias.empty() ? nullptr : bias.data(), rows, in, out, y);
+}
+
 int32_t Argmax(const float* x, int n) {
   return static_cast<int32_t>(std::max_element(x, x + n) - x);
 }
@@ -94,7 +111,10 @@ std::unique_ptr<Sequence> Model::NewSequence() const {
 }
 
 std::unique_ptr<Sequence> Model::NewSequence(std::unique_ptr<KvCache> cache) const {
-  return std::make_unique<Sequence>(std::move(cache));
+  auto seq = std::make_unique<Sequence>(std::move(cache));
+  // A cache that already holds tokens (rebuilt from blocks) continues at its length.
+  seq->length_ = seq->cache().Length(0);
+  return seq;
 }
 
 absl::StatusOr<std::vector<float>> Model::Forward(std::span<const int32_t> tokens) const {
@@ -114,6 +134,17 @@ absl::Status Model::Prefill(Sequence& seq, std::span<const int32_t> tokens, bool
   return Run(seqs, tokens, pos, /*prompt_mode=*/seq.length_ == 0, all_logits, logits);
 }
 
+absl::Status Model::PrefillChunk(Sequence& seq, std::span<const int32_t> tokens,
+                                ChunkAttention& attention, bool all_logits,
+                                std::vector<float>* logits) const {
+  if (tokens.empty()) return absl::InvalidArgumentError("prefill of zero tokens");
+  const size_t t = tokens.size();
+  std::vector<Sequence*> seqs(t, &seq);
+  std::vector<int64_t> pos(t);
+  for (size_t i = 0; i < t; ++i) pos[i] = seq.length_ + static_cast<int64_t>(i);
+  return Run(seqs, tokens, pos, /*prompt_mode=*/true, all_logits, logits, &attention);
+}
+
 absl::Status Model::DecodeStep(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
                                std::vector<float>* logits) const {
   if (seqs.size() != tokens.size() || seqs.empty()) {
@@ -131,7 +162,7 @@ absl::Status Model::DecodeStep(std::span<Sequence* const> seqs, std::span<const 
 
 absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
                         std::span<const int64_t> positions, bool prompt_mode, bool all_logits,
-                        std::vector<float>* logits) const {
+                        std::vector<float>* logits, ChunkAttention* chunk_attention) const {
   const ModelConfig& c = config_;
   const int64_t rows = static_cast<int64_t>(tokens.size());
   const int64_t dm = c.d_model, hq = c.num_heads, hkv = c.num_kv_heads, hd = c.head_dim;
@@ -155,9 +186,9 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
     RmsNormTo(x.data(), w.attn_norm.data(), rows, dm, eps, h.data());
-    Linear(h.data(), w.wq.data(), w.bq.empty() ? nullptr : w.bq.data(), rows, dm, qdim, q.data());
-    Linear(h.data(), w.wk.data(), w.bk.empty() ? nullptr : w.bk.data(), rows, dm, kvdim, k.data());
-    Linear(h.data(), w.wv.data(), w.bv.empty() ? nullptr : w.bv.data(), rows, dm, kvdim, v.data());
+    Lin(w.wq, w.q_wq, w.bq, h.data(), rows, dm, qdim, q.data(), !prompt_mode);
+    Lin(w.wk, w.q_wk, w.bk, h.data(), rows, dm, kvdim, k.data(), !prompt_mode);
+    Lin(w.wv, w.q_wv, w.bv, h.data(), rows, dm, kvdim, v.data(), !prompt_mode);
     if (c.qk_norm) {
       RmsNorm(q.data(), w.q_norm.data(), rows * hq, hd, eps);
       RmsNorm(k.data(), w.k_norm.data(), rows * hkv, hd, eps);
@@ -178,7 +209,12 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
         }
       }
     }
-    if (prompt_mode) {
+    if (chunk_attention != nullptr) {
+      OSCARKV_RETURN_IF_ERROR(chunk_attention->Attend(layer, positions[0], rows, q.data(),
+                                                      k.data(), v.data(), attn.data()));
+      OSCARKV_RETURN_IF_ERROR(
+          seqs[0]->cache().AppendLayer(layer, k.data(), v.data(), static_cast<int>(rows)));
+    } else if (prompt_mode) {
       // BF16 attention over the prompt: K/V rounded as the BF16 cache stores them.
       kb.resize(k.size());
       vb.resize(v.size());
@@ -199,13 +235,14 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
                                              scale, attn.data() + r * qdim));
       }
     }
-    Linear(attn.data(), w.wo.data(), nullptr, rows, qdim, dm, tmp.data());
+    static const std::vector<float> kNoBias;
+    Lin(w.wo, w.q_wo, kNoBias, attn.data(), rows, qdim, dm, tmp.data(), !prompt_mode);
     for (int64_t i = 0; i < rows * dm; ++i) x[i] += tmp[i];
     RmsNormTo(x.data(), w.ffn_norm.data(), rows, dm, eps, h.data());
-    Linear(h.data(), w.w_gate.data(), nullptr, rows, dm, dff, gate.data());
-    Linear(h.data(), w.w_up.data(), nullptr, rows, dm, dff, up.data());
+    Lin(w.w_gate, w.q_gate, kNoBias, h.data(), rows, dm, dff, gate.data(), !prompt_mode);
+    Lin(w.w_up, w.q_up, kNoBias, h.data(), rows, dm, dff, up.data(), !prompt_mode);
     SiluMul(gate.data(), up.data(), rows * dff);
-    Linear(gate.data(), w.w_down.data(), nullptr, rows, dff, dm, tmp.data());
+    Lin(w.w_down, w.q_down, kNoBias, gate.data(), rows, dff, dm, tmp.data(), !prompt_mode);
     for (int64_t i = 0; i < rows * dm; ++i) x[i] += tmp[i];
   }
   if (prompt_mode) {
@@ -217,8 +254,9 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
   const float* x_out = x.data() + (rows - out_rows) * dm;
   RmsNormTo(x_out, weights_.output_norm.data(), out_rows, dm, eps, h.data());
   logits->resize(out_rows * c.vocab_size);
-  Linear(h.data(), weights_.output_matrix().data(), nullptr, out_rows, dm, c.vocab_size,
-         logits->data());
+  static const std::vector<float> kNoBias;
+  Lin(weights_.output_matrix(), weights_.q_output, kNoBias, h.data(), out_rows, dm, c.vocab_size,
+      logits->data(), !prompt_mode);
   return absl::OkStatus();
 }
 

@@ -24,6 +24,17 @@ absl::Status Load(const GgufFile& f, const std::string& name, std::vector<int64_
                   absl::StrCat("tensor '", name, "'"));
 }
 
+QuantMatrix Quant(const GgufFile& f, const std::string& name) {
+  const GgufTensorInfo* t = f.FindTensor(name);
+  QuantMatrix m;
+  if (t == nullptr || t->dims.size() != 2) return m;
+  m.type = t->type;
+  m.data = t->data;
+  m.cols = t->dims[0];
+  m.rows = t->dims[1];
+  return m;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelWeights> ModelWeights::FromGguf(const GgufFile& f, const ModelConfig& c) {
@@ -38,6 +49,7 @@ absl::StatusOr<ModelWeights> ModelWeights::FromGguf(const GgufFile& f, const Mod
   if (f.FindTensor("rope_freqs.weight") != nullptr) {
     OSCARKV_RETURN_IF_ERROR(Load(f, "rope_freqs.weight", {c.rope_dim / 2}, &w.rope_freqs));
   }
+  w.q_output = Quant(f, c.tied_embeddings ? "token_embd.weight" : "output.weight");
   w.layers.resize(c.num_layers);
   for (int i = 0; i < c.num_layers; ++i) {
     LayerWeights& l = w.layers[i];
@@ -60,6 +72,13 @@ absl::StatusOr<ModelWeights> ModelWeights::FromGguf(const GgufFile& f, const Mod
     OSCARKV_RETURN_IF_ERROR(Load(f, p + "ffn_gate.weight", {dm, c.d_ff}, &l.w_gate));
     OSCARKV_RETURN_IF_ERROR(Load(f, p + "ffn_up.weight", {dm, c.d_ff}, &l.w_up));
     OSCARKV_RETURN_IF_ERROR(Load(f, p + "ffn_down.weight", {c.d_ff, dm}, &l.w_down));
+    l.q_wq = Quant(f, p + "attn_q.weight");
+    l.q_wk = Quant(f, p + "attn_k.weight");
+    l.q_wv = Quant(f, p + "attn_v.weight");
+    l.q_wo = Quant(f, p + "attn_output.weight");
+    l.q_gate = Quant(f, p + "ffn_gate.weight");
+    l.q_up = Quant(f, p + "ffn_up.weight");
+    l.q_down = Quant(f, p + "ffn_down.weight");
   }
   return w;
 }

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "lib/model/gguf_file.h"
 #include "lib/model/model_config.h"
+#include "lib/model/quant_gemv.h"
 
 namespace oscarkv::model {
 
@@ -19,6 +20,8 @@ struct LayerWeights {
   std::vector<float> ffn_norm;        // [d_model]
   std::vector<float> w_gate, w_up;    // [d_ff, d_model]
   std::vector<float> w_down;          // [d_model, d_ff]
+  // The same matrices as stored in the file (for QuantGemv in decode).
+  QuantMatrix q_wq, q_wk, q_wv, q_wo, q_gate, q_up, q_down;
 };
 
 struct ModelWeights {
@@ -27,6 +30,7 @@ struct ModelWeights {
   std::vector<float> output;       // [vocab, d_model]; empty when tied to token_embd
   std::vector<float> rope_freqs;   // optional per-pair frequency divisors [rope_dim/2]; else empty
   std::vector<LayerWeights> layers;
+  QuantMatrix q_output;            // the file's output (or tied token_embd) matrix
 
   const std::vector<float>& output_matrix() const { return output.empty() ? token_embd : output; }
 
