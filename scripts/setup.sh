@@ -25,6 +25,7 @@ APT_PACKAGES=(
   libeigen3-dev                              # float64 symmetric eigensolver for calibration
   libxxhash-dev                              # XXH3: block keys and payload checksums
   python3 python3-pip                        # reference checks, plots
+  python3-matplotlib                         # PNG plots of `oscarkv eval` (scripts/plots/quality_plots.py)
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

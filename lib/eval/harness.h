@@ -1,0 +1,91 @@
+// `oscarkv eval`: the quality evaluation of quant.md E on a real model and real text.
+//
+// Protocol (E.0): windows of T tokens from the evaluation texts, each run from position 0 with
+// decode-equivalent teacher forcing (teacher_forcing.h) once for the bf16 reference (M0) and once
+// per codec; scored positions t in [score_from, T - 2] predict token t + 1 (and the subset
+// t >= 1024). Per window: mean ΔNLL, mean KL(p_M0 || p_codec), top-1 agreement; reported as
+// means over windows with 95% percentile-bootstrap intervals (fixed seed). Bits/element come
+// from a real ThreeTierCache holding the first window. Calibrated codecs use a calibration file
+// or one built here from calibration texts through the model's Q/K/V hook; evaluation text that
+// overlaps the calibration text is refused.
+//
+// NIAH and greedy agreement run the TRUE decode path: the prompt is prefilled at full precision
+// (serving semantics, quant.md E.0 rule 1) into each codec's ThreeTierCache, then every further
+// token (NIAH: the question and the passkey, teacher-forced; greedy: 128 generated tokens) is a
+// decode step attending through that cache.
+#ifndef OSCARKV_LIB_EVAL_HARNESS_H_
+#define OSCARKV_LIB_EVAL_HARNESS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/model/model.h"
+#include "lib/quant/calibration.h"
+
+namespace oscarkv::eval {
+
+struct EvalConfig {
+  std::string model = "default";                 // path or "default"
+  std::vector<std::string> texts;                // evaluation text files (required)
+  std::vector<std::string> codecs;               // Default (empty): all nine codecs
+  std::vector<int> contexts = {2048, 4096, 8192};
+  // Windows per context: one value for all, or one per context. Default: 20.
+  std::vector<int> windows = {20};
+  std::string out_dir;                           // required
+  // Calibration file for calibrated codecs (oscar, oscar-gram needs ktk/vtv: built here when the
+  // file's objectives differ). Default: empty = calibrate here from calibration_texts.
+  std::string calibration_file;
+  std::vector<std::string> calibration_texts;    // Default: Austen P&P + S&S under data/text
+  int calibration_tokens = 20480;                // Default: 20480 (quant.md A.2: 10-30K)
+  int calibration_chunk = 2048;                  // Default: 2048 tokens per prefill chunk
+  float k_clip = -1.0f;                          // > 0: override clip ratio of clipping codecs
+  float v_clip = -1.0f;
+  int score_from = 384;                          // Default: 384 (> 64 + 256 + margin, E.0-3)
+  int fidelity_windows = 1;                      // windows per (codec, context) with per-layer
+                                                 // attention fidelity; Default: 1
+  bool allow_overlap = false;                    // warn instead of refusing overlap
+  bool niah = false;
+  std::vector<int> niah_contexts = {2048, 4096, 8192};
+  std::vector<int> niah_depths = {10, 30, 50, 70, 90};  // percent
+  int niah_trials = 1;                           // haystacks per (context, depth)
+  bool greedy = false;
+  int greedy_prompts = 50;
+  int greedy_prompt_tokens = 512;
+  int greedy_new_tokens = 128;
+  bool quick = false;                            // small settings, < 10 min on 2 cores
+  bool plots = true;                             // run scripts/plots/quality_plots.py at the end
+  std::string plot_script;                       // Default: found next to the repo root
+  uint64_t seed = 20261129;
+  int threads = 0;                               // Default: 0 (OpenBLAS default)
+  bool progress = true;                          // progress bar with ETA on stderr
+  std::string command_line;                      // recorded in results.json
+};
+
+// Applies --quick: contexts {1280}, 2 windows, 4096 calibration tokens, NIAH 1024 x {30, 70},
+// greedy 4 prompts x 16 tokens. Fields the user set explicitly are the caller's business.
+void ApplyQuick(EvalConfig* config);
+
+// Runs everything and writes out_dir/results.json, out_dir/RESULTS.md and (when matplotlib is
+// present) PNG plots. kInvalidArgument for a bad config; kFailedPrecondition when evaluation
+// text overlaps the calibration text (unless allow_overlap).
+absl::Status RunEval(const EvalConfig& config);
+
+// Calibration of `model` from the tokens of several texts: chunks of `chunk` tokens taken in
+// turn from each text (skipping each text's first 256 tokens) until `max_tokens`, run through
+// Model::Forward with the Q/K/V hook, covariances accumulated in both passes; objectives
+// (k, v) as given ("qqt"/"sst" or "ktk"/"vtv"). Returns one calibration per objective pair.
+struct TextCalibration {
+  quant::Calibration attention;  // qqt / sst (oscar, M6)
+  quant::Calibration gram;       // ktk / vtv (oscar-gram, M5)
+  int64_t tokens = 0;
+};
+absl::StatusOr<TextCalibration> CalibrateFromTokens(
+    model::Model& model, const std::vector<std::vector<int32_t>>& texts, int max_tokens,
+    int chunk, float k_clip, float v_clip);
+
+}  // namespace oscarkv::eval
+
+#endif  // OSCARKV_LIB_EVAL_HARNESS_H_
