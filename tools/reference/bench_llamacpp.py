@@ -46,7 +46,7 @@ def main():
                          "back to the same ids) for running `oscarkv generate` on it")
     args = ap.parse_args()
 
-    import llama_cpp
+    llama_cpp = common.llama_cpp_without_extra_buffers()
     model_path = args.model or common.default_model_path()
     n = args.prompt_tokens
     llm = llama_cpp.Llama(model_path=model_path, n_ctx=n + args.decode_tokens + 8, n_batch=n,

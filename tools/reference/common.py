@@ -60,3 +60,25 @@ def fnv1a64(data: bytes) -> str:
         h ^= b
         h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return "%016x" % h
+
+
+def llama_cpp_without_extra_buffers():
+    """Imports llama_cpp with model loading set to use_extra_bufts=False.
+
+    On this machine's CPU (AMX-capable) llama.cpp 0.3.36's AMX weight-repacking path
+    (ggml_backend_amx_mul_mat) segfaults in the first llama_decode; without the extra buffer
+    types the CPU backend uses its ordinary quantized dot products (Q4_1 x Q8_1, Q8_0 x Q8_0).
+    """
+    import llama_cpp
+    import llama_cpp.llama_cpp as lc
+    if not getattr(lc, "_oscarkv_patched", False):
+        orig = lc.llama_model_default_params
+
+        def params():
+            p = orig()
+            p.use_extra_bufts = False
+            return p
+
+        lc.llama_model_default_params = params
+        lc._oscarkv_patched = True
+    return llama_cpp

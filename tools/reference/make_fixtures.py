@@ -142,13 +142,13 @@ class LlamaCppRef:
     name = "llamacpp"
 
     def __init__(self, model_path):
-        import llama_cpp
+        llama_cpp = common.llama_cpp_without_extra_buffers()
         self.version = "llama-cpp-python %s" % llama_cpp.__version__
         self.llm = llama_cpp.Llama(model_path=model_path, n_ctx=2048, n_batch=512, n_ubatch=512,
                                    n_threads=N_THREADS, n_threads_batch=N_THREADS,
                                    logits_all=True, seed=0, verbose=False)
         self.description = (self.version + ", CPU, n_threads=2, n_batch=n_ubatch=512, "
-                            "F16 KV cache, flash_attn off; Q4_1/Q8_0 matmuls quantize "
+                            "F16 KV cache, flash_attn off, use_extra_bufts=False (no AMX repack); Q4_1/Q8_0 matmuls quantize "
                             "activations to 8 bits")
 
     def tokenize(self, text, special):

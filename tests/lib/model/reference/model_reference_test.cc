@@ -40,9 +40,11 @@ struct Budget {
 // 255 tokens, is the worst), |dlogprob| <= 0.24, |dlse| <= 0.42; 3 near-ties with margins
 // 0.002-0.024 flipped. A wrong RoPE, norm or head mapping gives errors of several units.
 constexpr Budget kBudgetHf = {0.6, 0.4, 0.6, 0.1};
-// Against llama.cpp: it also rounds activations to 8 bits in every Q4_1/Q8_0 matmul and keeps
-// K/V in F16.
-constexpr Budget kBudgetLlamaCpp = {0.8, 0.6, 0.8, 0.15};
+// Against llama.cpp: it rounds activations to 8 bits in every Q4_1/Q8_0 matmul and keeps K/V
+// in F16. llama.cpp differs from float32 transformers by as much as from us (measured: max
+// |dlogit| 0.96-1.37, |dlse| up to 1.01, top-1 flips where its margin is up to 0.65), so this
+// budget mostly guards against gross errors; kBudgetHf is the tight check.
+constexpr Budget kBudgetLlamaCpp = {1.8, 1.2, 1.4, 0.8};
 
 class ModelReferenceTest : public ::testing::Test {
  protected:
@@ -239,14 +241,24 @@ TEST_F(ModelReferenceTest, GreedyContinuationMatchesReferences) {
              want[first_diff] == (*got)[first_diff]) {
         ++first_diff;
       }
-      EXPECT_EQ(*got, want) << name << " vs " << ref << ": first difference at token "
-                            << first_diff << " (reference margin there "
-                            << (first_diff < c["margins"].size()
-                                    ? static_cast<double>(c["margins"][first_diff])
-                                    : -1.0)
-                            << ")\n  want " << IdsToString(want, 64) << "\n  got  "
-                            << IdsToString(*got, 64) << "\n  text: "
-                            << model_->tokenizer().Decode(*got);
+      const double margin_at_diff =
+          first_diff < c["margins"].size() ? static_cast<double>(c["margins"][first_diff]) : -1.0;
+      const std::string detail = name + " vs " + ref + ": first difference at token " +
+                                 std::to_string(first_diff) + " (reference margin there " +
+                                 std::to_string(margin_at_diff) + ")\n  want " +
+                                 IdsToString(want, 64) + "\n  got  " + IdsToString(*got, 64) +
+                                 "\n  text: " + model_->tokenizer().Decode(*got);
+      if (ref == "hf") {
+        // The float32 reference: identical, all 64 tokens.
+        EXPECT_EQ(*got, want) << detail;
+      } else {
+        // llama.cpp's 8-bit activations may flip a near-tie; identical up to the first step
+        // where its own top-1/top-2 margin is below its tie budget.
+        if (first_diff < want.size()) {
+          EXPECT_LT(margin_at_diff, kBudgetLlamaCpp.tie_margin) << detail;
+        }
+        EXPECT_EQ(got->size(), want.size());
+      }
       std::printf("greedy %-5s vs %-8s: %zu/%zu tokens identical\n", name.c_str(), ref.c_str(),
                   first_diff, want.size());
     }
