@@ -57,6 +57,13 @@ def main():
         with open(args.dump_prompt, "wb") as f:
             f.write(llm.detokenize(ids))
 
+    n_vocab = llm.n_vocab()
+
+    def last_argmax():
+        # Only the last position's logits are computed (logits_all=False).
+        ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+        return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,))))
+
     prefill, decode = [], []
     for _ in range(args.repeats):
         llm.reset()
@@ -64,11 +71,11 @@ def main():
         llm.eval(ids)
         t1 = time.perf_counter()
         prefill.append(n / (t1 - t0))
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = last_argmax()
         t0 = time.perf_counter()
         for _ in range(args.decode_tokens):
             llm.eval([tok])
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = last_argmax()
         t1 = time.perf_counter()
         decode.append(args.decode_tokens / (t1 - t0))
 
