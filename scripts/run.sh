@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
+bash scripts/setup.sh --after-build
 BIN=${OSCARKV_BUILD_DIR:-build}/tools/oscarkv
 if "$BIN" serve --help >/dev/null 2>&1; then
   exec "$BIN" serve "$@"

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
+bash scripts/setup.sh --after-build
 BUILD=${OSCARKV_BUILD_DIR:-build}
 exclude=()
 if ! nvidia-smi -L >/dev/null 2>&1; then

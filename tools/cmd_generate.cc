@@ -1,4 +1,6 @@
-// `oscarkv generate`: runs the CPU model on a prompt, streaming tokens to stdout as they are
+// `oscarkv generate`: runs the CPU model on a prompt with the KV cache in a codec (default oscar),
+// through the same ServingEngine as the prefill and decode workers (chunked prefill to blocks,
+// three-tier cache rebuilt from them, decode steps), streaming tokens to stdout as they are
 // produced; prefill and decode tokens/s go to stderr at the end.
 #include <iostream>
 #include <string>
@@ -6,7 +8,12 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include <algorithm>
+#include <chrono>
+#include <random>
+
 #include "lib/base/status_macros.h"
+#include "lib/engine/serving_engine.h"
 #include "lib/model/model.h"
 #include "tools/commands.h"
 
@@ -21,18 +28,33 @@ struct GenerateFlags {
   float temperature = 0.0f;       // 0 = greedy; Default: 0
   uint64_t seed = 0;              // Default: 0
   int threads = 0;                // Default: 0 (OpenBLAS default)
-  std::string codec = "bf16";     // KV cache codec; Default: bf16
+  std::string codec = "oscar";    // KV cache codec; Default: oscar
+  std::string calibration;        // calibration file; Default: the default model's, for oscar
 };
 
-absl::Status RunGenerate(const GenerateFlags& f) {
-  if (f.codec != "bf16") {
-    return absl::UnimplementedError(absl::StrCat(
-        "--codec ", f.codec, " is not yet wired into generate (only bf16 for now)"));
+// Greedy (temperature 0) or softmax sampling over one row of logits.
+int32_t Pick(const std::vector<float>& logits, float temperature, std::mt19937_64& rng) {
+  if (temperature <= 0.0f) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p(logits.size());
+  for (size_t i = 0; i < p.size(); ++i) p[i] = std::exp((logits[i] - mx) / temperature);
+  std::discrete_distribution<int32_t> dist(p.begin(), p.end());
+  return dist(rng);
+}
+
+absl::Status RunGenerate(const GenerateFlags& f) {
   OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(f.model));
   model::ModelOptions opts;
   opts.threads = f.threads;
   OSCARKV_ASSIGN_OR_RETURN(auto m, model::Model::Load(path, opts));
+  OSCARKV_ASSIGN_OR_RETURN(
+      auto engine,
+      engine::ServingEngine::Create(
+          m.get(), {.codec = f.codec,
+                    .calibration_path = engine::ResolveCalibrationPath(f.calibration, f.model,
+                                                                       f.codec)}));
   const model::Tokenizer& tok = m->tokenizer();
   std::string text = f.prompt;
   if (f.chat) {
@@ -41,25 +63,35 @@ absl::Status RunGenerate(const GenerateFlags& f) {
   }
   std::vector<int32_t> ids = tok.Encode(text, /*add_special=*/true);
   if (ids.empty()) return absl::InvalidArgumentError("empty prompt");
-  model::GenerateOptions g;
-  g.max_new_tokens = f.max_tokens;
-  g.temperature = f.temperature;
-  g.seed = f.seed;
-  model::GenerateStats stats;
   if (!f.chat) std::cout << f.prompt << std::flush;
-  auto out = m->Generate(ids, g, [&](int32_t id) {
-    if (!tok.IsEndOfGeneration(id)) std::cout << tok.TokenToPiece(id) << std::flush;
-    return true;
-  }, &stats);
-  OSCARKV_RETURN_IF_ERROR(out.status());
+
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  OSCARKV_ASSIGN_OR_RETURN(engine::PrefillResult prefill, engine->Prefill(ids));
+  const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::mt19937_64 rng(f.seed);
+  std::vector<float> logits = std::move(prefill.last_logits);
+  model::Sequence* seq = prefill.sequence.get();
+  int generated = 0;
+  const auto t1 = Clock::now();
+  while (generated < f.max_tokens) {
+    const int32_t next = Pick(logits, f.temperature, rng);
+    ++generated;
+    if (tok.IsEndOfGeneration(next)) break;
+    std::cout << tok.TokenToPiece(next) << std::flush;
+    if (generated == f.max_tokens) break;
+    OSCARKV_RETURN_IF_ERROR(engine->DecodeStep({&seq, 1}, {&next, 1}, &logits));
+  }
+  const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
   std::cout << "\n";
-  const double prefill_tps = stats.prompt_tokens / std::max(stats.prefill_seconds, 1e-9);
-  const int64_t steps = stats.generated_tokens - 1;
-  const double decode_tps = steps > 0 ? steps / std::max(stats.decode_seconds, 1e-9) : 0.0;
+  const int steps = std::max(0, generated - 1);
   std::cerr << absl::StrFormat(
+      "codec %s: KV %d bytes for %d tokens (%.2f bits/element)\n"
       "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n",
-      stats.prompt_tokens, stats.prefill_seconds, prefill_tps, steps, stats.decode_seconds,
-      decode_tps);
+      std::string(engine->codec().name), engine->SequenceKvBytes(*seq), seq->length(),
+      static_cast<const engine::QuantKvCache&>(seq->cache()).tiers().BitsPerElement(),
+      ids.size(), prefill_s, ids.size() / std::max(prefill_s, 1e-9), steps, decode_s,
+      steps / std::max(decode_s, 1e-9));
   return absl::OkStatus();
 }
 
@@ -73,7 +105,11 @@ void RegisterGenerateCommand(CLI::App& app, CommandResult& result) {
   cmd->add_option("--temperature", flags->temperature, "Sampling temperature; 0 = greedy");
   cmd->add_option("--seed", flags->seed, "Sampling seed");
   cmd->add_option("--threads", flags->threads, "CPU threads (0 = OpenBLAS default)");
-  cmd->add_option("--codec", flags->codec, "KV cache codec (only bf16 is wired so far)");
+  cmd->add_option("--codec", flags->codec,
+                  "KV cache codec: bf16, oscar (default), oscar-hadamard, oscar-norot, oscar-gram");
+  cmd->add_option("--calibration", flags->calibration,
+                  "Calibration file for oscar/oscar-gram (default: the default model's, made by "
+                  "scripts/setup.sh)");
   cmd->callback([flags, &result] { result.status = RunGenerate(*flags); });
 }
 

@@ -29,7 +29,7 @@ int64_t QuantKvCache::Length(int layer) const { return cache_->tokens(layer); }
 
 absl::StatusOr<std::unique_ptr<KvCacheFactory>> KvCacheFactory::Create(
     const model::ModelConfig& config, const std::string& codec_name,
-    const std::string& calibration_path) {
+    const std::string& calibration_path, uint64_t model_fingerprint) {
   OSCARKV_ASSIGN_OR_RETURN(const quant::CodecSpec* spec, quant::FindCodec(codec_name));
   std::unique_ptr<KvCacheFactory> factory(new KvCacheFactory());
   factory->spec_ = spec;
@@ -52,6 +52,13 @@ absl::StatusOr<std::unique_ptr<KvCacheFactory>> KvCacheFactory::Create(
       return absl::InvalidArgumentError(absl::StrCat(
           calibration_path, ": calibration is for ", calibration.layers.size(), " layers x head_dim ",
           calibration.head_dim, ", the model has ", config.num_layers, " x ", config.head_dim));
+    }
+    if (calibration.model_fingerprint != 0 && model_fingerprint != 0 &&
+        calibration.model_fingerprint != model_fingerprint) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          calibration_path, ": calibration was made for another model (fingerprint ",
+          absl::Hex(calibration.model_fingerprint), ", this model ", absl::Hex(model_fingerprint),
+          "); run `oscarkv calibrate` for it"));
     }
     factory->calibration_fingerprint_ = quant::CalibrationFingerprint(bytes.str());
     calibration_ptr = &calibration;

@@ -32,6 +32,7 @@ class QuantKvCache : public model::KvCache {
   int64_t Length(int layer) const override;
 
   const quant::ThreeTierCache& tiers() const { return *cache_; }
+  quant::ThreeTierCache& mutable_tiers() { return *cache_; }
 
  private:
   std::unique_ptr<quant::ThreeTierCache> cache_;
@@ -44,15 +45,18 @@ class KvCacheFactory {
   // `codec_name`: a lib/quant codec name (bf16, oscar, kivi2, ...). `calibration_path`: required
   // for calibrated codecs (oscar, oscar-gram); its head_dim and layer count must match the model.
   // @return kNotFound for an unknown codec; kFailedPrecondition when a calibration is needed but
-  //   absent; kInvalidArgument when it does not fit the model; file errors of the calibration.
+  //   absent or was made for another model (`model_fingerprint`, when both are non-zero);
+  //   kInvalidArgument when it does not fit the model; file errors of the calibration.
   static absl::StatusOr<std::unique_ptr<KvCacheFactory>> Create(
       const model::ModelConfig& config, const std::string& codec_name,
-      const std::string& calibration_path);
+      const std::string& calibration_path, uint64_t model_fingerprint = 0);
 
   // A fresh, empty cache for one sequence.
   absl::StatusOr<std::unique_ptr<model::KvCache>> NewCache() const;
 
   const quant::CodecSpec& spec() const { return *spec_; }
+  // The configuration every cache of this factory is created with.
+  const quant::ThreeTierCacheConfig& tier_config() const { return tier_config_; }
   // XXH3-64 of the calibration file bytes; 0 when the codec uses none (block headers carry it).
   uint64_t calibration_fingerprint() const { return calibration_fingerprint_; }
 

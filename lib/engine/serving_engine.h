@@ -28,10 +28,20 @@
 #include "absl/status/statusor.h"
 #include "lib/engine/quant_kv_cache.h"
 #include "lib/kvformat/block.h"
+#include "lib/kvformat/block_key.h"
 #include "lib/kvformat/int2_block.h"
 #include "lib/model/model.h"
 
 namespace oscarkv::engine {
+
+// The default model's calibration for `oscar`, written by scripts/setup.sh (relative to the
+// repository root, where the README's commands run).
+inline constexpr char kDefaultCalibrationPath[] = "data/calibration/smollm2-135m-oscar.cal";
+
+// The calibration file to use: `flag` when given; else, for the default model and a codec that
+// needs one, kDefaultCalibrationPath; else empty.
+std::string ResolveCalibrationPath(const std::string& flag, const std::string& model_spec,
+                                   const std::string& codec);
 
 struct ServingEngineOptions {
   std::string codec = "oscar";    // lib/quant codec name; Default: oscar
@@ -68,6 +78,12 @@ class ServingEngine {
   uint64_t model_fingerprint() const { return model_fingerprint_; }
   uint64_t calibration_fingerprint() const { return factory_->calibration_fingerprint(); }
 
+  // Tokens of a prompt of `prompt_tokens` that stored blocks may supply: a multiple of
+  // chunk_tokens that leaves at least the codec's recent window (and at least one token).
+  int64_t ReuseBoundary(int64_t prompt_tokens) const;
+  // Key-chain parameters (fingerprints, codec, block size) of this engine's blocks.
+  kvformat::KeyChainParams KeyParams() const;
+
   // Chain keys of the reusable blocks of a prompt (what to look up in the kvstore).
   std::vector<kvformat::BlockKey> ReusableKeys(std::span<const int32_t> prompt) const;
 
@@ -91,7 +107,7 @@ class ServingEngine {
                           std::vector<float>* logits) const;
 
   // Bytes the sequence's KV occupies in its cache (for memory accounting and metrics).
-  int64_t SequenceKvBytes(const model::Sequence& seq) const;
+  int64_t SequenceKvBytes(model::Sequence& seq) const;
 
  private:
   ServingEngine() = default;

@@ -58,6 +58,18 @@ class Sequence {
 using QkvHook = std::function<void(int layer, int64_t pos0, int64_t num_tokens, const float* q,
                                    const float* k, const float* v)>;
 
+// Replaces the built-in prompt attention for one chunk of one sequence (Model::PrefillChunk):
+// called once per layer with the chunk's post-RoPE q [T, Hq, D] and k, v [T, Hkv, D] (float32,
+// positions pos0..pos0+T-1); writes the attention output [T, Hq, D]. The model still appends the
+// chunk's K/V to the sequence's KvCache after this call. Used by the serving engine (attention
+// over a stored prefix) and by evaluation (decode-equivalent attention).
+class ChunkAttention {
+ public:
+  virtual ~ChunkAttention() = default;
+  virtual absl::Status Attend(int layer, int64_t pos0, int64_t num_tokens, const float* q,
+                              const float* k, const float* v, float* out) = 0;
+};
+
 struct GenerateOptions {
   int max_new_tokens = 64;   // Default: 64
   float temperature = 0.0f;  // 0 = greedy; Default: 0
@@ -87,7 +99,7 @@ class Model {
 
   // A fresh sequence with a FullKvCache (bf16-rounded K/V, the "bf16" codec).
   std::unique_ptr<Sequence> NewSequence() const;
-  // A fresh sequence over a caller-supplied cache.
+  // A sequence over a caller-supplied cache; it continues at the cache's length (layer 0).
   std::unique_ptr<Sequence> NewSequence(std::unique_ptr<KvCache> cache) const;
 
   // Logits [T, vocab] of a full causal forward over `tokens` from an empty sequence.
@@ -100,6 +112,11 @@ class Model {
   absl::Status Prefill(Sequence& seq, std::span<const int32_t> tokens, bool all_logits,
                        std::vector<float>* logits) const;
 
+  // Appends `tokens` to `seq` like Prefill, with every layer's attention computed by
+  // `attention` (see ChunkAttention) instead of the built-in one; logits as in Prefill.
+  absl::Status PrefillChunk(Sequence& seq, std::span<const int32_t> tokens,
+                            ChunkAttention& attention, bool all_logits,
+                            std::vector<float>* logits) const;
   // One decode step for B sequences at once: appends tokens[b] to *seqs[b] and writes logits
   // [B, vocab]. Sequences must be distinct.
   absl::Status DecodeStep(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
@@ -119,9 +136,10 @@ class Model {
   Model() = default;
   // Runs the layers for rows of tokens; row r belongs to seqs[r] at positions[r]. When
   // `prompt_mode`, all rows are one empty sequence's prompt and attention is PromptAttention.
+  // `chunk_attention` (non-null only with prompt_mode) replaces PromptAttention.
   absl::Status Run(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
                    std::span<const int64_t> positions, bool prompt_mode, bool all_logits,
-                   std::vector<float>* logits) const;
+                   std::vector<float>* logits, ChunkAttention* chunk_attention = nullptr) const;
 
   std::unique_ptr<GgufFile> gguf_;
   ModelConfig config_;

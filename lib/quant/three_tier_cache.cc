@@ -226,7 +226,6 @@ absl::Status ThreeTierCache::Append(int layer, const float* k, const float* v, i
 }
 
 void ThreeTierCache::AppendToken(int layer_index, const float* k, const float* v) {
-  Layer& L = *layers_[layer_index];
   const int d = config_.head_dim;
   const int hkv = config_.num_kv_heads;
   const auto& rk = config_.rotations.k;
@@ -238,6 +237,85 @@ void ThreeTierCache::AppendToken(int layer_index, const float* k, const float* v
     RotateRowToBf16(k + h * d, rot_k, d, kr.data() + h * d);
     RotateRowToBf16(v + h * d, rot_v, d, vr.data() + h * d);
   }
+  AppendRotatedToken(layer_index, kr, vr);
+}
+
+absl::Status ThreeTierCache::AppendRotated(int layer, const float* k, const float* v,
+                                           int num_tokens) {
+  if (layer < 0 || layer >= config_.num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ThreeTierCache::AppendRotated: bad layer ", layer));
+  }
+  if (num_tokens < 0 || (num_tokens > 0 && (k == nullptr || v == nullptr))) {
+    return absl::InvalidArgumentError("ThreeTierCache::AppendRotated: null k/v or negative count");
+  }
+  const int64_t stride = static_cast<int64_t>(config_.num_kv_heads) * config_.head_dim;
+  std::vector<float> kr(stride), vr(stride);
+  for (int t = 0; t < num_tokens; ++t) {
+    for (int64_t i = 0; i < stride; ++i) {
+      kr[i] = kvformat::RoundToBf16(k[t * stride + i]);
+      vr[i] = kvformat::RoundToBf16(v[t * stride + i]);
+    }
+    AppendRotatedToken(layer, kr, vr);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ThreeTierCache::ImportHistory(int layer, std::span<const uint8_t* const> k_segments,
+                                           std::span<const uint8_t* const> v_segments,
+                                           int num_tokens) {
+  if (layer < 0 || layer >= config_.num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ThreeTierCache::ImportHistory: bad layer ", layer));
+  }
+  if (FamilyOf(*spec_) != Family::kPerTokenWindowed) {
+    return absl::UnimplementedError(absl::StrCat("ThreeTierCache::ImportHistory: codec ",
+                                                 std::string(spec_->name),
+                                                 " has no per-token INT2 history to import"));
+  }
+  const int hkv = config_.num_kv_heads;
+  if (static_cast<int>(k_segments.size()) != hkv || static_cast<int>(v_segments.size()) != hkv) {
+    return absl::InvalidArgumentError("ThreeTierCache::ImportHistory: one segment per KV head");
+  }
+  Layer& L = *layers_[layer];
+  if (num_tokens < 0 || num_tokens % kPageTokens != 0 || L.recent_count != 0 ||
+      L.sink_count != spec_->sink_tokens) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ThreeTierCache::ImportHistory: needs a full sink, an empty recent window and a multiple "
+        "of ", kPageTokens, " tokens (sink ", L.sink_count, ", recent ", L.recent_count,
+        ", tokens ", num_tokens, ")"));
+  }
+  const int d = config_.head_dim;
+  const int64_t int2_unit = kernels::Int2PageUnitBytes(d);
+  const int64_t int2_page = int2_unit * hkv;
+  const size_t code_bytes = static_cast<size_t>(d / 4);
+  for (int first = 0; first < num_tokens; first += kPageTokens) {
+    L.int2_pool.resize(L.int2_pool.size() + int2_page);
+    const int32_t page = L.int2_pages++;
+    for (int h = 0; h < hkv; ++h) {
+      uint8_t* unit = L.int2_pool.data() + page * int2_page + h * int2_unit;
+      // A kInt2PerToken segment is codes [T][D/4] then params [T]; a page unit holds the same
+      // two arrays for 8 tokens, for K then V.
+      const auto copy_side = [&](const uint8_t* segment, size_t codes_at, size_t params_at) {
+        std::memcpy(unit + codes_at, segment + first * code_bytes, kPageTokens * code_bytes);
+        std::memcpy(unit + params_at,
+                    segment + num_tokens * code_bytes + first * sizeof(Int2Params),
+                    kPageTokens * sizeof(Int2Params));
+      };
+      copy_side(k_segments[h], kernels::Int2PageKCodesOffset(d), kernels::Int2PageKParamsOffset(d));
+      copy_side(v_segments[h], kernels::Int2PageVCodesOffset(d), kernels::Int2PageVParamsOffset(d));
+    }
+  }
+  L.int2_count += num_tokens;
+  L.tokens += num_tokens;
+  return absl::OkStatus();
+}
+
+void ThreeTierCache::AppendRotatedToken(int layer_index, std::span<const float> kr,
+                                        std::span<const float> vr) {
+  Layer& L = *layers_[layer_index];
+  const int d = config_.head_dim;
+  const int hkv = config_.num_kv_heads;
   const Family family = FamilyOf(*spec_);
   const int64_t bf16_unit = kernels::Bf16PageUnitBytes(d);
   const int64_t int2_unit = kernels::Int2PageUnitBytes(d);

@@ -119,6 +119,20 @@ class ThreeTierCache {
   // the model basis (not rotated). kInvalidArgument on a bad layer or null pointer.
   absl::Status Append(int layer, const float* k, const float* v, int num_tokens);
 
+  // Appends tokens whose rows are already in the rotated basis (k~ = k R_K, v~ = v R_V), e.g.
+  // BF16 rows read back from a block; values are rounded to bf16. Same layout and errors as
+  // Append.
+  absl::Status AppendRotated(int layer, const float* k, const float* v, int num_tokens);
+
+  // Imports `num_tokens` (a multiple of 8) tokens of per-token INT2 history as stored in blocks:
+  // one kInt2PerToken segment of num_tokens tokens per KV head for K and for V. Allowed right
+  // after the sink is complete and before any recent token (rebuilding a cache from blocks).
+  // kUnimplemented for codecs without per-token history (bf16, int2-naive/-hadamard, kivi2,
+  // oscar-tns); kFailedPrecondition when the cache is not at that point; kInvalidArgument for a
+  // bad layer or segment count.
+  absl::Status ImportHistory(int layer, std::span<const uint8_t* const> k_segments,
+                             std::span<const uint8_t* const> v_segments, int num_tokens);
+
   // Decode attention of one query token over everything appended to `layer` (the query's own
   // token must already be appended). q: [num_q_heads][D] f32, model basis; num_q_heads a multiple
   // of Hkv (GQA); scores scaled by config.sm_scale. out: [num_q_heads][D] f32, model basis.
@@ -159,6 +173,8 @@ class ThreeTierCache {
   struct Layer;
   ThreeTierCache(ThreeTierCacheConfig config, const CodecSpec* spec);
   void AppendToken(int layer, const float* k, const float* v);
+  // kr, vr: [Hkv][D] rotated, bf16-representable rows of one token.
+  void AppendRotatedToken(int layer, std::span<const float> kr, std::span<const float> vr);
 
   ThreeTierCacheConfig config_;
   const CodecSpec* spec_;

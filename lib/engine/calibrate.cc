@@ -1,0 +1,104 @@
+#include "lib/engine/calibrate.h"
+
+#include <xxhash.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/status_macros.h"
+
+namespace oscarkv::engine {
+
+uint64_t ModelFingerprint(const model::Model& model) {
+  // A different checkpoint, quantisation or architecture changes the shape or these weights.
+  const model::ModelConfig& c = model.config();
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  const int64_t dims[] = {c.num_layers, c.d_model, c.num_heads, c.num_kv_heads, c.head_dim,
+                          c.d_ff, c.vocab_size};
+  XXH3_64bits_update(state, dims, sizeof(dims));
+  XXH3_64bits_update(state, c.arch_name.data(), c.arch_name.size());
+  const auto& w = model.weights();
+  XXH3_64bits_update(state, w.token_embd.data(), w.token_embd.size() * sizeof(float));
+  XXH3_64bits_update(state, w.output_norm.data(), w.output_norm.size() * sizeof(float));
+  const uint64_t fingerprint = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return fingerprint;
+}
+
+absl::StatusOr<quant::Calibration> CalibrateModel(const model::Model& model,
+                                                  const CalibrateOptions& options,
+                                                  uint64_t model_fingerprint) {
+  if (options.text_files.empty() || options.window_tokens <= 0 || options.max_tokens <= 0) {
+    return absl::InvalidArgumentError("calibration needs text files and positive token counts");
+  }
+  std::string text;
+  for (const std::string& path : options.text_files) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot open calibration text ", path));
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    text += buffer.str();
+    text += "\n";
+  }
+  std::vector<int32_t> ids = model.tokenizer().Encode(text, /*add_special=*/false);
+  const int64_t windows =
+      std::min<int64_t>(static_cast<int64_t>(ids.size()), options.max_tokens) /
+      options.window_tokens;
+  if (windows == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("calibration text has ", ids.size(),
+                                                   " tokens, less than one window of ",
+                                                   options.window_tokens));
+  }
+  const model::ModelConfig& c = model.config();
+  std::vector<quant::CovarianceAccumulator> accumulators;
+  for (int l = 0; l < c.num_layers; ++l) {
+    OSCARKV_ASSIGN_OR_RETURN(auto acc, quant::CovarianceAccumulator::Create(
+                                           c.num_heads, c.num_kv_heads, c.head_dim));
+    accumulators.push_back(std::move(acc));
+  }
+  // Pass 2 (sst) needs the final C_Q first, so K/V are kept for a second pass over them.
+  const int64_t kv_row = int64_t{c.num_kv_heads} * c.head_dim;
+  std::vector<std::vector<float>> keys(c.num_layers), values(c.num_layers);
+  absl::Status hook_status;
+  // The hook is installed on a const model; the forward calls it on this thread only.
+  auto& mutable_model = const_cast<model::Model&>(model);
+  mutable_model.set_qkv_hook([&](int layer, int64_t, int64_t tokens, const float* q,
+                                 const float* k, const float* v) {
+    const int64_t q_row = int64_t{c.num_heads} * c.head_dim;
+    hook_status.Update(accumulators[layer].AddPass1({q, static_cast<size_t>(tokens * q_row)},
+                                                    {k, static_cast<size_t>(tokens * kv_row)},
+                                                    {v, static_cast<size_t>(tokens * kv_row)},
+                                                    static_cast<int>(tokens)));
+    keys[layer].insert(keys[layer].end(), k, k + tokens * kv_row);
+    values[layer].insert(values[layer].end(), v, v + tokens * kv_row);
+  });
+  const int64_t total = windows * options.window_tokens;
+  absl::Status run_status;
+  for (int64_t w = 0; w < windows && run_status.ok(); ++w) {
+    std::span<const int32_t> window(ids.data() + w * options.window_tokens,
+                                    static_cast<size_t>(options.window_tokens));
+    run_status = model.Forward(window).status();
+    if (options.progress) options.progress((w + 1) * options.window_tokens, total);
+  }
+  mutable_model.set_qkv_hook({});
+  OSCARKV_RETURN_IF_ERROR(run_status);
+  OSCARKV_RETURN_IF_ERROR(hook_status);
+
+  std::vector<quant::LayerCovariances> covariances;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const int64_t tokens = static_cast<int64_t>(keys[l].size()) / kv_row;
+    OSCARKV_RETURN_IF_ERROR(
+        accumulators[l].AddPass2(keys[l], values[l], static_cast<int>(tokens)));
+    std::vector<float>().swap(keys[l]);
+    std::vector<float>().swap(values[l]);
+    OSCARKV_ASSIGN_OR_RETURN(auto cov, accumulators[l].Finish());
+    covariances.push_back(std::move(cov));
+  }
+  return quant::CalibrateFromCovariances(covariances, options.k_objective, options.v_objective,
+                                         model_fingerprint, options.k_clip_ratio,
+                                         options.v_clip_ratio);
+}
+
+}  // namespace oscarkv::engine

@@ -1,0 +1,44 @@
+// Calibration of a model for the rotated codecs (quant.md A.2-A.3, E.3 step 1-2): run the model
+// over real text, collect every layer's post-RoPE Q/K/V, accumulate the covariances in float64
+// and build R_K / R_V per layer. Deterministic for a given machine: the forward runs on one
+// thread and windows are taken in file order.
+#ifndef OSCARKV_LIB_ENGINE_CALIBRATE_H_
+#define OSCARKV_LIB_ENGINE_CALIBRATE_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/model/model.h"
+#include "lib/quant/calibration.h"
+
+namespace oscarkv::engine {
+
+struct CalibrateOptions {
+  std::vector<std::string> text_files;  // UTF-8 text, read in order; required
+  int64_t max_tokens = 8192;            // calibration tokens; Default: 8192
+  int window_tokens = 2048;             // tokens per forward window; Default: 2048
+  std::string k_objective = "qqt";      // "qqt" (oscar) or "ktk" (oscar-gram); Default: qqt
+  std::string v_objective = "sst";      // "sst" (oscar) or "vtv" (oscar-gram); Default: sst
+  float k_clip_ratio = 0.96f;           // Default: 0.96 (quant.md A.4)
+  float v_clip_ratio = 0.92f;           // Default: 0.92
+  // Called after each window with tokens done and the total (progress display).
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
+// Runs the calibration. `model_fingerprint` goes into the file (ModelFingerprint()).
+// @return kInvalidArgument for bad options or too little text (< one window); file errors;
+//   errors of the model and of quant::CalibrateFromCovariances.
+absl::StatusOr<quant::Calibration> CalibrateModel(const model::Model& model,
+                                                  const CalibrateOptions& options,
+                                                  uint64_t model_fingerprint);
+
+// XXH3-64 identity of a loaded model (shape, architecture, embedding and output norm): what
+// block headers and calibration files carry as the model fingerprint.
+uint64_t ModelFingerprint(const model::Model& model);
+
+}  // namespace oscarkv::engine
+
+#endif  // OSCARKV_LIB_ENGINE_CALIBRATE_H_

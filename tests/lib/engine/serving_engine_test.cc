@@ -1,0 +1,153 @@
+// ServingEngine on the real default model: chunked prefill to blocks, prefix reuse that changes
+// nothing, and decode from blocks equal to decode after prefill.
+#include "lib/engine/serving_engine.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "lib/kvformat/block.h"
+
+namespace oscarkv::engine {
+namespace {
+
+class ServingEngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!model::DefaultModelAvailable()) return;
+    auto path = model::ResolveModelPath("default");
+    ASSERT_TRUE(path.ok()) << path.status();
+    auto loaded = model::Model::Load(*path);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    model_ = loaded->release();
+  }
+  void SetUp() override {
+    if (model_ == nullptr) GTEST_SKIP() << "default model not installed (scripts/setup.sh)";
+  }
+  static std::vector<int32_t> Text(size_t skip_chars, int tokens) {
+    std::ifstream in("data/text/austen/emma.txt");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string s = text.str().substr(skip_chars, 20000);
+    std::vector<int32_t> ids = model_->tokenizer().Encode(s, /*add_special=*/false);
+    ids.resize(tokens);
+    return ids;
+  }
+  static std::vector<kvformat::BlockView> Views(const std::vector<SequenceBlock>& blocks,
+                                                bool reusable_only) {
+    std::vector<kvformat::BlockView> views;
+    for (const SequenceBlock& b : blocks) {
+      if (reusable_only && !b.reusable) break;
+      auto view = kvformat::ParseBlock(b.bytes, {});
+      EXPECT_TRUE(view.ok()) << view.status();
+      views.push_back(*view);
+    }
+    return views;
+  }
+  // Greedy continuation of `steps` tokens after a prefill.
+  static std::vector<int32_t> Greedy(const ServingEngine& engine, PrefillResult& prefill,
+                                     int steps) {
+    std::vector<int32_t> out;
+    std::vector<float> logits = prefill.last_logits;
+    for (int i = 0; i < steps; ++i) {
+      const int32_t next = static_cast<int32_t>(
+          std::max_element(logits.begin(), logits.end()) - logits.begin());
+      out.push_back(next);
+      model::Sequence* seq = prefill.sequence.get();
+      EXPECT_TRUE(engine.DecodeStep({&seq, 1}, {&next, 1}, &logits).ok());
+    }
+    return out;
+  }
+  static model::Model* model_;
+};
+model::Model* ServingEngineTest::model_ = nullptr;
+
+TEST_F(ServingEngineTest, PrefixHitIsBitIdenticalToColdPrefill) {
+  auto engine = ServingEngine::Create(model_, {.codec = "oscar-hadamard"});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  // Turn 1: 800 tokens; turn 2 extends it to 1100 (a chat's next turn).
+  const std::vector<int32_t> turn2 = Text(1000, 1100);
+  const std::vector<int32_t> turn1(turn2.begin(), turn2.begin() + 800);
+  auto first = (*engine)->Prefill(turn1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ((*engine)->ReuseBoundary(800), 512);
+  const std::vector<kvformat::BlockView> stored = Views(first->blocks, /*reusable_only=*/true);
+  ASSERT_EQ(stored.size(), 8u);
+
+  auto cold = (*engine)->Prefill(turn2);
+  auto warm = (*engine)->Prefill(turn2, stored);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_EQ(cold->reused_tokens, 0);
+  EXPECT_EQ(warm->reused_tokens, 512);
+  EXPECT_EQ(warm->computed_tokens, 1100 - 512);
+  EXPECT_EQ(cold->last_logits, warm->last_logits);  // bit-identical
+  ASSERT_EQ(cold->blocks.size(), warm->blocks.size());
+  for (size_t b = 0; b < cold->blocks.size(); ++b) {
+    EXPECT_EQ(cold->blocks[b].bytes, warm->blocks[b].bytes) << "block " << b;
+  }
+  EXPECT_EQ(Greedy(**engine, *cold, 12), Greedy(**engine, *warm, 12));
+}
+
+TEST_F(ServingEngineTest, DecodeFromBlocksEqualsDecodeAfterPrefill) {
+  auto engine = ServingEngine::Create(model_, {.codec = "oscar-hadamard"});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<int32_t> prompt = Text(5000, 700);
+  auto prefill = (*engine)->Prefill(prompt);
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  // Blocks: BF16 sink, INT2 history up to the reuse boundary (256), BF16 tail (last partial).
+  ASSERT_EQ(prefill->blocks.size(), 11u);
+  auto views = Views(prefill->blocks, /*reusable_only=*/false);
+  EXPECT_EQ(views[0].header.block_kind, static_cast<uint8_t>(kvformat::BlockKind::kBf16));
+  EXPECT_EQ(views[1].header.block_kind, static_cast<uint8_t>(kvformat::BlockKind::kQuantized));
+  EXPECT_EQ(views[4].header.block_kind, static_cast<uint8_t>(kvformat::BlockKind::kBf16));
+  EXPECT_EQ(views[10].header.token_count, 700 - 640);
+  auto rebuilt = (*engine)->SequenceFromBlocks(views);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+  PrefillResult remote;
+  remote.sequence = std::move(*rebuilt);
+  remote.last_logits = prefill->last_logits;
+  EXPECT_EQ(Greedy(**engine, *prefill, 10), Greedy(**engine, remote, 10));
+}
+
+TEST_F(ServingEngineTest, Bf16CodecMatchesTheModelsPromptForward) {
+  auto engine = ServingEngine::Create(model_, {.codec = "bf16"});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<int32_t> prompt = Text(9000, 300);
+  auto prefill = (*engine)->Prefill(prompt);
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  auto logits = model_->Forward(prompt);
+  ASSERT_TRUE(logits.ok());
+  const int vocab = model_->config().vocab_size;
+  const float* last = logits->data() + (prompt.size() - 1) * vocab;
+  float max_diff = 0, max_abs = 0;
+  for (int i = 0; i < vocab; ++i) {
+    max_diff = std::max(max_diff, std::abs(last[i] - prefill->last_logits[i]));
+    max_abs = std::max(max_abs, std::abs(last[i]));
+  }
+  // Same math (BF16 K/V, causal softmax) in chunks of 256 instead of one product: the model's
+  // own decode-vs-prefill budget (0.5% of the largest logit) and the same top-1 token.
+  EXPECT_LT(max_diff, 5e-3f * max_abs);
+  EXPECT_EQ(std::max_element(last, last + vocab) - last,
+            std::max_element(prefill->last_logits.begin(), prefill->last_logits.end()) -
+                prefill->last_logits.begin());
+}
+
+TEST_F(ServingEngineTest, RejectsEvaluationOnlyCodecsAndForeignBlocks) {
+  EXPECT_EQ(ServingEngine::Create(model_, {.codec = "kivi2"}).status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(ServingEngine::Create(model_, {.codec = "oscar"}).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // no calibration given
+  auto bf16 = ServingEngine::Create(model_, {.codec = "bf16"});
+  auto hadamard = ServingEngine::Create(model_, {.codec = "oscar-hadamard"});
+  ASSERT_TRUE(bf16.ok() && hadamard.ok());
+  const std::vector<int32_t> prompt = Text(100, 600);
+  auto prefill = (*hadamard)->Prefill(prompt);
+  ASSERT_TRUE(prefill.ok());
+  auto views = Views(prefill->blocks, /*reusable_only=*/false);
+  EXPECT_EQ((*bf16)->SequenceFromBlocks(views).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace oscarkv::engine
