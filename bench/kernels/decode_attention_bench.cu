@@ -57,6 +57,9 @@ __global__ void FillInt2(uint8_t* p, int64_t units, int unit, int d, uint64_t se
 
 struct Shape { int hq, hkv, d; };
 
+// > 0: overrides the plan's min_tokens_per_split (variant rows; printed as mtok=).
+int g_min_tokens = 0;
+
 double MedianMs(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -139,7 +142,8 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   auto [bf_idx, bf_indptr] = table(bf_pages, bf_pages_seq);
   auto [i2_idx, i2_indptr] = table(i2_pages, i2_pages_seq);
   std::vector<int32_t> bf_tok(b, bf_tokens), i2_tok(b, i2_tokens);
-  const auto config = oscarkv::kernels::GpuDecodePlanConfig(b, sh.hkv, sh.hq, sms, ctas_per_sm);
+  auto config = oscarkv::kernels::GpuDecodePlanConfig(b, sh.hkv, sh.hq, sms, ctas_per_sm);
+  if (g_min_tokens > 0) config.min_tokens_per_split = g_min_tokens;
   const auto plan = oscarkv::kernels::PlanDecodeAttention(config, b, bf_tok.data(), i2_tok.data());
 
   std::vector<void*> frees;
@@ -215,8 +219,9 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
     if (ptr) GPU_CHECK(cudaFree(const_cast<void*>(ptr)));
   }
   const double floor_us = bytes / bw * 1e6;
-  std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s\n",
-              int2 ? "int2" : "bf16", sh.hq, sh.hkv, sh.d, b, s, ctas_per_sm, plan.num_work(), us,
+  std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%d mtok=%3d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s\n",
+              int2 ? "int2" : "bf16", sh.hq, sh.hkv, sh.d, b, s, ctas_per_sm, config.min_tokens_per_split,
+              plan.num_work(), us,
               bytes / (us * 1e-6) / 1e9, floor_us, 100.0 * floor_us / us, finite ? "" : "  NON-FINITE OUTPUT");
 }
 
@@ -299,6 +304,11 @@ int main(int argc, char** argv) {
         if (b == 1 && s == 131072 && sh.d == 128) {
           RunDecode(sh, b, s, true, bw, 3, sms, stream);
           RunDecode(sh, b, s, true, bw, 8, sms, stream);
+        }
+        if (s == 8192) {  // variant: one BF16 split per (sequence, KV head) (328 >= 327 tokens)
+          g_min_tokens = 328;
+          RunDecode(sh, b, s, true, bw, 4, sms, stream);
+          g_min_tokens = 0;
         }
         RunDecode(sh, b, s, false, bw, 4, sms, stream);
       }

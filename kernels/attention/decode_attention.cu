@@ -260,10 +260,14 @@ __device__ __forceinline__ float WarpSumOverRows(float v) {
 }
 
 constexpr int kStages = 8;  // INT2 tiles in flight per warp (cp.async ring)
+// BF16 pages a split prefetches into L2 at its start (the sink + recent split: 32-41 pages; 128 KB
+// at D = 128, so one wave of 528 CTAs asks for at most ~the L2 size).
+constexpr int kBf16PrefetchPages = 32;
 
 template <int D>
 struct SplitSmem {
   float q[kMaxHeadsPerCta][D];
+  float qsum[kMaxHeadsPerCta];  // sum over d of the rounded q of each head
   float m[kWarps][kMaxHeadsPerCta];
   float l[kWarps][kMaxHeadsPerCta];
   union {
@@ -290,11 +294,87 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int r = lane >> 2, pq = lane & 3;
 
+  const int tb = item.token_begin, te = item.token_end;
+  const int ntiles = (te - tb + 15) / 16;
+  const int32_t* pages = tab.page_indices + tab.page_indptr[item.seq];
+  const uint8_t* base = tab.pool + static_cast<int64_t>(kvh) * tab.head_stride_bytes;
+  const int first_page = tb / kPageTokens;
+
+  // INT2 ring state. The first kStages tiles are requested before q is staged, so the DRAM
+  // latency of the first tiles overlaps the q load and the fragment build.
+  constexpr int kUnit = static_cast<int>(Int2PageUnitBytes(D));
+  constexpr int kChunks = 2 * kUnit / 16;  // 16-byte cp.async chunks per tile
+  const int t_begin = kRing ? warp * ntiles / kWarps : 0;
+  const int t_end = kRing ? (warp + 1) * ntiles / kWarps : 0;
+  const int nmy = t_end - t_begin;
+  const int npages = (te - tb + kPageTokens - 1) / kPageTokens - 2 * t_begin;  // from t_begin
+  const int32_t* plist = pages + first_page + 2 * t_begin;
+  auto load_batch = [&](int k) {
+    const int j = 32 * k + lane;
+    return j < npages ? __ldg(plist + j) : 0;
+  };
+  int32_t pb_cur = 0, pb_next = 0;
+  int cur_batch = 0;
+  uint8_t* ring = sm.u.ring[warp][0];
+  // Page strides are a few KB (Hkv * 576 bytes by default): 32-bit multiplies in the hot loop.
+  const int32_t page_stride32 = static_cast<int32_t>(tab.page_stride_bytes);
+  auto issue = [&](int t) {  // t: tile relative to t_begin; warp-uniform
+    if (t < nmy) {
+      const int bt = (2 * t) >> 5;
+      if (bt != cur_batch) {
+        pb_cur = pb_next;
+        pb_next = load_batch(bt + 1);
+        cur_batch = bt;
+      }
+      int32_t i0 = __shfl_sync(0xffffffffu, pb_cur, (2 * t) & 31);
+      int32_t i1 = __shfl_sync(0xffffffffu, pb_cur, (2 * t + 1) & 31);
+      if (tb + 16 * (t_begin + t) + 8 >= te) i1 = i0;
+      const uint8_t* g0 = base + static_cast<int64_t>(i0) * page_stride32;
+      const uint8_t* g1 = base + static_cast<int64_t>(i1) * page_stride32;
+      uint8_t* st = ring + (t % kStages) * (2 * kUnit);
+#pragma unroll
+      for (int c = lane; c < kChunks; c += 32) {
+        const uint8_t* src = c < kChunks / 2 ? g0 + 16 * c : g1 + 16 * (c - kChunks / 2);
+        CpAsync16(st + 16 * c, src);
+      }
+    }
+    CpAsyncCommit();
+  };
+  if constexpr (kRing) {
+    pb_cur = load_batch(0);
+    pb_next = load_batch(1);
+#pragma unroll
+    for (int t = 0; t < kStages; ++t) issue(t);
+    } else {
+    // BF16 (register loads, no ring): ask L2 for the split's first kBf16PrefetchPages pages now,
+    // so the q staging overlaps their DRAM latency and the per-tile loads below hit L2.
+    constexpr int kUnitB = static_cast<int>(Bf16PageUnitBytes(D));
+    constexpr int kLines = kUnitB / 128;
+    const int np = min(kBf16PrefetchPages, (te - tb + kPageTokens - 1) / kPageTokens);
+    for (int i = tid; i < np * kLines; i += kThreads) {
+      const int32_t pg = __ldg(pages + first_page + i / kLines);
+      PrefetchL2(base + static_cast<int64_t>(pg) * tab.page_stride_bytes + 128 * (i % kLines));
+    }
+  }
+
+  // Stage q (rounded to the MMA type): warp w owns heads w, w + kWarps, ...; each warp also sums
+  // its heads' rounded q (the INT2 min term) with a shuffle reduction.
   const float* q = p.q + static_cast<int64_t>(item.seq) * p.q_seq_stride;
-  for (int i = tid; i < kMaxHeadsPerCta * D; i += kThreads) {
-    const int h = i / D, d = i % D;
-    const float v = h < nh ? q[(qh0 + h) * D + d] : 0.0f;
-    sm.q[h][d] = L::RoundQ(v);
+#pragma unroll
+  for (int h = warp; h < kMaxHeadsPerCta; h += kWarps) {
+    float part = 0.0f;
+#pragma unroll
+    for (int d = lane; d < D; d += 32) {
+      const float v = L::RoundQ(h < nh ? q[(qh0 + h) * D + d] : 0.0f);
+      sm.q[h][d] = v;
+      part += v;
+    }
+    part += __shfl_xor_sync(0xffffffffu, part, 16);
+    part += __shfl_xor_sync(0xffffffffu, part, 8);
+    part += __shfl_xor_sync(0xffffffffu, part, 4);
+    part += __shfl_xor_sync(0xffffffffu, part, 2);
+    part += __shfl_xor_sync(0xffffffffu, part, 1);
+    if (lane == 0) sm.qsum[h] = part;
   }
   __syncthreads();
   uint32_t qf[kMt][2];
@@ -313,25 +393,14 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   }
   float e0 = 0.0f, e1 = 0.0f;  // sc_log2 * sum(q) of heads 2pq, 2pq+1
   if constexpr (L::kHasCorr) {
-#pragma unroll 8
-    for (int d = 0; d < D; ++d) {
-      e0 += sm.q[2 * pq][d];
-      e1 += sm.q[2 * pq + 1][d];
-    }
-    e0 *= sc_log2;
-    e1 *= sc_log2;
+    e0 = sm.qsum[2 * pq] * sc_log2;
+    e1 = sm.qsum[2 * pq + 1] * sc_log2;
   }
 
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, c0 = 0.0f, c1 = 0.0f;
   float o[kMt][4];
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
-
-  const int tb = item.token_begin, te = item.token_end;
-  const int ntiles = (te - tb + 15) / 16;
-  const int32_t* pages = tab.page_indices + tab.page_indptr[item.seq];
-  const uint8_t* base = tab.pool + static_cast<int64_t>(kvh) * tab.head_stride_bytes;
-  const int first_page = tb / kPageTokens;
 
   // Softmax step over tiles tile0 .. tile0 + kTiles - 1 (absolute in the split); tokens at or past
   // `tend` are masked out.
@@ -418,46 +487,7 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   };
 
   if constexpr (kRing) {
-    constexpr int kUnit = static_cast<int>(Int2PageUnitBytes(D));
-    constexpr int kChunks = 2 * kUnit / 16;  // 16-byte cp.async chunks per tile
-    const int t_begin = warp * ntiles / kWarps, t_end = (warp + 1) * ntiles / kWarps;
-    const int nmy = t_end - t_begin;
     const int tend = min(te, tb + 16 * t_end);
-    const int npages = (te - tb + kPageTokens - 1) / kPageTokens - 2 * t_begin;  // from t_begin
-    const int32_t* plist = pages + first_page + 2 * t_begin;
-    auto load_batch = [&](int k) {
-      const int j = 32 * k + lane;
-      return j < npages ? __ldg(plist + j) : 0;
-    };
-    int32_t pb_cur = load_batch(0), pb_next = load_batch(1);
-    int cur_batch = 0;
-    uint8_t* ring = sm.u.ring[warp][0];
-    // Page strides are a few KB (Hkv * 576 bytes by default): 32-bit multiplies in the hot loop.
-    const int32_t page_stride32 = static_cast<int32_t>(tab.page_stride_bytes);
-    auto issue = [&](int t) {  // t: tile relative to t_begin; warp-uniform
-      if (t < nmy) {
-        const int bt = (2 * t) >> 5;
-        if (bt != cur_batch) {
-          pb_cur = pb_next;
-          pb_next = load_batch(bt + 1);
-          cur_batch = bt;
-        }
-        int32_t i0 = __shfl_sync(0xffffffffu, pb_cur, (2 * t) & 31);
-        int32_t i1 = __shfl_sync(0xffffffffu, pb_cur, (2 * t + 1) & 31);
-        if (tb + 16 * (t_begin + t) + 8 >= te) i1 = i0;
-        const uint8_t* g0 = base + static_cast<int64_t>(i0) * page_stride32;
-        const uint8_t* g1 = base + static_cast<int64_t>(i1) * page_stride32;
-        uint8_t* st = ring + (t % kStages) * (2 * kUnit);
-#pragma unroll
-        for (int c = lane; c < kChunks; c += 32) {
-          const uint8_t* src = c < kChunks / 2 ? g0 + 16 * c : g1 + 16 * (c - kChunks / 2);
-          CpAsync16(st + 16 * c, src);
-        }
-      }
-      CpAsyncCommit();
-    };
-#pragma unroll
-    for (int t = 0; t < kStages; ++t) issue(t);
     for (int t = 0; t < nmy; t += kTiles) {
       CpAsyncWait<kStages - kTiles>();
       __syncwarp();
@@ -552,9 +582,10 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
-// Stage 2. Grid: (B, Hq); block: D x kMergeGroups threads. Thread (d, j) sums channel d over
-// splits j, j + kMergeGroups, ... (independent loads, all in flight at once), then the groups are
-// reduced in shared memory. The split weights are staged once per block in shared memory.
+// Stage 2. Grid: (B, Hq); block: D x G threads, G = MergeGroups(plan) <= kMergeGroups. Thread
+// (d, j) sums channel d over splits j, j + G, ... (independent loads, all in flight at once), then
+// the groups are reduced in shared memory. The split weights are staged once per block in shared
+// memory. Small G for few splits per sequence (large batches): more, smaller blocks in one wave.
 constexpr int kMergeGroups = 8;
 constexpr int kMergeMaxSplits = 2048;
 __global__ void MergeKernel(const DecodeAttentionParams p) {
@@ -562,7 +593,7 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
   __shared__ float s_acc[kMergeGroups][128];
   __shared__ float s_red[2][32];
   const int b = blockIdx.x, h = blockIdx.y, D = p.head_dim;
-  const int tid = threadIdx.x, d = tid % D, j = tid / D;
+  const int tid = threadIdx.x, d = tid % D, j = tid / D, groups = blockDim.x / D;
   const int lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
   const int w0 = p.seq_work_indptr[b], n = p.seq_work_indptr[b + 1] - w0;
   float* out = p.out + static_cast<int64_t>(b) * p.out_seq_stride + static_cast<int64_t>(h) * D;
@@ -599,7 +630,7 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
   const int64_t stride = static_cast<int64_t>(p.num_q_heads) * D;
   float acc = 0.0f;
 #pragma unroll 4
-  for (int i = j; i < n; i += kMergeGroups) {
+  for (int i = j; i < n; i += groups) {
     const float w = staged ? s_w[i] : __expf(lse[static_cast<int64_t>(i) * p.num_q_heads] - mm);
     acc = fmaf(w, po[i * stride], acc);
   }
@@ -608,7 +639,7 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
   if (j == 0) {
     float total = 0.0f;
 #pragma unroll
-    for (int g = 0; g < kMergeGroups; ++g) total += s_acc[g][d];
+    for (int g = 0; g < groups; ++g) total += s_acc[g][d];
     out[d] = total / sum;
     if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = mm + logf(sum);
   }
@@ -651,7 +682,11 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
     OSCARKV_CUDA_RETURN_IF_ERROR(params.head_dim == 128 ? LaunchStage1<128>(params, stream)
                                                         : LaunchStage1<64>(params, stream));
   }
-  MergeKernel<<<dim3(params.num_seqs, params.num_q_heads), params.head_dim * kMergeGroups, 0,
+  // Groups: about 4 splits per thread (their loads are independent), at most kMergeGroups.
+  const int avg_splits = (params.num_work + params.num_seqs - 1) / params.num_seqs;
+  int groups = 1;
+  while (groups < kMergeGroups && 4 * groups < avg_splits) groups *= 2;
+  MergeKernel<<<dim3(params.num_seqs, params.num_q_heads), params.head_dim * groups, 0,
                 stream>>>(params);
   return cudaGetLastError();
 }
