@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Starts the four-process topology on loopback (docs/TOPOLOGIES.md): oscarkv_kvstore,
+# oscarkv_prefill, oscarkv_decode (KV blocks between them over UCX) and the router
+# (`oscarkv serve --prefill_address --decode_address`, the OpenAI HTTP API). Waits until each is
+# ready, prints the URL, and stops all four (SIGTERM, drain) when this script exits (Ctrl-C).
+#
+#   bash scripts/run_four_processes.sh [--port 8000] [--codec oscar] [--calibration FILE]
+#                                      [--model default] [--build build]
+# Logs: $LOG_DIR (default /tmp/oscarkv-four) /{kvstore,prefill,decode,router}.log
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PORT=8000; CODEC=oscar; CALIB=""; MODEL=default; BUILD=${OSCARKV_BUILD_DIR:-build}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --port) PORT=$2; shift 2 ;;
+    --codec) CODEC=$2; shift 2 ;;
+    --calibration) CALIB=$2; shift 2 ;;
+    --model) MODEL=$2; shift 2 ;;
+    --build) BUILD=$2; shift 2 ;;
+    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+LOG_DIR=${LOG_DIR:-/tmp/oscarkv-four}
+mkdir -p "$LOG_DIR"
+KV_GRPC=50061; KV_METRICS=9461; PF_GRPC=50081; PF_METRICS=9481; DC_GRPC=50071; DC_METRICS=9471
+for b in services/kvstore/oscarkv_kvstore services/prefill/oscarkv_prefill \
+         services/decode/oscarkv_decode tools/oscarkv; do
+  [ -x "$BUILD/$b" ] || { echo "missing $BUILD/$b: build first (bash scripts/build.sh)" >&2; exit 1; }
+done
+worker_flags=(--model "$MODEL" --codec "$CODEC" --transfer_backend ucx --metrics_host 127.0.0.1)
+[ -n "$CALIB" ] && worker_flags+=(--calibration "$CALIB")
+
+pids=()
+cleanup() {
+  for ((i=${#pids[@]}-1; i>=0; i--)); do kill -TERM "${pids[$i]}" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  echo "stopped (logs in $LOG_DIR)"
+}
+trap cleanup EXIT INT TERM
+
+wait_ready() {  # name url
+  for _ in $(seq 1 240); do
+    if curl -fsS "$2" >/dev/null 2>&1; then echo "$1 ready"; return 0; fi
+    sleep 0.5
+  done
+  echo "$1 did not become ready; see $LOG_DIR/$1.log" >&2; exit 1
+}
+
+"$BUILD/services/kvstore/oscarkv_kvstore" --grpc_address 127.0.0.1:$KV_GRPC \
+  --metrics_host 127.0.0.1 --metrics_port $KV_METRICS >"$LOG_DIR/kvstore.log" 2>&1 &
+pids+=($!)
+wait_ready kvstore http://127.0.0.1:$KV_METRICS/readyz
+"$BUILD/services/prefill/oscarkv_prefill" --grpc_address 127.0.0.1:$PF_GRPC \
+  --metrics_port $PF_METRICS --kvstore_address 127.0.0.1:$KV_GRPC "${worker_flags[@]}" \
+  >"$LOG_DIR/prefill.log" 2>&1 &
+pids+=($!)
+"$BUILD/services/decode/oscarkv_decode" --grpc_address 127.0.0.1:$DC_GRPC \
+  --metrics_port $DC_METRICS "${worker_flags[@]}" >"$LOG_DIR/decode.log" 2>&1 &
+pids+=($!)
+wait_ready prefill http://127.0.0.1:$PF_METRICS/readyz
+wait_ready decode http://127.0.0.1:$DC_METRICS/readyz
+router_flags=(serve --host 127.0.0.1 --port "$PORT" --model "$MODEL" --codec "$CODEC"
+              --prefill_address 127.0.0.1:$PF_GRPC --decode_address 127.0.0.1:$DC_GRPC)
+"$BUILD/tools/oscarkv" "${router_flags[@]}" >"$LOG_DIR/router.log" 2>&1 &
+pids+=($!)
+wait_ready router http://127.0.0.1:$PORT/v1/models
+echo "oscarkv (four processes) ready at http://127.0.0.1:$PORT/v1"
+echo "  metrics: kvstore :$KV_METRICS  prefill :$PF_METRICS  decode :$DC_METRICS  router :$PORT"
+echo "Ctrl-C stops all four."
+wait "${pids[-1]}"

@@ -1,0 +1,189 @@
+#include "services/decode/decode_batcher.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "lib/base/log.h"
+
+namespace oscarkv::decode {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "error";
+}
+
+struct DecodeBatcher::Entry {
+  uint64_t id = 0;
+  BatchRequest request;
+  std::unique_ptr<Sampler> sampler;
+  int32_t next_input = 0;  // token fed at the next step
+  int generated = 0;
+};
+
+DecodeBatcher::DecodeBatcher(StepFunction step, int vocab_size, int max_batch)
+    : step_(std::move(step)), vocab_size_(vocab_size), max_batch_(std::max(1, max_batch)) {
+  CHECK(vocab_size_ > 0);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+DecodeBatcher::~DecodeBatcher() { Stop(); }
+
+uint64_t DecodeBatcher::Submit(BatchRequest request) {
+  auto e = std::make_unique<Entry>();
+  e->sampler = std::make_unique<Sampler>(request.sampling);
+  e->next_input = request.first_token;
+  e->request = std::move(request);
+  std::unique_lock<std::mutex> lock(mu_);
+  e->id = next_id_++;
+  const uint64_t id = e->id;
+  if (stopping_) {
+    lock.unlock();
+    if (e->request.on_done) e->request.on_done(FinishReason::kCancelled, absl::OkStatus());
+    return id;
+  }
+  waiting_.push_back(std::move(e));
+  cv_.notify_all();
+  return id;
+}
+
+void DecodeBatcher::Cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_.push_back(id);
+  cv_.notify_all();
+}
+
+int DecodeBatcher::Load() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(waiting_.size()) + active_count_;
+}
+
+BatcherStats DecodeBatcher::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void DecodeBatcher::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void DecodeBatcher::Loop() {
+  std::vector<std::unique_ptr<Entry>> active;
+  std::vector<model::Sequence*> seqs;
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+  auto finish = [](Entry& e, FinishReason r, const absl::Status& s) {
+    if (e.request.on_done) e.request.on_done(r, s);
+  };
+  while (true) {
+    std::vector<uint64_t> cancelled;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !active.empty(); });
+      if (stopping_) {
+        for (auto& e : waiting_) active.push_back(std::move(e));
+        waiting_.clear();
+        active_count_ = 0;
+        lock.unlock();
+        for (auto& e : active) finish(*e, FinishReason::kCancelled, absl::OkStatus());
+        return;
+      }
+      // Join: oldest first, up to max_batch.
+      size_t take = std::min(waiting_.size(), static_cast<size_t>(max_batch_) - active.size());
+      for (size_t i = 0; i < take; ++i) active.push_back(std::move(waiting_[i]));
+      waiting_.erase(waiting_.begin(), waiting_.begin() + take);
+      cancelled.swap(cancelled_);
+      // Cancels for ids still waiting stay pending until they join.
+      for (const auto& w : waiting_) {
+        if (std::find(cancelled.begin(), cancelled.end(), w->id) != cancelled.end()) {
+          cancelled_.push_back(w->id);
+        }
+      }
+      active_count_ = static_cast<int>(active.size());
+    }
+    // Leave: cancelled requests.
+    for (auto it = active.begin(); it != active.end();) {
+      if (std::find(cancelled.begin(), cancelled.end(), (*it)->id) != cancelled.end()) {
+        finish(**it, FinishReason::kCancelled, absl::OkStatus());
+        it = active.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (active.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      active_count_ = 0;
+      continue;
+    }
+
+    seqs.clear();
+    tokens.clear();
+    for (auto& e : active) {
+      seqs.push_back(e->request.sequence);
+      tokens.push_back(e->next_input);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = step_(seqs, tokens, &logits);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s.ok() && logits.size() != active.size() * static_cast<size_t>(vocab_size_)) {
+      s = absl::InternalError("decode step returned logits of the wrong size");
+    }
+    if (!s.ok()) {
+      LOG(WARNING) << "decode step over " << active.size() << " sequences failed: " << s;
+      for (auto& e : active) finish(*e, FinishReason::kError, s);
+      active.clear();
+      std::lock_guard<std::mutex> lock(mu_);
+      active_count_ = 0;
+      continue;
+    }
+    uint64_t produced = 0;
+    const size_t batch = active.size();
+    std::vector<std::unique_ptr<Entry>> still;
+    still.reserve(active.size());
+    for (size_t b = 0; b < active.size(); ++b) {
+      Entry& e = *active[b];
+      const std::span<const float> row(logits.data() + b * vocab_size_, vocab_size_);
+      const int32_t token = e.sampler->Sample(row);
+      ++produced;
+      ++e.generated;
+      const auto& stops = e.request.stop_token_ids;
+      if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+        finish(e, FinishReason::kStop, absl::OkStatus());
+        continue;
+      }
+      if (e.request.on_token && !e.request.on_token(token)) {
+        finish(e, FinishReason::kCancelled, absl::OkStatus());
+        continue;
+      }
+      if (e.generated >= e.request.max_new_tokens) {
+        finish(e, FinishReason::kLength, absl::OkStatus());
+        continue;
+      }
+      e.next_input = token;
+      still.push_back(std::move(active[b]));
+    }
+    active.swap(still);
+    std::lock_guard<std::mutex> lock(mu_);
+    active_count_ = static_cast<int>(active.size());
+    stats_.steps += 1;
+    stats_.tokens += produced;
+    stats_.max_batch_seen = std::max<uint64_t>(stats_.max_batch_seen, batch);
+    stats_.step_seconds += dt;
+  }
+}
+
+}  // namespace oscarkv::decode

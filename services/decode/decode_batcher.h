@@ -1,0 +1,100 @@
+// Continuous batching: one loop thread runs decode steps over every active sequence at once.
+// Sequences join (Submit) and leave (stop token, length, cancel, error) between steps, so a new
+// request never waits for a running batch to finish.
+//
+// Each step: move waiting requests into the active set (up to max_batch), feed every active
+// sequence its last token through `step` (one batched forward), sample the next token per
+// sequence, deliver it, and retire the finished ones.
+//
+// Threads: the loop thread calls `step` and every callback; Submit/Cancel/Stop may be called from
+// any thread. One mutex (mu_) guards the waiting list and cancel flags; it is never held while
+// calling `step` or a callback.
+#ifndef OSCARKV_SERVICES_DECODE_DECODE_BATCHER_H_
+#define OSCARKV_SERVICES_DECODE_DECODE_BATCHER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "lib/model/model.h"
+#include "services/decode/sampler.h"
+
+namespace oscarkv::decode {
+
+// One batched forward: appends tokens[b] to *seqs[b] and writes logits [B, vocab].
+using StepFunction = std::function<absl::Status(
+    std::span<model::Sequence* const> seqs, std::span<const int32_t> tokens,
+    std::vector<float>* logits)>;
+
+// Why a sequence left the batch.
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+const char* FinishReasonName(FinishReason reason);  // "stop", "length", "cancelled", "error"
+
+struct BatchRequest {
+  model::Sequence* sequence = nullptr;  // not owned; valid until on_done returns
+  int32_t first_token = 0;              // fed first (already produced by prefill)
+  int max_new_tokens = 1;               // tokens to generate after first_token; >= 1
+  std::vector<int32_t> stop_token_ids;  // end generation (not delivered); e.g. EOS
+  SamplingParams sampling;
+  // Called on the loop thread for each generated token, in order; return false to stop
+  // (finishes with kCancelled). Must not block.
+  std::function<bool(int32_t token)> on_token;
+  // Called exactly once, on the loop thread (or in Stop), when the sequence leaves.
+  std::function<void(FinishReason reason, const absl::Status& status)> on_done;
+};
+
+struct BatcherStats {
+  uint64_t steps = 0;            // batched forwards run
+  uint64_t tokens = 0;           // tokens generated (sampled), all sequences
+  uint64_t max_batch_seen = 0;   // largest batch so far
+  double step_seconds = 0;       // time inside `step`
+};
+
+class DecodeBatcher {
+ public:
+  // Starts the loop thread. `vocab_size` > 0, `max_batch` >= 1.
+  DecodeBatcher(StepFunction step, int vocab_size, int max_batch);
+  ~DecodeBatcher();  // Stop()
+  DecodeBatcher(const DecodeBatcher&) = delete;
+  DecodeBatcher& operator=(const DecodeBatcher&) = delete;
+
+  // Queues a request; it joins the batch before the next step. Returns its id (for Cancel).
+  // After Stop, the request finishes at once with kCancelled.
+  uint64_t Submit(BatchRequest request);
+  // Marks a request cancelled; it leaves before the next step (on_done with kCancelled).
+  void Cancel(uint64_t id);
+  // Sequences waiting + active (the active count is refreshed after each step's callbacks).
+  int Load() const;
+  BatcherStats stats() const;
+  // Finishes every request with kCancelled and joins the loop thread. Idempotent.
+  void Stop();
+
+ private:
+  struct Entry;
+  void Loop();
+
+  StepFunction step_;
+  const int vocab_size_;
+  const int max_batch_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Entry>> waiting_;   // guarded by mu_
+  std::vector<uint64_t> cancelled_;               // guarded by mu_
+  uint64_t next_id_ = 1;                          // guarded by mu_
+  bool stopping_ = false;                         // guarded by mu_
+  int active_count_ = 0;                          // guarded by mu_
+  BatcherStats stats_;                            // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace oscarkv::decode
+
+#endif  // OSCARKV_SERVICES_DECODE_DECODE_BATCHER_H_

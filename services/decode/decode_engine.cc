@@ -1,0 +1,142 @@
+#include "services/decode/decode_engine.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
+#include "lib/base/status_macros.h"
+
+namespace oscarkv::decode {
+
+DecodeEngine::DecodeEngine(const engine::ServingEngine* engine, transfer::TransferBackend* backend,
+                           DecodeMetrics* metrics, const DecodeEngineOptions& options)
+    : engine_(engine),
+      metrics_(metrics),
+      options_(options),
+      fetcher_(backend),
+      pool_(options.kv_capacity_bytes, absl::Seconds(options.idle_ttl_seconds)),
+      batcher_(
+          [engine, metrics](std::span<model::Sequence* const> seqs,
+                            std::span<const int32_t> tokens, std::vector<float>* logits) {
+            const auto t0 = std::chrono::steady_clock::now();
+            absl::Status s = engine->DecodeStep(seqs, tokens, logits);
+            metrics->step_seconds.Observe(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            metrics->steps_total.Increment();
+            return s;
+          },
+          engine->model().tokenizer().vocab_size(), options.max_batch) {}
+
+DecodeEngine::~DecodeEngine() { Stop(); }
+
+int64_t DecodeEngine::Bf16Bytes(int64_t tokens) const {
+  return tokens * engine_->model().config().KvBytesPerTokenBf16();
+}
+
+absl::StatusOr<StartResult> DecodeEngine::StartSequence(const StartParams& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto fail = [&](absl::Status s) {
+    metrics_->sequences_rejected_total.Increment();
+    return s;
+  };
+  if (p.codec != engine_->codec().name) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "this decode worker serves codec ", std::string(engine_->codec().name), ", not '", p.codec, "'")));
+  }
+  if (p.model_fingerprint != 0 && (p.model_fingerprint != engine_->model_fingerprint() ||
+                                   p.calib_fingerprint != engine_->calibration_fingerprint())) {
+    return fail(absl::FailedPreconditionError("model or calibration fingerprint mismatch"));
+  }
+  if (p.blocks.empty()) return fail(absl::InvalidArgumentError("no prompt blocks"));
+  kvformat::BlockExpectations expect;
+  expect.model_fingerprint = engine_->model_fingerprint();
+  expect.calib_fingerprint = engine_->calibration_fingerprint();
+  absl::StatusOr<FetchedBlocks> fetched = fetcher_.Fetch(p.blocks, expect);
+  if (!fetched.ok()) return fail(Annotate(fetched.status(), "fetching prompt blocks"));
+  metrics_->received_bytes_total.Increment(static_cast<double>(fetched->bytes));
+  metrics_->received_blocks_total.Increment(static_cast<double>(fetched->views.size()));
+  absl::StatusOr<std::unique_ptr<model::Sequence>> seq =
+      engine_->SequenceFromBlocks(fetched->views);
+  if (!seq.ok()) return fail(Annotate(seq.status(), "rebuilding the sequence"));
+  auto entry = std::make_unique<PooledSequence>();
+  entry->request_id = p.request_id;
+  entry->session_id = p.session_id;
+  const int64_t tokens = (*seq)->length();
+  entry->kv_bytes = engine_->SequenceKvBytes(**seq);
+  entry->bf16_equivalent_bytes = Bf16Bytes(tokens);
+  entry->sequence = *std::move(seq);
+  absl::StatusOr<uint64_t> id = pool_.Insert(std::move(entry), absl::Now());
+  if (!id.ok()) return fail(id.status());
+  metrics_->sequences_started_total.Increment();
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics_->fetch_seconds.Observe(dt);
+  VLOG(1) << "sequence " << *id << " (" << p.request_id << "): " << tokens << " tokens, "
+          << fetched->views.size() << " blocks, " << fetched->bytes << " bytes in " << dt << " s";
+  return StartResult{*id, tokens, fetched->bytes};
+}
+
+absl::Status DecodeEngine::Generate(uint64_t id, const GenerateParams& params,
+                                    std::function<bool(int32_t)> on_token,
+                                    std::function<void(FinishReason, const absl::Status&)> on_done) {
+  OSCARKV_RETURN_IF_ERROR(params.sampling.Validate());
+  if (params.max_new_tokens < 1) return absl::InvalidArgumentError("max_new_tokens must be >= 1");
+  const int vocab = engine_->model().tokenizer().vocab_size();
+  if (params.first_token < 0 || params.first_token >= vocab) {
+    return absl::InvalidArgumentError("first_token outside the vocabulary");
+  }
+  OSCARKV_ASSIGN_OR_RETURN(model::Sequence * seq, pool_.BeginGenerate(id));
+  BatchRequest r;
+  r.sequence = seq;
+  r.first_token = params.first_token;
+  r.max_new_tokens = params.max_new_tokens;
+  r.stop_token_ids = params.stop_token_ids;
+  const model::Tokenizer& tok = engine_->model().tokenizer();
+  for (int32_t t = 0; t < vocab; ++t) {
+    if (tok.IsEndOfGeneration(t)) r.stop_token_ids.push_back(t);
+  }
+  r.sampling = params.sampling;
+  r.on_token = [this, on_token = std::move(on_token), t0 = std::chrono::steady_clock::now(),
+                first = true](int32_t t) mutable {
+    if (first) {
+      metrics_->time_to_first_token_seconds.Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      first = false;
+    }
+    metrics_->tokens_generated_total.Increment();
+    return on_token(t);
+  };
+  r.on_done = [this, id, seq, on_done = std::move(on_done)](FinishReason reason,
+                                                            const absl::Status& s) {
+    pool_.FinishGenerate(id, engine_->SequenceKvBytes(*seq), Bf16Bytes(seq->length()),
+                         absl::Now());
+    on_done(reason, s);
+  };
+  const uint64_t batch_id = batcher_.Submit(std::move(r));
+  std::lock_guard<std::mutex> lock(ids_mu_);
+  batch_ids_[id] = batch_id;
+  return absl::OkStatus();
+}
+
+uint64_t DecodeEngine::BatchIdOf(uint64_t sequence_id) const {
+  std::lock_guard<std::mutex> lock(ids_mu_);
+  auto it = batch_ids_.find(sequence_id);
+  return it == batch_ids_.end() ? 0 : it->second;
+}
+
+absl::StatusOr<EndTurnResult> DecodeEngine::EndTurn(uint64_t id, bool keep,
+                                                    double keep_ttl_seconds) {
+  EndTurnResult r;
+  if (keep) {
+    const double ttl = std::min(std::max(keep_ttl_seconds, 0.0), options_.max_keep_seconds);
+    OSCARKV_ASSIGN_OR_RETURN(r.kept_bytes, pool_.Keep(id, absl::Seconds(ttl), absl::Now()));
+  } else {
+    OSCARKV_ASSIGN_OR_RETURN(r.released_bytes, pool_.Release(id));
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    batch_ids_.erase(id);
+  }
+  return r;
+}
+
+int DecodeEngine::Sweep() { return pool_.Sweep(absl::Now()); }
+
+}  // namespace oscarkv::decode

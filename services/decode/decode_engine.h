@@ -1,0 +1,112 @@
+// The decode worker's domain: fetch a sequence's blocks (KvFetcher), rebuild its three-tier
+// cache (ServingEngine::SequenceFromBlocks), hold it (TokenPool), run it in the continuous
+// batcher (DecodeBatcher) and end turns. Knows no proto or gRPC.
+//
+// Threads: StartSequence/Generate/EndTurn from any thread (gRPC pool); the batcher's loop thread
+// runs the steps and the token callbacks. No lock of its own: TokenPool and DecodeBatcher each
+// guard themselves and neither calls the other while locked.
+#ifndef OSCARKV_SERVICES_DECODE_DECODE_ENGINE_H_
+#define OSCARKV_SERVICES_DECODE_DECODE_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/engine/serving_engine.h"
+#include "services/decode/decode_batcher.h"
+#include "services/decode/decode_metrics.h"
+#include "services/decode/kv_fetcher.h"
+#include "services/decode/token_pool.h"
+
+namespace oscarkv::decode {
+
+struct StartParams {
+  std::string request_id;
+  std::string session_id;
+  std::string codec;                  // must equal the engine's codec name
+  uint64_t model_fingerprint = 0;     // 0 = unchecked
+  uint64_t calib_fingerprint = 0;     // checked when model_fingerprint is set
+  std::vector<BlockSource> blocks;    // ALL the prompt's blocks, in order
+};
+
+struct StartResult {
+  uint64_t sequence_id = 0;
+  int64_t prompt_tokens = 0;    // tokens in the rebuilt sequence
+  uint64_t fetched_bytes = 0;   // bytes moved by the transfer layer
+};
+
+struct GenerateParams {
+  int32_t first_token = 0;             // produced by prefill; fed first, not streamed again
+  int max_new_tokens = 1;              // tokens to stream after first_token; >= 1
+  std::vector<int32_t> stop_token_ids; // in addition to the model's end-of-generation tokens
+  SamplingParams sampling;
+};
+
+struct EndTurnResult {
+  int64_t kept_bytes = 0;
+  int64_t released_bytes = 0;
+};
+
+struct DecodeEngineOptions {
+  int max_batch = 32;
+  int64_t kv_capacity_bytes = int64_t{1} << 30;
+  double idle_ttl_seconds = 60;
+  double max_keep_seconds = 3600;
+};
+
+class DecodeEngine {
+ public:
+  // `engine`, `backend` and `metrics` are not owned and must outlive this object.
+  DecodeEngine(const engine::ServingEngine* engine, transfer::TransferBackend* backend,
+               DecodeMetrics* metrics, const DecodeEngineOptions& options);
+  ~DecodeEngine();  // Stop()
+
+  // Fetches and verifies the blocks, rebuilds the sequence and pools it.
+  // @return kInvalidArgument (codec mismatch, no blocks), kFailedPrecondition (model identity
+  //   or block mismatch), kDataLoss (checksum), kResourceExhausted (pool full), transfer errors.
+  absl::StatusOr<StartResult> StartSequence(const StartParams& params);
+
+  // Runs `id` in the batcher. `on_token` (loop thread, must not block; false = stop) gets each
+  // new token; `on_done` is called once at the end.
+  // @return kNotFound, kFailedPrecondition (already generating), kInvalidArgument.
+  absl::Status Generate(uint64_t id, const GenerateParams& params,
+                        std::function<bool(int32_t)> on_token,
+                        std::function<void(FinishReason, const absl::Status&)> on_done);
+  // Asks a running Generate to stop before the next step.
+  void Cancel(uint64_t batch_id) { batcher_.Cancel(batch_id); }
+  // Id of the batch request of the last Generate on `id` (for Cancel); 0 if none.
+  uint64_t BatchIdOf(uint64_t sequence_id) const;
+
+  // Keeps (for `keep_ttl_seconds`, capped by max_keep_seconds) or releases a sequence.
+  absl::StatusOr<EndTurnResult> EndTurn(uint64_t id, bool keep, double keep_ttl_seconds);
+
+  // Drops expired sequences. Returns how many.
+  int Sweep();
+  PoolUsage Usage() const { return pool_.Usage(); }
+  int Load() const { return batcher_.Load(); }
+  BatcherStats batcher_stats() const { return batcher_.stats(); }
+  const engine::ServingEngine& serving_engine() const { return *engine_; }
+  // Stops the batcher (running requests end with kCancelled).
+  void Stop() { batcher_.Stop(); }
+
+ private:
+  int64_t Bf16Bytes(int64_t tokens) const;
+
+  const engine::ServingEngine* engine_;
+  DecodeMetrics* metrics_;
+  DecodeEngineOptions options_;
+  KvFetcher fetcher_;
+  TokenPool pool_;
+  DecodeBatcher batcher_;
+  mutable std::mutex ids_mu_;
+  std::unordered_map<uint64_t, uint64_t> batch_ids_;  // sequence id → batch id; guarded
+};
+
+}  // namespace oscarkv::decode
+
+#endif  // OSCARKV_SERVICES_DECODE_DECODE_ENGINE_H_

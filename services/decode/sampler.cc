@@ -1,0 +1,82 @@
+#include "services/decode/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace oscarkv::decode {
+
+absl::Status SamplingParams::Validate() const {
+  if (!(temperature >= 0.0f && temperature <= 100.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("temperature must be in [0, 100], got ",
+                                                   temperature));
+  }
+  if (!(top_p > 0.0f && top_p <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", top_p));
+  }
+  if (top_k < 0) return absl::InvalidArgumentError("top_k must be >= 0");
+  return absl::OkStatus();
+}
+
+int32_t Argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  float best_v = -INFINITY;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float v = std::isfinite(logits[i]) ? logits[i] : -INFINITY;
+    if (v > best_v) {
+      best_v = v;
+      best = static_cast<int32_t>(i);
+    }
+  }
+  return best;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits) {
+  if (params_.temperature == 0.0f) return Argmax(logits);
+  // Candidates sorted by logit (descending, then id), truncated by top-k.
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  auto value = [&](int32_t i) {
+    return std::isfinite(logits[i]) ? static_cast<double>(logits[i]) : -INFINITY;
+  };
+  size_t keep = ids.size();
+  if (params_.top_k > 0) keep = std::min(keep, static_cast<size_t>(params_.top_k));
+  std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), [&](int32_t a, int32_t b) {
+    return value(a) > value(b) || (value(a) == value(b) && a < b);
+  });
+  ids.resize(keep);
+  // Softmax in float64 at the temperature.
+  const double top = value(ids[0]);
+  std::vector<double> p(ids.size());
+  double sum = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    p[i] = std::exp((value(ids[i]) - top) / params_.temperature);
+    sum += p[i];
+  }
+  // Nucleus: the smallest prefix with mass >= top_p.
+  size_t n = ids.size();
+  if (params_.top_p < 1.0f) {
+    double mass = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      mass += p[i] / sum;
+      if (mass >= params_.top_p) {
+        n = i + 1;
+        break;
+      }
+    }
+  }
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) total += p[i];
+  const double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  double acc = 0;
+  for (size_t i = 0; i < n; ++i) {
+    acc += p[i];
+    if (u < acc) return ids[i];
+  }
+  return ids[n - 1];
+}
+
+}  // namespace oscarkv::decode

@@ -1,0 +1,76 @@
+// The decode worker's sequence table: every sequence it holds (its three-tier cache inside a
+// model::Sequence built by ServingEngine), its state, and the KV bytes it occupies, with a byte
+// capacity. A sequence lives from StartSequence until EndTurn releases it, or until its keep
+// (pin) TTL or idle TTL runs out (Sweep).
+#ifndef OSCARKV_SERVICES_DECODE_TOKEN_POOL_H_
+#define OSCARKV_SERVICES_DECODE_TOKEN_POOL_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "lib/model/model.h"
+
+namespace oscarkv::decode {
+
+struct PooledSequence {
+  uint64_t id = 0;
+  std::string request_id;
+  std::string session_id;
+  std::unique_ptr<model::Sequence> sequence;
+  int64_t kv_bytes = 0;           // bytes its cache occupies (ServingEngine::SequenceKvBytes)
+  int64_t bf16_equivalent_bytes = 0;  // the same tokens as a BF16 cache
+  bool generating = false;        // a Generate is running on it
+  bool kept = false;              // pinned by EndTurn(keep)
+  absl::Time expires = absl::InfiniteFuture();  // dropped by Sweep after this
+};
+
+struct PoolUsage {
+  int64_t sequences = 0;
+  int64_t kv_bytes = 0;
+  int64_t bf16_equivalent_bytes = 0;
+  int64_t capacity_bytes = 0;
+};
+
+// Thread-safe (one mutex). Sequence pointers handed out stay valid while the entry is
+// `generating` (Release and Sweep skip such entries until FinishGenerate).
+class TokenPool {
+ public:
+  // `capacity_bytes` > 0; `idle_ttl`: how long a sequence with no Generate/EndTurn is kept.
+  TokenPool(int64_t capacity_bytes, absl::Duration idle_ttl)
+      : capacity_bytes_(capacity_bytes), idle_ttl_(idle_ttl) {}
+
+  // Takes ownership; returns the new id. @return kResourceExhausted when the bytes do not fit.
+  absl::StatusOr<uint64_t> Insert(std::unique_ptr<PooledSequence> entry, absl::Time now);
+  // Marks `id` generating and returns its sequence. @return kNotFound, or kFailedPrecondition
+  // when a Generate already runs on it.
+  absl::StatusOr<model::Sequence*> BeginGenerate(uint64_t id);
+  // Ends a Generate; refreshes the KV byte count and the idle expiry.
+  void FinishGenerate(uint64_t id, int64_t kv_bytes, int64_t bf16_equivalent_bytes,
+                      absl::Time now);
+  // Keeps a sequence for `ttl` (EndTurn keep). @return bytes kept, or kNotFound.
+  absl::StatusOr<int64_t> Keep(uint64_t id, absl::Duration ttl, absl::Time now);
+  // Drops a sequence (EndTurn release). @return bytes released, kNotFound, or
+  // kFailedPrecondition while it is generating.
+  absl::StatusOr<int64_t> Release(uint64_t id);
+  // Drops expired, non-generating sequences; returns how many.
+  int Sweep(absl::Time now);
+  PoolUsage Usage() const;
+
+ private:
+  const int64_t capacity_bytes_;
+  const absl::Duration idle_ttl_;
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, std::unique_ptr<PooledSequence>> entries_;  // guarded by mu_
+  uint64_t next_id_ = 1;                                                   // guarded by mu_
+  int64_t kv_bytes_ = 0;                                                   // guarded by mu_
+  int64_t bf16_bytes_ = 0;                                                 // guarded by mu_
+};
+
+}  // namespace oscarkv::decode
+
+#endif  // OSCARKV_SERVICES_DECODE_TOKEN_POOL_H_

@@ -1,0 +1,197 @@
+#include "services/prefill/prefill_engine.h"
+
+#include <chrono>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
+#include "lib/base/status_macros.h"
+
+namespace oscarkv::prefill {
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+PrefillEngine::PrefillEngine(const engine::ServingEngine* engine,
+                             transfer::TransferBackend* backend, KvStoreClient* store,
+                             KvPublisher* publisher, PrefillMetrics* metrics,
+                             PrefillEngineOptions options)
+    : engine_(engine),
+      backend_(backend),
+      store_(store),
+      publisher_(publisher),
+      metrics_(metrics),
+      options_(std::move(options)) {}
+
+absl::StatusOr<PrefillEngine::Prefix> PrefillEngine::FetchPrefix(
+    const PrefillParams& params, std::span<const kvformat::BlockKey> keys) {
+  Prefix prefix;
+  OSCARKV_ASSIGN_OR_RETURN(LookupResult hit, store_->LookupPrefix(keys, params.session_id));
+  if (hit.blocks.empty()) return prefix;
+  std::vector<uint64_t> offsets;
+  uint64_t total = 0;
+  for (const BlockInfo& b : hit.blocks) {
+    offsets.push_back(total);
+    total += kvformat::kBlockHeaderBytes + b.payload_bytes;
+  }
+  prefix.buffer.resize(total);
+  absl::Status status;
+  absl::StatusOr<transfer::RegisteredMemory> local =
+      backend_->RegisterMemory(std::span<std::byte>(prefix.buffer));
+  if (!local.ok()) status = local.status();
+  if (status.ok()) {
+    std::map<std::string, transfer::TransferBatch> batches;
+    for (size_t i = 0; i < hit.blocks.size(); ++i) {
+      const BlockInfo& b = hit.blocks[i];
+      transfer::TransferBatch& batch = batches[b.location.peer_address];
+      batch.peer_address = b.location.peer_address;
+      batch.ops.push_back({local->handle, offsets[i], b.location.remote_descriptor,
+                           b.location.offset, kvformat::kBlockHeaderBytes + b.payload_bytes,
+                           transfer::Direction::kGet});
+    }
+    for (auto& [peer, batch] : batches) {
+      status = transfer::TransferAndWait(*backend_, batch);
+      if (!status.ok()) break;
+    }
+    if (absl::Status d = backend_->DeregisterMemory(local->handle); !d.ok()) {
+      LOG(WARNING) << "prefix buffer deregistration failed: " << d;
+    }
+  }
+  if (absl::Status r = store_->ReleaseLease(hit.lease_id); !r.ok()) {
+    VLOG(1) << "kvstore lease release failed: " << r;
+  }
+  OSCARKV_RETURN_IF_ERROR(status);
+  // Every block is checked against what this engine expects; the first one that does not fit
+  // ends the usable prefix (never used, ARCHITECTURE.md §4).
+  for (size_t i = 0; i < hit.blocks.size(); ++i) {
+    kvformat::BlockExpectations e;
+    e.model_fingerprint = engine_->model_fingerprint();
+    e.calib_fingerprint = engine_->calibration_fingerprint();
+    e.key = keys[i];
+    e.token_count = engine_->options().block_tokens;
+    const uint64_t bytes = kvformat::kBlockHeaderBytes + hit.blocks[i].payload_bytes;
+    absl::StatusOr<kvformat::BlockView> view =
+        kvformat::ParseBlock(std::span(prefix.buffer.data() + offsets[i], bytes), e);
+    if (!view.ok()) {
+      LOG(WARNING) << params.request_id << ": stored block " << i << " rejected: "
+                   << view.status();
+      break;
+    }
+    prefix.views.push_back(*view);
+    prefix.bytes += bytes;
+  }
+  prefix.matched = static_cast<int>(prefix.views.size());
+  return prefix;
+}
+
+absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params) {
+  const auto t_start = std::chrono::steady_clock::now();
+  if (params.tokens.empty()) return absl::InvalidArgumentError("empty prompt");
+  if (params.codec != engine_->codec().name) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this prefill worker serves codec ", std::string(engine_->codec().name), ", not '", params.codec, "'"));
+  }
+  if (params.model_fingerprint != 0 &&
+      (params.model_fingerprint != engine_->model_fingerprint() ||
+       params.calib_fingerprint != engine_->calibration_fingerprint())) {
+    return absl::FailedPreconditionError("model or calibration fingerprint mismatch");
+  }
+  OSCARKV_RETURN_IF_ERROR(params.sampling.Validate());
+  if (active_.fetch_add(1) >= options_.max_concurrent) {
+    active_.fetch_sub(1);
+    return absl::ResourceExhaustedError("prefill worker busy: retry elsewhere");
+  }
+  struct Release {
+    std::atomic<int>* a;
+    ~Release() { a->fetch_sub(1); }
+  } release{&active_};
+  metrics_->active_requests.Set(active_.load());
+
+  PrefillOutput out;
+  // 1. Prefix lookup and fetch.
+  auto t0 = std::chrono::steady_clock::now();
+  Prefix prefix;
+  const bool use_store = params.use_kvstore && store_ != nullptr;
+  if (use_store) {
+    const std::vector<kvformat::BlockKey> keys = engine_->ReusableKeys(params.tokens);
+    if (!keys.empty()) {
+      absl::StatusOr<Prefix> p = FetchPrefix(params, keys);
+      if (p.ok()) {
+        prefix = *std::move(p);
+      } else {
+        LOG(WARNING) << params.request_id << ": prefix fetch failed, computing in full: "
+                     << p.status();
+      }
+    }
+  }
+  out.matched_blocks = prefix.matched;
+  out.timings.prefix_fetch_seconds = Since(t0);
+
+  // 2. Prefill the rest.
+  t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<engine::PrefillResult> result = engine_->Prefill(params.tokens, prefix.views);
+  if (!result.ok() && !prefix.views.empty()) {
+    LOG(WARNING) << params.request_id << ": reused blocks refused (" << result.status()
+                 << "), computing in full";
+    prefix.views.clear();
+    result = engine_->Prefill(params.tokens);
+  }
+  if (!result.ok()) {
+    metrics_->failures_total.Increment();
+    return result.status();
+  }
+  out.timings.compute_seconds = Since(t0);
+  out.reused_tokens = result->reused_tokens;
+  out.computed_tokens = result->computed_tokens;
+
+  // 3. Stage all blocks for the decode worker; publish the reusable ones to the store.
+  t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<StagedBlocks> staged = publisher_->Stage(result->blocks);
+  if (!staged.ok()) {
+    metrics_->failures_total.Increment();
+    return staged.status();
+  }
+  out.staged = *std::move(staged);
+  const std::string codec(engine_->codec().name);
+  metrics_->published_bytes_total.WithLabels({codec, "decode"})
+      .Increment(static_cast<double>(out.staged.bytes));
+  if (use_store) {
+    absl::StatusOr<StorePublishStats> store = publisher_->PublishToStore(out.staged);
+    if (store.ok()) {
+      out.store = *store;
+      metrics_->published_bytes_total.WithLabels({codec, "kvstore"})
+          .Increment(static_cast<double>(store->written_bytes));
+    } else {
+      LOG(WARNING) << params.request_id << ": publishing to the kvstore failed: "
+                   << store.status();
+    }
+  }
+  out.timings.transfer_seconds = Since(t0);
+
+  // 4. First token.
+  Sampler sampler(params.sampling);
+  out.first_token = sampler.Sample(result->last_logits);
+  out.timings.total_seconds = Since(t_start);
+
+  metrics_->requests_total.Increment();
+  metrics_->tokens_computed_total.Increment(static_cast<double>(out.computed_tokens));
+  metrics_->tokens_reused_total.Increment(static_cast<double>(out.reused_tokens));
+  metrics_->blocks_fetched_total.Increment(prefix.matched);
+  metrics_->fetched_bytes_total.Increment(static_cast<double>(prefix.bytes));
+  metrics_->phase_seconds.WithLabels({"prefix_fetch"}).Observe(out.timings.prefix_fetch_seconds);
+  metrics_->phase_seconds.WithLabels({"compute"}).Observe(out.timings.compute_seconds);
+  metrics_->phase_seconds.WithLabels({"transfer"}).Observe(out.timings.transfer_seconds);
+  metrics_->phase_seconds.WithLabels({"total"}).Observe(out.timings.total_seconds);
+  metrics_->outbox_bytes.Set(static_cast<double>(publisher_->outbox_bytes()));
+  VLOG(1) << params.request_id << ": " << params.tokens.size() << " tokens, reused "
+          << out.reused_tokens << ", computed " << out.computed_tokens << ", "
+          << out.staged.blocks.size() << " blocks (" << out.staged.bytes << " bytes), stored "
+          << out.store.written_blocks << " in " << out.timings.total_seconds << " s";
+  return out;
+}
+
+}  // namespace oscarkv::prefill

@@ -1,0 +1,103 @@
+// The prefill worker's domain: one request's prompt → look up its reusable block keys in the
+// kvstore → fetch the hit blocks through lib/transfer and parse them with expectations
+// (checksums, fingerprints, codec, keys) → ServingEngine::Prefill over the rest → stage ALL
+// blocks in the outbox for the decode worker, put the reusable ones to the kvstore → sample the
+// first token. Knows no proto or gRPC (the kvstore is reached through KvStoreClient).
+//
+// Prefix reuse is bit-exact (lib/engine/serving_engine.h): a hit changes work, never output.
+// A kvstore that is down or a block that fails its checks only costs the reuse (logged, then
+// the prompt is computed in full); it never fails the request.
+//
+// Threads: Prefill may be called from many threads; ServingEngine, KvPublisher, KvStoreClient
+// and the transfer backend are thread-safe. Concurrent prefills are limited by
+// `max_concurrent` (a counting semaphore), extra callers get kResourceExhausted.
+#ifndef OSCARKV_SERVICES_PREFILL_PREFILL_ENGINE_H_
+#define OSCARKV_SERVICES_PREFILL_PREFILL_ENGINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/engine/serving_engine.h"
+#include "lib/transfer/transfer_backend.h"
+#include "services/prefill/kv_publisher.h"
+#include "services/prefill/kvstore_client.h"
+#include "services/prefill/prefill_metrics.h"
+#include "services/prefill/sampler.h"
+
+namespace oscarkv::prefill {
+
+struct PrefillParams {
+  std::string request_id;
+  std::string session_id;
+  std::vector<int32_t> tokens;       // the prompt; not empty
+  std::string codec;                 // must equal the engine's codec name
+  bool use_kvstore = true;           // look up and publish to the kvstore (when configured)
+  SamplingParams sampling;           // for the first token
+  uint64_t model_fingerprint = 0;    // expected identity; 0 = unchecked
+  uint64_t calib_fingerprint = 0;
+};
+
+struct PrefillTimings {
+  double prefix_fetch_seconds = 0;
+  double compute_seconds = 0;   // ServingEngine::Prefill (forward + block encoding)
+  double transfer_seconds = 0;  // staging + kvstore puts
+  double total_seconds = 0;
+};
+
+struct PrefillOutput {
+  int32_t first_token = 0;
+  StagedBlocks staged;             // ALL prompt blocks, located in this worker's outbox
+  int64_t reused_tokens = 0;
+  int64_t computed_tokens = 0;
+  int matched_blocks = 0;          // kvstore prefix hit, in blocks
+  StorePublishStats store;         // what went to the kvstore
+  PrefillTimings timings;
+};
+
+struct PrefillEngineOptions {
+  std::string worker_id = "prefill-0";
+  int max_concurrent = 4;
+};
+
+class PrefillEngine {
+ public:
+  // Not owned, must outlive this: `engine`, `backend`, `publisher`, `metrics`; `store` may be
+  // null (no kvstore: no reuse, no store publishing).
+  PrefillEngine(const engine::ServingEngine* engine, transfer::TransferBackend* backend,
+                KvStoreClient* store, KvPublisher* publisher, PrefillMetrics* metrics,
+                PrefillEngineOptions options);
+
+  // @return kInvalidArgument (empty prompt, bad token, codec mismatch), kFailedPrecondition
+  //   (model identity mismatch), kResourceExhausted (too many concurrent prefills, outbox
+  //   full), model and transfer errors.
+  absl::StatusOr<PrefillOutput> Prefill(const PrefillParams& params);
+
+  int active() const { return active_.load(); }
+  const engine::ServingEngine& serving_engine() const { return *engine_; }
+
+ private:
+  // Fetched and parsed prefix blocks (views into `buffer`).
+  struct Prefix {
+    std::vector<std::byte> buffer;
+    std::vector<kvformat::BlockView> views;
+    uint64_t bytes = 0;
+    int matched = 0;
+  };
+  absl::StatusOr<Prefix> FetchPrefix(const PrefillParams& params,
+                                     std::span<const kvformat::BlockKey> keys);
+
+  const engine::ServingEngine* engine_;
+  transfer::TransferBackend* backend_;
+  KvStoreClient* store_;
+  KvPublisher* publisher_;
+  PrefillMetrics* metrics_;
+  PrefillEngineOptions options_;
+  std::atomic<int> active_{0};
+};
+
+}  // namespace oscarkv::prefill
+
+#endif  // OSCARKV_SERVICES_PREFILL_PREFILL_ENGINE_H_

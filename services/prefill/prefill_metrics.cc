@@ -1,0 +1,35 @@
+#include "services/prefill/prefill_metrics.h"
+
+namespace oscarkv::prefill {
+
+PrefillMetrics::PrefillMetrics(metrics::Registry& r)
+    : requests_total(r.AddCounter("oscarkv_prefill_requests_total", "Prefills completed.").Get()),
+      failures_total(r.AddCounter("oscarkv_prefill_failures_total", "Prefills failed.").Get()),
+      tokens_computed_total(r.AddCounter("oscarkv_prefill_tokens_computed_total",
+                                         "Prompt tokens run through the model.")
+                                .Get()),
+      tokens_reused_total(r.AddCounter("oscarkv_prefill_tokens_reused_total",
+                                       "Prompt tokens taken from stored prefix blocks.")
+                              .Get()),
+      blocks_fetched_total(r.AddCounter("oscarkv_prefill_blocks_fetched_total",
+                                        "Prefix blocks fetched from the kvstore.")
+                               .Get()),
+      fetched_bytes_total(r.AddCounter("oscarkv_prefill_fetched_bytes_total",
+                                       "Bytes of prefix blocks fetched from the kvstore.")
+                              .Get()),
+      published_bytes_total(r.AddCounter("oscarkv_prefill_published_bytes_total",
+                                         "Block bytes published, by codec and target "
+                                         "(kvstore: put to the store; decode: staged for the "
+                                         "decode worker).",
+                                         {"codec", "target"})),
+      phase_seconds(r.AddHistogram("oscarkv_prefill_phase_seconds",
+                                   "Time per prefill phase (prefix_fetch, compute, transfer, "
+                                   "total).",
+                                   metrics::ExponentialBuckets(0.001, 2, 18), {"phase"})),
+      outbox_bytes(
+          r.AddGauge("oscarkv_prefill_outbox_bytes", "Block bytes staged for decode workers.")
+              .Get()),
+      active_requests(
+          r.AddGauge("oscarkv_prefill_active_requests", "Prefills running.").Get()) {}
+
+}  // namespace oscarkv::prefill

@@ -1,0 +1,186 @@
+#include "services/prefill/prefill_server.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
+#include "lib/base/status_macros.h"
+#include "lib/metrics/metrics_http_server.h"
+#include "lib/rpc/server_runner.h"
+#include "lib/transfer/local/local_backend.h"
+#include "services/prefill/kv_publisher.h"
+#include "services/prefill/kvstore_client.h"
+#include "services/prefill/prefill_engine.h"
+#include "services/prefill/prefill_metrics.h"
+#include "services/prefill/prefill_service.h"
+#ifdef OSCARKV_HAVE_UCX
+#include "lib/transfer/ucx/ucx_backend.h"
+#endif
+
+namespace oscarkv::prefill {
+namespace {
+
+constexpr char kDefaultCalibration[] = "data/calibration/smollm2-135m-oscar.cal";
+
+absl::StatusOr<std::unique_ptr<transfer::TransferBackend>> MakeBackend(const PrefillConfig& c) {
+  if (c.transfer_backend == "local") {
+    OSCARKV_ASSIGN_OR_RETURN(auto backend, transfer::LocalBackend::Create());
+    return std::unique_ptr<transfer::TransferBackend>(std::move(backend));
+  }
+#ifdef OSCARKV_HAVE_UCX
+  OSCARKV_ASSIGN_OR_RETURN(
+      auto backend, transfer::UcxBackend::Create({.transports = c.ucx_transports,
+                                                  .peer_failure_detection =
+                                                      c.ucx_peer_failure_detection}));
+  return std::unique_ptr<transfer::TransferBackend>(std::move(backend));
+#else
+  return absl::FailedPreconditionError("this build has no UCX backend; use --transfer_backend local");
+#endif
+}
+
+}  // namespace
+
+std::string ResolveCalibrationPath(const std::string& calibration) {
+  if (!calibration.empty()) return calibration;
+  std::error_code ec;
+  if (std::filesystem::exists(kDefaultCalibration, ec)) return kDefaultCalibration;
+#ifdef OSCARKV_SOURCE_DIR
+  const std::string in_tree = absl::StrCat(OSCARKV_SOURCE_DIR, "/", kDefaultCalibration);
+  if (std::filesystem::exists(in_tree, ec)) return in_tree;
+#endif
+  return "";
+}
+
+absl::StatusOr<std::unique_ptr<engine::ServingEngine>> LoadServingEngine(
+    const model::Model* model, const std::string& codec, const std::string& calibration,
+    int chunk_tokens) {
+  engine::ServingEngineOptions o;
+  o.codec = codec;
+  o.chunk_tokens = chunk_tokens;
+  o.calibration_path = ResolveCalibrationPath(calibration);
+  absl::StatusOr<std::unique_ptr<engine::ServingEngine>> e = engine::ServingEngine::Create(model, o);
+  if (!e.ok() && o.calibration_path.empty() && absl::IsFailedPrecondition(e.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "codec '", codec, "' needs a calibration file: pass --calibration FILE, or create the "
+        "default ", kDefaultCalibration, " (scripts/setup.sh does), or use --codec bf16 (",
+        e.status().message(), ")"));
+  }
+  return e;
+}
+
+absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(const PrefillConfig& config,
+                                                                   PrefillServerDeps deps) {
+  OSCARKV_RETURN_IF_ERROR(config.Validate());
+  std::unique_ptr<PrefillServer> s(new PrefillServer(config));
+  metrics::Registry* registry = deps.registry;
+  if (registry == nullptr) {
+    s->own_registry_ = std::make_unique<metrics::Registry>();
+    registry = s->own_registry_.get();
+  }
+  s->metrics_ = std::make_unique<PrefillMetrics>(*registry);
+  if (deps.backend != nullptr) {
+    s->backend_ = deps.backend;
+  } else {
+    absl::StatusOr<std::unique_ptr<transfer::TransferBackend>> b = MakeBackend(config);
+    if (!b.ok()) return Annotate(b.status(), "prefill transfer backend");
+    s->own_backend_ = *std::move(b);
+    s->backend_ = s->own_backend_.get();
+  }
+  const engine::ServingEngine* serving = deps.engine;
+  if (serving == nullptr) {
+    OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(config.model));
+    model::ModelOptions mo;
+    mo.threads = config.threads;
+    OSCARKV_ASSIGN_OR_RETURN(s->own_model_, model::Model::Load(path, mo));
+    OSCARKV_ASSIGN_OR_RETURN(s->own_serving_engine_,
+                             LoadServingEngine(s->own_model_.get(), config.codec,
+                                               config.calibration, config.chunk_tokens));
+    serving = s->own_serving_engine_.get();
+  }
+  if (!config.kvstore_address.empty()) {
+    s->store_ = KvStoreClient::Create(
+        config.kvstore_address,
+        std::chrono::milliseconds(static_cast<int64_t>(config.kvstore_timeout_seconds * 1000)));
+  }
+  s->publisher_ = std::make_unique<KvPublisher>(
+      s->backend_, s->store_.get(), config.worker_id, absl::Seconds(config.outbox_ttl_seconds),
+      static_cast<uint64_t>(config.outbox_capacity_bytes));
+  s->engine_ = std::make_unique<PrefillEngine>(
+      serving, s->backend_, s->store_.get(), s->publisher_.get(), s->metrics_.get(),
+      PrefillEngineOptions{config.worker_id, config.max_concurrent});
+  s->service_ = std::make_unique<PrefillService>(s->engine_.get());
+
+  s->collect_ = std::make_shared<CollectState>();
+  s->collect_->server = s.get();
+  registry->AddCollectCallback([state = s->collect_] {
+    std::lock_guard<std::mutex> lock(state->mu);
+    if (state->server == nullptr) return;
+    PrefillMetrics& m = *state->server->metrics_;
+    m.outbox_bytes.Set(static_cast<double>(state->server->publisher_->outbox_bytes()));
+    m.active_requests.Set(state->server->engine_->active());
+  });
+
+  OSCARKV_ASSIGN_OR_RETURN(s->runner_, rpc::ServerRunner::Start(
+                                           {.listen_address = config.grpc_address},
+                                           {s->service_.get()}));
+  if (config.metrics_port >= 0) {
+    metrics::MetricsHttpServerOptions http;
+    http.host = config.metrics_host;
+    http.port = config.metrics_port;
+    http.readiness = [server = s.get()]() -> absl::Status {
+      return server->ready_.load() ? absl::OkStatus() : absl::UnavailableError("draining");
+    };
+    OSCARKV_ASSIGN_OR_RETURN(s->http_, metrics::MetricsHttpServer::Start(registry, http));
+  }
+  s->sweep_thread_ = std::thread([server = s.get()] { server->SweepLoop(); });
+  s->ready_.store(true);
+  LOG(INFO) << "prefill " << config.worker_id << " serving gRPC on port " << s->grpc_port()
+            << ", metrics on port " << s->metrics_port() << ", codec " << serving->codec().name
+            << ", kvstore " << (config.kvstore_address.empty() ? "none" : config.kvstore_address)
+            << ", transfer " << s->backend_->capabilities().name;
+  return s;
+}
+
+PrefillServer::PrefillServer(const PrefillConfig& config) : config_(config) {}
+
+PrefillServer::~PrefillServer() { Shutdown(); }
+
+int PrefillServer::grpc_port() const { return runner_ ? runner_->port() : -1; }
+std::string PrefillServer::grpc_dial_address() const {
+  return runner_ ? runner_->dial_address() : "";
+}
+int PrefillServer::metrics_port() const { return http_ ? http_->port() : -1; }
+
+void PrefillServer::SweepLoop() {
+  std::unique_lock<std::mutex> lock(sweep_mu_);
+  while (!sweep_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_sweep_; })) {
+    const int dropped = publisher_->Sweep();
+    if (dropped > 0) VLOG(1) << "prefill: dropped " << dropped << " expired outbox entries";
+  }
+}
+
+void PrefillServer::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    ready_.store(false);
+    if (service_) service_->SetDraining();
+    if (runner_) {
+      runner_->Shutdown(
+          std::chrono::milliseconds(static_cast<int64_t>(config_.drain_seconds * 1000)));
+      runner_->Wait();
+    }
+    {
+      std::lock_guard<std::mutex> lock(sweep_mu_);
+      stop_sweep_ = true;
+    }
+    sweep_cv_.notify_all();
+    if (sweep_thread_.joinable()) sweep_thread_.join();
+    if (http_) http_->Stop();
+    if (collect_) {
+      std::lock_guard<std::mutex> lock(collect_->mu);
+      collect_->server = nullptr;
+    }
+    LOG(INFO) << "prefill " << config_.worker_id << " stopped";
+  });
+}
+
+}  // namespace oscarkv::prefill

@@ -1,0 +1,72 @@
+#include "services/prefill/prefill_service.h"
+
+#include <chrono>
+
+#include "lib/rpc/status_conversion.h"
+
+namespace oscarkv::prefill {
+namespace {
+
+void SetKey(const kvformat::BlockKey& k, oscarkv::common::v1::BlockKey* out) {
+  out->set_lo(k.lo);
+  out->set_hi(k.hi);
+}
+
+}  // namespace
+
+grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequest* req,
+                                     v1::PrefillResponse* resp) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (draining_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining");
+  if (req->has_decode_target() && req->decode_target().block_locations_size() > 0) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "push to decode block_locations is not supported; use the returned "
+                        "published_blocks (pull)");
+  }
+  PrefillParams p;
+  p.request_id = req->request_id();
+  p.session_id = req->session_id().value();
+  p.tokens.assign(req->token_ids().begin(), req->token_ids().end());
+  p.codec = req->codec();
+  p.use_kvstore = req->publish_to_kvstore();
+  p.sampling.temperature = req->sampling().temperature();
+  p.sampling.top_p = req->sampling().top_p() == 0.0f ? 1.0f : req->sampling().top_p();
+  p.sampling.top_k = static_cast<int>(req->sampling().top_k());
+  p.sampling.seed = req->sampling().seed();
+  p.model_fingerprint = req->model().model_fingerprint();
+  p.calib_fingerprint = req->model().calib_fingerprint();
+  absl::StatusOr<PrefillOutput> out = engine_->Prefill(p);
+  if (!out.ok()) return rpc::ToGrpcStatus(out.status());
+  resp->set_request_id(req->request_id());
+  resp->set_first_token(static_cast<uint32_t>(out->first_token));
+  resp->set_reused_tokens(static_cast<uint32_t>(out->reused_tokens));
+  for (size_t i = 0; i < out->staged.blocks.size(); ++i) {
+    const BlockInfo& b = out->staged.blocks[i];
+    if (out->staged.reusable[i]) SetKey(b.key, resp->add_published_keys());
+    oscarkv::common::v1::BlockDescriptor* d = resp->add_published_blocks();
+    SetKey(b.key, d->mutable_key());
+    SetKey(b.prev_key, d->mutable_prev_key());
+    d->set_codec(b.codec);
+    d->set_block_kind(b.block_kind);
+    d->set_first_position(b.first_position);
+    d->set_token_count(b.token_count);
+    d->set_payload_bytes(b.payload_bytes);
+    d->set_payload_checksum(b.payload_checksum);
+    oscarkv::common::v1::BlockLocation* l = d->mutable_location();
+    l->set_endpoint_address(b.location.peer_address);
+    l->set_backend(b.location.backend);
+    l->set_remote_descriptor(b.location.remote_descriptor);
+    l->set_offset(b.location.offset);
+    l->set_length(b.location.length);
+    l->set_worker_id(b.location.worker_id);
+  }
+  v1::PrefillTimings* t = resp->mutable_timings();
+  t->set_prefix_fetch_seconds(out->timings.prefix_fetch_seconds);
+  t->set_compute_seconds(out->timings.compute_seconds);
+  t->set_transfer_seconds(out->timings.transfer_seconds);
+  t->set_total_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return grpc::Status::OK;
+}
+
+}  // namespace oscarkv::prefill

@@ -1,0 +1,304 @@
+#include "services/router_backend/worker_completion_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
+#include "lib/base/status_macros.h"
+#include "lib/rpc/channel_factory.h"
+#include "lib/rpc/status_conversion.h"
+#include "oscarkv/decode/v1/decode.grpc.pb.h"
+#include "oscarkv/prefill/v1/prefill.grpc.pb.h"
+
+namespace oscarkv::router_backend {
+namespace {
+
+namespace pv1 = ::oscarkv::prefill::v1;
+namespace dv1 = ::oscarkv::decode::v1;
+
+// Length of `s` without a trailing incomplete UTF-8 sequence.
+size_t CompleteUtf8Prefix(const std::string& s) {
+  const size_t n = s.size();
+  for (size_t back = 1; back <= 4 && back <= n; ++back) {
+    const unsigned char c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte
+    size_t need = 1;
+    if ((c & 0xE0) == 0xC0) need = 2;
+    else if ((c & 0xF0) == 0xE0) need = 3;
+    else if ((c & 0xF8) == 0xF0) need = 4;
+    return back < need ? n - back : n;
+  }
+  return n;
+}
+
+void SetDeadline(grpc::ClientContext* ctx, absl::Time deadline) {
+  if (deadline != absl::InfiniteFuture()) ctx->set_deadline(absl::ToChronoTime(deadline));
+}
+
+}  // namespace
+
+std::string TextEmitter::Push(int32_t token) {
+  if (stopped_) return "";
+  ids_.push_back(token);
+  std::string full = tokenizer_->Decode(ids_, /*skip_special=*/true);
+  full.resize(CompleteUtf8Prefix(full));
+  text_ = std::move(full);
+  // A stop string anywhere after what was emitted ends the text right before it.
+  size_t hold = 0;
+  for (const std::string& stop : stop_) {
+    if (stop.empty()) continue;
+    const size_t from = emitted_ >= stop.size() ? emitted_ - stop.size() + 1 : 0;
+    const size_t at = text_.find(stop, from);
+    if (at != std::string::npos && at + stop.size() > emitted_) {
+      stopped_ = true;
+      std::string out = at > emitted_ ? text_.substr(emitted_, at - emitted_) : "";
+      emitted_ = std::max(emitted_, at);
+      return out;
+    }
+    // Hold back a suffix that is a prefix of this stop string.
+    for (size_t k = std::min(stop.size() - 1, text_.size() - emitted_); k > hold; --k) {
+      if (text_.compare(text_.size() - k, k, stop, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+    }
+  }
+  const size_t upto = text_.size() - hold;
+  std::string out = upto > emitted_ ? text_.substr(emitted_, upto - emitted_) : "";
+  emitted_ = std::max(emitted_, upto);
+  return out;
+}
+
+std::string TextEmitter::Flush() {
+  if (stopped_ || emitted_ >= text_.size()) return "";
+  std::string out = text_.substr(emitted_);
+  emitted_ = text_.size();
+  return out;
+}
+
+struct WorkerCompletionBackend::Impl {
+  WorkerBackendOptions options;
+  const model::Tokenizer* tokenizer = nullptr;
+  std::shared_ptr<grpc::Channel> prefill_channel, decode_channel;
+  std::unique_ptr<pv1::PrefillService::Stub> prefill;
+  std::unique_ptr<dv1::DecodeService::Stub> decode;
+  int64_t created_unix_s = 0;
+  mutable std::mutex mu;
+  RequestTrace last;  // guarded by mu
+};
+
+WorkerCompletionBackend::WorkerCompletionBackend(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+WorkerCompletionBackend::~WorkerCompletionBackend() = default;
+
+absl::StatusOr<std::unique_ptr<WorkerCompletionBackend>> WorkerCompletionBackend::Create(
+    const WorkerBackendOptions& options, const model::Tokenizer* tokenizer) {
+  if (options.prefill_address.empty() || options.decode_address.empty()) {
+    return absl::InvalidArgumentError("prefill and decode addresses are required");
+  }
+  if (options.model_id.empty()) return absl::InvalidArgumentError("model id is required");
+  if (tokenizer == nullptr) return absl::InvalidArgumentError("tokenizer is required");
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->tokenizer = tokenizer;
+  rpc::ChannelOptions co;
+  impl->prefill_channel = rpc::MakeChannel(options.prefill_address, co);
+  impl->decode_channel = rpc::MakeChannel(options.decode_address, co);
+  impl->prefill = pv1::PrefillService::NewStub(impl->prefill_channel);
+  impl->decode = dv1::DecodeService::NewStub(impl->decode_channel);
+  impl->created_unix_s = absl::ToUnixSeconds(absl::Now());
+  return std::unique_ptr<WorkerCompletionBackend>(new WorkerCompletionBackend(std::move(impl)));
+}
+
+std::vector<router::ModelInfo> WorkerCompletionBackend::Models() const {
+  router::ModelInfo m;
+  m.id = impl_->options.model_id;
+  m.context_length = impl_->options.context_length;
+  m.created_unix_s = impl_->created_unix_s;
+  return {m};
+}
+
+absl::StatusOr<std::vector<int32_t>> WorkerCompletionBackend::Tokenize(
+    const std::string& model, const router::PromptInput& prompt) {
+  if (model != impl_->options.model_id) {
+    return absl::NotFoundError(absl::StrCat("unknown model '", model, "'"));
+  }
+  const model::Tokenizer& tok = *impl_->tokenizer;
+  if (prompt.token_ids) {
+    for (int32_t id : *prompt.token_ids) {
+      if (id < 0 || id >= tok.vocab_size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", id, " is outside the vocabulary [0, ", tok.vocab_size(), ")"));
+      }
+    }
+    return *prompt.token_ids;
+  }
+  if (prompt.messages) {
+    std::vector<model::ChatMessage> msgs;
+    for (const auto& m : *prompt.messages) {
+      // The chat template knows system/user/assistant; developer speaks as system, tool as user.
+      std::string role = m.role == "developer" ? "system" : (m.role == "tool" ? "user" : m.role);
+      msgs.push_back({role, m.content});
+    }
+    absl::StatusOr<std::string> text = tok.ApplyChatTemplate(msgs, /*add_assistant=*/true);
+    if (!text.ok()) return text.status();
+    return tok.Encode(*text, /*add_special=*/true);
+  }
+  return tok.Encode(prompt.text.value_or(""), /*add_special=*/true);
+}
+
+bool WorkerCompletionBackend::Ready() const {
+  auto ready = [](const std::shared_ptr<grpc::Channel>& ch) {
+    const auto state = ch->GetState(/*try_to_connect=*/true);
+    return state == GRPC_CHANNEL_READY || state == GRPC_CHANNEL_IDLE ||
+           state == GRPC_CHANNEL_CONNECTING;
+  };
+  return ready(impl_->prefill_channel) && ready(impl_->decode_channel);
+}
+
+RequestTrace WorkerCompletionBackend::last_trace() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->last;
+}
+
+absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
+    const router::CompletionRequest& request, const router::TokenCallback& on_token) {
+  const model::Tokenizer& tok = *impl_->tokenizer;
+  RequestTrace trace;
+  router::CompletionOutcome outcome;
+  TextEmitter emitter(&tok, request.stop);
+  const uint64_t seed = request.seed.value_or(0);
+  // Delivers one token; false when the consumer is gone or a stop string matched.
+  bool consumer_gone = false;
+  auto deliver = [&](int32_t token) {
+    std::string text = emitter.Push(token);
+    if (!on_token({token, std::move(text)})) {
+      consumer_gone = true;
+      return false;
+    }
+    ++outcome.completion_tokens;
+    return !emitter.stopped();
+  };
+
+  // 1. Prefill.
+  auto t0 = std::chrono::steady_clock::now();
+  pv1::PrefillRequest preq;
+  preq.set_request_id(request.request_id);
+  preq.mutable_session_id()->set_value(request.session_id);
+  preq.mutable_token_ids()->Add(request.prompt_token_ids.begin(), request.prompt_token_ids.end());
+  preq.set_codec(request.codec);
+  preq.set_publish_to_kvstore(impl_->options.use_kvstore);
+  preq.mutable_sampling()->set_temperature(static_cast<float>(request.temperature));
+  preq.mutable_sampling()->set_top_p(static_cast<float>(request.top_p));
+  preq.mutable_sampling()->set_seed(seed);
+  pv1::PrefillResponse presp;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, request.deadline);
+    absl::Status s = rpc::ToAbslStatus(impl_->prefill->Prefill(&ctx, preq, &presp));
+    if (!s.ok()) return Annotate(s, "prefill");
+  }
+  trace.prefill_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  trace.reused_tokens = presp.reused_tokens();
+  trace.prompt_blocks = presp.published_blocks_size();
+  for (const auto& b : presp.published_blocks()) trace.prompt_block_bytes += 128 + b.payload_bytes();
+  auto record = [&] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->last = trace;
+  };
+
+  const int32_t first = static_cast<int32_t>(presp.first_token());
+  if (tok.IsEndOfGeneration(first)) {
+    outcome.finish_reason = router::FinishReason::kStop;
+    record();
+    return outcome;
+  }
+  if (!deliver(first)) {
+    record();
+    if (consumer_gone) return absl::CancelledError("consumer gone");
+    outcome.finish_reason = router::FinishReason::kStop;
+    return outcome;
+  }
+  if (request.max_tokens <= 1) {
+    if (std::string rest = emitter.Flush(); !rest.empty()) {
+      VLOG(1) << "held-back text at the end of a one-token completion";
+    }
+    outcome.finish_reason = router::FinishReason::kLength;
+    record();
+    return outcome;
+  }
+
+  // 2. Decode: start (the decode worker pulls the blocks), generate, end the turn.
+  t0 = std::chrono::steady_clock::now();
+  dv1::StartSequenceRequest sreq;
+  sreq.set_request_id(request.request_id);
+  sreq.mutable_session_id()->set_value(request.session_id);
+  sreq.set_prompt_tokens(static_cast<uint32_t>(request.prompt_token_ids.size()));
+  sreq.set_max_new_tokens(static_cast<uint32_t>(request.max_tokens - 1));
+  sreq.set_codec(request.codec);
+  *sreq.mutable_prompt_blocks() = presp.published_blocks();
+  dv1::StartSequenceResponse sresp;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, request.deadline);
+    absl::Status s = rpc::ToAbslStatus(impl_->decode->StartSequence(&ctx, sreq, &sresp));
+    if (!s.ok()) return Annotate(s, "decode StartSequence");
+  }
+  dv1::GenerateRequest greq;
+  greq.set_sequence_id(sresp.sequence_id());
+  greq.set_first_token(static_cast<uint32_t>(first));
+  greq.set_max_new_tokens(static_cast<uint32_t>(request.max_tokens - 1));
+  greq.set_temperature(static_cast<float>(request.temperature));
+  greq.set_top_p(static_cast<float>(request.top_p));
+  greq.set_seed(seed + 1);  // the first token used `seed` in the prefill
+  absl::Status gen_status;
+  bool stopped_early = false;
+  std::string finish_reason;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, request.deadline);
+    std::unique_ptr<grpc::ClientReader<dv1::GenerateResponse>> reader =
+        impl_->decode->Generate(&ctx, greq);
+    dv1::GenerateResponse msg;
+    while (!stopped_early && reader->Read(&msg)) {
+      for (uint32_t t : msg.token_ids()) {
+        if (!deliver(static_cast<int32_t>(t))) {
+          stopped_early = true;
+          break;
+        }
+      }
+      if (msg.finished()) finish_reason = msg.finish_reason();
+    }
+    if (stopped_early) ctx.TryCancel();
+    grpc::Status fs = reader->Finish();
+    if (!stopped_early) gen_status = rpc::ToAbslStatus(fs);
+  }
+  {
+    dv1::EndTurnRequest ereq;
+    ereq.set_sequence_id(sresp.sequence_id());
+    ereq.mutable_session_id()->set_value(request.session_id);
+    ereq.set_keep(false);
+    dv1::EndTurnResponse eresp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (stopped_early) {
+      // The cancelled Generate may still hold the sequence for one step; the decode worker's
+      // idle TTL reclaims it if this release comes too early.
+    }
+    grpc::Status es = impl_->decode->EndTurn(&ctx, ereq, &eresp);
+    if (!es.ok()) VLOG(1) << request.request_id << ": EndTurn: " << es.error_message();
+  }
+  trace.decode_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  record();
+  if (consumer_gone) return absl::CancelledError("consumer gone");
+  if (!gen_status.ok()) return Annotate(gen_status, "decode Generate");
+  outcome.finish_reason = (stopped_early || finish_reason == "stop") ? router::FinishReason::kStop
+                                                                       : router::FinishReason::kLength;
+  return outcome;
+}
+
+}  // namespace oscarkv::router_backend

@@ -1,0 +1,94 @@
+// The router's gRPC CompletionBackend: drives one prefill worker and one decode worker for each
+// request (pull model):
+//   Prefill(prompt) → first token + descriptors of ALL prompt blocks (in the prefill's outbox)
+//   → decode StartSequence(descriptors) (the decode worker gets the blocks through lib/transfer)
+//   → Generate (stream) → EndTurn(release).
+// Tokenization and detokenization happen here, with the model's tokenizer; stop strings are
+// matched on the detokenized text (the output is cut before the match).
+//
+// Used by `oscarkv serve` (workers in the same process, on loopback gRPC) and by the router
+// of the four-process topology. Worker addresses are static (one prefill, one decode); placement
+// over many workers is the router's PlacementPolicy's job (not wired here yet).
+//
+// Thread-safe: Complete may run on many threads; each call has its own RPCs.
+#ifndef OSCARKV_SERVICES_ROUTER_BACKEND_WORKER_COMPLETION_BACKEND_H_
+#define OSCARKV_SERVICES_ROUTER_BACKEND_WORKER_COMPLETION_BACKEND_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/model/tokenizer.h"
+#include "services/router/completion_backend.h"
+
+namespace oscarkv::router_backend {
+
+struct WorkerBackendOptions {
+  std::string prefill_address;      // "host:port" of a prefill worker; required
+  std::string decode_address;       // "host:port" of a decode worker; required
+  std::string model_id;             // id listed by /v1/models; required
+  int context_length = 8192;        // prompt + completion tokens; Default: 8192
+  bool use_kvstore = true;          // prefix lookup + publishing in the prefill; Default: true
+  double connect_timeout_seconds = 5;  // Ready() probes; Default: 5
+};
+
+// What happened in the last completed request (for tests and logs).
+struct RequestTrace {
+  uint32_t reused_tokens = 0;
+  uint64_t prompt_block_bytes = 0;   // serialised bytes of all prompt blocks moved to decode
+  int prompt_blocks = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+};
+
+class WorkerCompletionBackend final : public router::CompletionBackend {
+ public:
+  // `tokenizer` is not owned and must outlive the backend.
+  // @return kInvalidArgument for missing options.
+  static absl::StatusOr<std::unique_ptr<WorkerCompletionBackend>> Create(
+      const WorkerBackendOptions& options, const model::Tokenizer* tokenizer);
+  ~WorkerCompletionBackend() override;
+
+  std::vector<router::ModelInfo> Models() const override;
+  absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& model,
+                                                const router::PromptInput& prompt) override;
+  absl::StatusOr<router::CompletionOutcome> Complete(const router::CompletionRequest& request,
+                                                     const router::TokenCallback& on_token) override;
+  bool Ready() const override;
+
+  RequestTrace last_trace() const;
+
+ private:
+  struct Impl;
+  explicit WorkerCompletionBackend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Incremental detokenizer with stop strings: feed token ids, get the text to append. Holds back
+// an incomplete UTF-8 sequence at the end; after a stop string matches, `stopped()` is true and
+// the text returned stops right before the match. Not thread-safe.
+class TextEmitter {
+ public:
+  TextEmitter(const model::Tokenizer* tokenizer, std::vector<std::string> stop)
+      : tokenizer_(tokenizer), stop_(std::move(stop)) {}
+  // The new text after `token` (may be empty). Text that could still grow into a stop string
+  // is held back until it cannot (or until Flush).
+  std::string Push(int32_t token);
+  // What is held back, at the end of generation (empty once stopped).
+  std::string Flush();
+  bool stopped() const { return stopped_; }
+
+ private:
+  const model::Tokenizer* tokenizer_;
+  std::vector<std::string> stop_;
+  std::vector<int32_t> ids_;
+  std::string text_;      // all text so far (complete UTF-8)
+  size_t emitted_ = 0;    // bytes of text_ already returned
+  bool stopped_ = false;
+};
+
+}  // namespace oscarkv::router_backend
+
+#endif  // OSCARKV_SERVICES_ROUTER_BACKEND_WORKER_COMPLETION_BACKEND_H_

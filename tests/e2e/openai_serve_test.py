@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The official OpenAI Python client against `oscarkv serve` (all-in-one: router, prefill,
+decode and kvstore in one process, real default model on CPU): /v1/models, completions and chat
+completions, non-streaming and streaming (greedy, so the streamed text must equal the
+non-streamed text), then every ```bash example in docs/SERVING.md that uses $OSCARKV_URL and
+every ```python example there (run with OSCARKV_URL set to this server).
+
+Exit code 0 = pass; 77 = skipped (no model or no openai package).
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--oscarkv", required=True)
+    ap.add_argument("--docs", default=os.path.join(REPO, "docs", "SERVING.md"))
+    args = ap.parse_args()
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        print("SKIP: the openai package is not installed (scripts/setup.sh installs it)")
+        return 77
+    codec = "oscar" if os.path.exists(
+        os.path.join(REPO, "data/calibration/smollm2-135m-oscar.cal")) else "oscar-hadamard"
+    proc = subprocess.Popen([args.oscarkv, "serve", "--host", "127.0.0.1", "--port", "0",
+                             "--codec", codec],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    log = []
+    url = None
+    for line in proc.stdout:
+        log.append(line)
+        m = re.search(r"ready at (http://127\.0\.0\.1:\d+/v1)", line)
+        if m:
+            url = m.group(1)
+            break
+    if url is None:
+        text = "".join(log)
+        if "not found" in text.lower() and "model" in text.lower():
+            print("SKIP: default model not installed\n" + text)
+            return 77
+        print("FAIL: server did not start\n" + text)
+        return 1
+    # Keep draining the server's output so it never blocks on a full pipe.
+    import threading
+    threading.Thread(target=lambda: [log.append(l) for l in proc.stdout], daemon=True).start()
+    try:
+        run_client_checks(url)
+        run_doc_examples(args.docs, url)
+    except Exception:
+        print("".join(log[-60:]))
+        raise
+    finally:
+        proc.terminate()
+        rc = proc.wait(timeout=60)
+    assert rc == 0, f"oscarkv serve exited {rc} after SIGTERM"
+    print("PASS")
+    return 0
+
+
+def run_client_checks(url):
+    from openai import OpenAI
+    client = OpenAI(base_url=url, api_key="unused")
+    models = client.models.list()
+    model = models.data[0].id
+    print("model:", model)
+
+    t0 = time.time()
+    c = client.completions.create(model=model, prompt="The capital of France is",
+                                  max_tokens=8, temperature=0)
+    dt = time.time() - t0
+    text = c.choices[0].text
+    assert text.strip(), "empty completion"
+    assert c.usage.completion_tokens >= 1
+    print(f"[measure] all-in-one completion: {c.usage.prompt_tokens} prompt tokens, "
+          f"{c.usage.completion_tokens} generated, {dt:.3f} s: {text!r}")
+
+    streamed = ""
+    chunks = 0
+    for chunk in client.completions.create(model=model, prompt="The capital of France is",
+                                           max_tokens=8, temperature=0, stream=True):
+        streamed += chunk.choices[0].text
+        chunks += 1
+    assert chunks >= 2, f"expected several stream chunks, got {chunks}"
+    assert streamed == text, f"streamed {streamed!r} != non-streamed {text!r}"
+
+    msgs = [{"role": "user", "content": "Name one colour of the rainbow."}]
+    chat = client.chat.completions.create(model=model, messages=msgs, max_tokens=10,
+                                          temperature=0)
+    answer = chat.choices[0].message.content
+    assert answer and answer.strip(), "empty chat answer"
+    assert chat.choices[0].message.role == "assistant"
+    streamed = ""
+    for chunk in client.chat.completions.create(model=model, messages=msgs, max_tokens=10,
+                                                temperature=0, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            streamed += chunk.choices[0].delta.content
+    assert streamed == answer, f"streamed chat {streamed!r} != {answer!r}"
+    print("chat:", repr(answer))
+
+
+def run_doc_examples(docs, url):
+    with open(docs) as f:
+        md = f.read()
+    blocks = re.findall(r"```(bash|python)\n(.*?)```", md, re.S)
+    env = dict(os.environ, OSCARKV_URL=url)
+    ran = 0
+    for lang, code in blocks:
+        if "OSCARKV_URL" not in code:
+            continue
+        if lang == "bash":
+            out = subprocess.run(["bash", "-euo", "pipefail", "-c", code], env=env,
+                                 capture_output=True, text=True, timeout=120)
+        else:
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                 text=True, timeout=120)
+        assert out.returncode == 0, f"doc example failed:\n{code}\n{out.stdout}\n{out.stderr}"
+        assert out.stdout.strip(), f"doc example printed nothing:\n{code}"
+        ran += 1
+    assert ran >= 3, f"expected at least 3 runnable examples in {docs}, found {ran}"
+    print(f"ran {ran} examples from {os.path.basename(docs)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+// Continuous batching without a model: a fake step whose logits make each sequence count up
+// from its last token (next = token + 1, one-hot), recording every batch it sees. Checks that
+// sequences join a running batch between steps, leave on stop token / length / cancel / error,
+// and that each gets exactly its own tokens.
+#include "services/decode/decode_batcher.h"
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace oscarkv::decode {
+namespace {
+
+constexpr int kVocab = 64;
+
+struct FakeStep {
+  std::mutex mu;
+  std::vector<std::vector<model::Sequence*>> batches;
+  std::chrono::milliseconds delay{2};
+  bool fail = false;
+
+  StepFunction Fn() {
+    return [this](std::span<model::Sequence* const> seqs, std::span<const int32_t> tokens,
+                  std::vector<float>* logits) -> absl::Status {
+      std::this_thread::sleep_for(delay);
+      std::lock_guard<std::mutex> lock(mu);
+      if (fail) return absl::InternalError("boom");
+      batches.emplace_back(seqs.begin(), seqs.end());
+      logits->assign(seqs.size() * kVocab, 0.0f);
+      for (size_t b = 0; b < seqs.size(); ++b) (*logits)[b * kVocab + (tokens[b] + 1) % kVocab] = 1;
+      return absl::OkStatus();
+    };
+  }
+};
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::promise<FinishReason> done;
+};
+
+BatchRequest Make(model::Sequence* seq, int32_t first, int max_new, Result* r,
+                  std::vector<int32_t> stops = {}) {
+  BatchRequest q;
+  q.sequence = seq;
+  q.first_token = first;
+  q.max_new_tokens = max_new;
+  q.stop_token_ids = std::move(stops);
+  q.on_token = [r](int32_t t) {
+    r->tokens.push_back(t);
+    return true;
+  };
+  q.on_done = [r](FinishReason reason, const absl::Status&) { r->done.set_value(reason); };
+  return q;
+}
+
+TEST(DecodeBatcher, SequencesJoinARunningBatchAndLeaveAtTheirLength) {
+  FakeStep step;
+  step.delay = std::chrono::milliseconds(5);
+  DecodeBatcher batcher(step.Fn(), kVocab, 8);
+  model::Sequence a(nullptr), b(nullptr);
+  Result ra, rb;
+  batcher.Submit(Make(&a, 0, 20, &ra));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // a is mid-generation
+  batcher.Submit(Make(&b, 30, 3, &rb));
+  EXPECT_EQ(rb.done.get_future().get(), FinishReason::kLength);
+  EXPECT_EQ(ra.done.get_future().get(), FinishReason::kLength);
+  // Each got its own count-up, exactly max_new_tokens long.
+  ASSERT_EQ(ra.tokens.size(), 20u);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(ra.tokens[i], i + 1);
+  EXPECT_EQ(rb.tokens, (std::vector<int32_t>{31, 32, 33}));
+  // b joined while a ran (a batch of two exists), and left before a (a batch of one after it).
+  std::lock_guard<std::mutex> lock(step.mu);
+  size_t first_pair = 0, last_pair = 0;
+  for (size_t i = 0; i < step.batches.size(); ++i) {
+    if (step.batches[i].size() == 2) {
+      if (first_pair == 0) first_pair = i;
+      last_pair = i;
+    }
+  }
+  EXPECT_GT(first_pair, 0u) << "b never joined a's batch";
+  EXPECT_EQ(last_pair - first_pair + 1, 3u);  // b was in exactly 3 steps
+  EXPECT_EQ(step.batches.back().size(), 1u);
+  EXPECT_EQ(step.batches.front()[0], &a);
+  EXPECT_EQ(batcher.stats().tokens, 23u);
+  EXPECT_EQ(batcher.stats().max_batch_seen, 2u);
+}
+
+TEST(DecodeBatcher, StopTokenEndsWithoutBeingDelivered) {
+  FakeStep step;
+  DecodeBatcher batcher(step.Fn(), kVocab, 4);
+  model::Sequence a(nullptr);
+  Result r;
+  batcher.Submit(Make(&a, 10, 50, &r, {14}));
+  EXPECT_EQ(r.done.get_future().get(), FinishReason::kStop);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{11, 12, 13}));
+}
+
+TEST(DecodeBatcher, CancelAndCallbackFalseLeaveTheBatch) {
+  FakeStep step;
+  DecodeBatcher batcher(step.Fn(), kVocab, 4);
+  model::Sequence a(nullptr), b(nullptr);
+  Result ra, rb;
+  const uint64_t id = batcher.Submit(Make(&a, 0, 1000000, &ra));
+  BatchRequest qb = Make(&b, 0, 1000000, &rb);
+  qb.on_token = [&rb](int32_t t) {
+    rb.tokens.push_back(t);
+    return rb.tokens.size() < 5;
+  };
+  batcher.Submit(std::move(qb));
+  EXPECT_EQ(rb.done.get_future().get(), FinishReason::kCancelled);
+  EXPECT_EQ(rb.tokens.size(), 5u);
+  batcher.Cancel(id);
+  EXPECT_EQ(ra.done.get_future().get(), FinishReason::kCancelled);
+  // Load is updated by the loop right after the callbacks of a step.
+  for (int i = 0; i < 100 && batcher.Load() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(batcher.Load(), 0);
+}
+
+TEST(DecodeBatcher, StepErrorFailsTheBatchAndStopCancelsTheRest) {
+  FakeStep step;
+  DecodeBatcher batcher(step.Fn(), kVocab, 4);
+  model::Sequence a(nullptr);
+  Result ra;
+  {
+    std::lock_guard<std::mutex> lock(step.mu);
+    step.fail = true;
+  }
+  batcher.Submit(Make(&a, 0, 10, &ra));
+  EXPECT_EQ(ra.done.get_future().get(), FinishReason::kError);
+
+  {
+    std::lock_guard<std::mutex> lock(step.mu);
+    step.fail = false;
+  }
+  model::Sequence b(nullptr);
+  Result rb;
+  batcher.Submit(Make(&b, 0, 1000000, &rb));
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  batcher.Stop();
+  EXPECT_EQ(rb.done.get_future().get(), FinishReason::kCancelled);
+  Result rc;
+  model::Sequence c(nullptr);
+  batcher.Submit(Make(&c, 0, 3, &rc));  // after Stop: finishes at once
+  EXPECT_EQ(rc.done.get_future().get(), FinishReason::kCancelled);
+}
+
+TEST(DecodeBatcher, MaxBatchIsRespected) {
+  FakeStep step;
+  DecodeBatcher batcher(step.Fn(), kVocab, 2);
+  std::vector<model::Sequence> seqs;
+  for (int i = 0; i < 5; ++i) seqs.emplace_back(nullptr);
+  std::vector<Result> rs(5);
+  for (int i = 0; i < 5; ++i) batcher.Submit(Make(&seqs[i], i, 4, &rs[i]));
+  for (auto& r : rs) EXPECT_EQ(r.done.get_future().get(), FinishReason::kLength);
+  std::lock_guard<std::mutex> lock(step.mu);
+  for (const auto& b : step.batches) EXPECT_LE(b.size(), 2u);
+}
+
+}  // namespace
+}  // namespace oscarkv::decode

@@ -1,0 +1,98 @@
+// Sampling: greedy is argmax (lowest id on ties), seeds reproduce, and temperature / top-k /
+// top-p sampling draw from the float64 softmax of the filtered logits.
+#include "services/decode/sampler.h"
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace oscarkv::decode {
+namespace {
+
+std::vector<float> RandomLogits(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
+  std::vector<float> l = RandomLogits(1000, 1);
+  int best = 0;
+  for (int i = 1; i < 1000; ++i) if (l[i] > l[best]) best = i;
+  Sampler s({});
+  EXPECT_EQ(s.Sample(l), best);
+  l[7] = l[best];
+  EXPECT_EQ(s.Sample(l), std::min(7, best));
+  l[3] = NAN;
+  EXPECT_NE(s.Sample(l), 3);
+}
+
+TEST(Sampler, SameSeedSameTokens) {
+  const std::vector<float> l = RandomLogits(500, 2);
+  Sampler a({.temperature = 1.0f, .seed = 42}), b({.temperature = 1.0f, .seed = 42});
+  Sampler c({.temperature = 1.0f, .seed = 43});
+  int differ = 0;
+  for (int i = 0; i < 200; ++i) {
+    const int32_t x = a.Sample(l);
+    EXPECT_EQ(x, b.Sample(l));
+    differ += x != c.Sample(l);
+  }
+  EXPECT_GT(differ, 0);
+}
+
+TEST(Sampler, TopKOneIsGreedy) {
+  const std::vector<float> l = RandomLogits(300, 3);
+  Sampler s({.temperature = 1.5f, .top_k = 1, .seed = 9});
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(s.Sample(l), Argmax(l));
+}
+
+// Empirical frequencies match the float64 softmax over the nucleus within 5 sigma.
+TEST(Sampler, FrequenciesMatchFilteredSoftmax) {
+  const std::vector<float> l = RandomLogits(40, 4);
+  const float temperature = 0.8f, top_p = 0.9f;
+  const int top_k = 20;
+  // float64 reference: sort, top-k, softmax, nucleus, renormalise.
+  std::vector<int> ids(l.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
+  std::sort(ids.begin(), ids.end(), [&](int a, int b) { return l[a] > l[b]; });
+  ids.resize(top_k);
+  std::vector<double> p;
+  double z = 0;
+  for (int id : ids) z += std::exp((double{l[id]} - l[ids[0]]) / temperature);
+  double mass = 0;
+  size_t n = 0;
+  for (int id : ids) {
+    p.push_back(std::exp((double{l[id]} - l[ids[0]]) / temperature) / z);
+    mass += p.back();
+    ++n;
+    if (mass >= top_p) break;
+  }
+  std::map<int, double> expected;
+  for (size_t i = 0; i < n; ++i) expected[ids[i]] = p[i] / mass;
+
+  Sampler s({.temperature = temperature, .top_p = top_p, .top_k = top_k, .seed = 5});
+  const int draws = 40000;
+  std::map<int, int> count;
+  for (int i = 0; i < draws; ++i) ++count[s.Sample(l)];
+  for (const auto& [id, c] : count) EXPECT_TRUE(expected.count(id)) << "token outside nucleus";
+  for (const auto& [id, q] : expected) {
+    const double sigma = std::sqrt(draws * q * (1 - q));
+    EXPECT_NEAR(count[id], draws * q, 5 * sigma + 1) << "token " << id;
+  }
+}
+
+TEST(SamplingParams, ValidateRejectsBadValues) {
+  EXPECT_TRUE(SamplingParams{}.Validate().ok());
+  EXPECT_FALSE(SamplingParams{.temperature = -1}.Validate().ok());
+  EXPECT_FALSE(SamplingParams{.top_p = 0}.Validate().ok());
+  EXPECT_FALSE(SamplingParams{.top_p = 1.5f}.Validate().ok());
+  EXPECT_FALSE(SamplingParams{.top_k = -2}.Validate().ok());
+}
+
+}  // namespace
+}  // namespace oscarkv::decode

@@ -1,0 +1,176 @@
+// `oscarkv serve`: the all-in-one server. Router (OpenAI HTTP API), prefill worker, decode worker
+// and kvstore run in ONE process, talking gRPC over loopback and moving KV blocks through the
+// in-process (local) transfer backend, with the default model on CPU. SIGTERM/SIGINT drain.
+//
+// With --prefill_address and --decode_address it runs only the router, in front of remote
+// workers (the four-process topology, scripts/run_four_processes.sh).
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
+#include "lib/base/status_macros.h"
+#include "lib/metrics/metrics.h"
+#include "lib/model/model.h"
+#include "lib/rpc/shutdown_signal.h"
+#include "lib/transfer/local/local_backend.h"
+#include "services/decode/decode_server.h"
+#include "services/kvstore/kvstore_server.h"
+#include "services/prefill/prefill_server.h"
+#include "services/router/router_server.h"
+#include "services/router_backend/worker_completion_backend.h"
+#include "tools/commands.h"
+
+namespace oscarkv::tools {
+namespace {
+
+struct ServeFlags {
+  std::string host = "0.0.0.0";    // HTTP host; Default: 0.0.0.0
+  int port = 8000;                  // HTTP port (0 = any free port); Default: 8000
+  std::string model = "default";    // GGUF path or "default"; Default: default
+  std::string codec = "oscar";      // KV codec; Default: oscar
+  std::string calibration;          // Default: data/calibration/smollm2-135m-oscar.cal if needed
+  int threads = 0;                  // CPU threads (0 = OpenBLAS default); Default: 0
+  int chunk_tokens = 256;           // prefill chunk; Default: 256
+  int max_batch = 32;               // decode batch; Default: 32
+  uint64_t kvstore_capacity_bytes = uint64_t{1} << 30;  // Default: 1 GiB
+  bool no_kvstore = false;          // run without the kvstore (no prefix reuse); Default: false
+  std::string prefill_address;      // router only: remote prefill worker; Default: none
+  std::string decode_address;       // router only: remote decode worker; Default: none
+  double request_timeout_s = 300;   // Default: 300
+  int verbosity = 0;                // Default: 0
+};
+
+absl::Status RunServe(const ServeFlags& f) {
+  rpc::InstallShutdownSignalHandlers();
+  SetVerbosity(f.verbosity);
+  const bool router_only = !f.prefill_address.empty() || !f.decode_address.empty();
+  if (router_only && (f.prefill_address.empty() || f.decode_address.empty())) {
+    return absl::InvalidArgumentError("--prefill_address and --decode_address go together");
+  }
+  metrics::Registry registry;
+  OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(f.model));
+  model::ModelOptions mo;
+  mo.threads = f.threads;
+  OSCARKV_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::Model::Load(path, mo));
+  // The id /v1/models lists: the GGUF's general.name, else the file name.
+  absl::StatusOr<std::string> gguf_name = m->gguf().GetString("general.name");
+  const std::string model_id =
+      gguf_name.ok() && !gguf_name->empty() ? *gguf_name
+                                            : std::filesystem::path(path).stem().string();
+
+  std::unique_ptr<engine::ServingEngine> engine;
+  std::unique_ptr<transfer::TransferBackend> kv_backend, prefill_backend, decode_backend;
+  std::unique_ptr<kvstore::KvStoreServer> kv;
+  std::unique_ptr<prefill::PrefillServer> pf;
+  std::unique_ptr<decode::DecodeServer> dc;
+  std::string prefill_address = f.prefill_address, decode_address = f.decode_address;
+  if (!router_only) {
+    OSCARKV_ASSIGN_OR_RETURN(engine, decode::LoadServingEngine(m.get(), f.codec, f.calibration,
+                                                               f.chunk_tokens));
+    OSCARKV_ASSIGN_OR_RETURN(kv_backend, transfer::LocalBackend::Create());
+    OSCARKV_ASSIGN_OR_RETURN(prefill_backend, transfer::LocalBackend::Create());
+    OSCARKV_ASSIGN_OR_RETURN(decode_backend, transfer::LocalBackend::Create());
+    std::string kv_address;
+    if (!f.no_kvstore) {
+      kvstore::KvStoreConfig kc;
+      kc.grpc_address = "127.0.0.1:0";
+      kc.metrics_port = -1;  // the router's /metrics serves the shared registry
+      kc.transfer_backend = "local";
+      kc.capacity_bytes = f.kvstore_capacity_bytes;
+      OSCARKV_ASSIGN_OR_RETURN(kv, kvstore::KvStoreServer::Create(
+                                       kc, {.backend = kv_backend.get(), .registry = &registry}));
+      kv_address = kv->grpc_dial_address();
+    }
+    prefill::PrefillConfig pc;
+    pc.grpc_address = "127.0.0.1:0";
+    pc.metrics_port = -1;
+    pc.transfer_backend = "local";
+    pc.codec = f.codec;
+    pc.kvstore_address = kv_address;
+    OSCARKV_ASSIGN_OR_RETURN(pf, prefill::PrefillServer::Create(
+                                     pc, {.backend = prefill_backend.get(),
+                                          .registry = &registry,
+                                          .engine = engine.get()}));
+    decode::DecodeConfig dcfg;
+    dcfg.grpc_address = "127.0.0.1:0";
+    dcfg.metrics_port = -1;
+    dcfg.transfer_backend = "local";
+    dcfg.codec = f.codec;
+    dcfg.max_batch = f.max_batch;
+    OSCARKV_ASSIGN_OR_RETURN(dc, decode::DecodeServer::Create(
+                                     dcfg, {.backend = decode_backend.get(),
+                                            .registry = &registry,
+                                            .engine = engine.get()}));
+    prefill_address = pf->grpc_dial_address();
+    decode_address = dc->grpc_dial_address();
+  }
+
+  router_backend::WorkerBackendOptions bo;
+  bo.prefill_address = prefill_address;
+  bo.decode_address = decode_address;
+  bo.model_id = model_id;
+  bo.context_length = static_cast<int>(m->config().context_length);
+  bo.use_kvstore = !f.no_kvstore;
+  OSCARKV_ASSIGN_OR_RETURN(std::unique_ptr<router_backend::WorkerCompletionBackend> backend,
+                           router_backend::WorkerCompletionBackend::Create(bo, &m->tokenizer()));
+  router::RouterConfig rc;
+  rc.http_host = f.host;
+  rc.http_port = f.port;
+  rc.grpc_address = "";  // static workers: no registry
+  rc.default_codec = f.codec;
+  rc.allowed_codecs = {f.codec};
+  rc.request_timeout_s = f.request_timeout_s;
+  OSCARKV_ASSIGN_OR_RETURN(
+      std::unique_ptr<router::RouterServer> router,
+      router::RouterServer::Create(rc, std::shared_ptr<router::CompletionBackend>(std::move(backend)),
+                                   &registry));
+  LOG(INFO) << "oscarkv serve: " << (router_only ? "router for remote workers" : "all-in-one")
+            << ", model " << model_id << ", codec " << f.codec << ", listening on http://"
+            << router->http_address() << "/v1";
+  std::cout << "oscarkv serve: ready at http://" << router->http_address() << "/v1" << std::endl;
+  const int sig = rpc::WaitForShutdownSignal();
+  LOG(INFO) << "signal " << sig << " received, draining";
+  router->Drain();
+  router->Wait();
+  if (pf) pf->Shutdown();
+  if (dc) dc->Shutdown();
+  if (kv) kv->Shutdown();
+  return absl::OkStatus();
+}
+
+void RegisterServeCommand(CLI::App& app, CommandResult& result) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "All-in-one server: router + prefill + decode + kvstore in one process (CPU)");
+  cmd->add_option("--host", f->host, "HTTP host")->capture_default_str();
+  cmd->add_option("--port", f->port, "HTTP port of the OpenAI API (0 = any)")->capture_default_str();
+  cmd->add_option("--model", f->model, "GGUF path or 'default' (SmolLM2-135M-Instruct)")
+      ->capture_default_str();
+  cmd->add_option("--codec", f->codec, "KV codec (oscar, bf16, kivi2, ...)")->capture_default_str();
+  cmd->add_option("--calibration", f->calibration,
+                  "calibration file (default: data/calibration/smollm2-135m-oscar.cal if needed)");
+  cmd->add_option("--threads", f->threads, "CPU threads (0 = OpenBLAS default)")
+      ->capture_default_str();
+  cmd->add_option("--chunk_tokens", f->chunk_tokens, "prefill chunk (multiple of 64)")
+      ->capture_default_str();
+  cmd->add_option("--max_batch", f->max_batch, "largest decode batch")->capture_default_str();
+  cmd->add_option("--kvstore_capacity_bytes", f->kvstore_capacity_bytes, "kvstore pool bytes")
+      ->capture_default_str();
+  cmd->add_flag("--no_kvstore", f->no_kvstore, "run without the kvstore (no prefix reuse)");
+  cmd->add_option("--prefill_address", f->prefill_address,
+                  "router only: gRPC host:port of a remote prefill worker");
+  cmd->add_option("--decode_address", f->decode_address,
+                  "router only: gRPC host:port of a remote decode worker");
+  cmd->add_option("--request_timeout_s", f->request_timeout_s, "per-request deadline")
+      ->capture_default_str();
+  cmd->add_option("--v", f->verbosity, "VLOG verbosity")->capture_default_str();
+  cmd->callback([f, &result] { result.status = RunServe(*f); });
+}
+
+}  // namespace
+OSCARKV_REGISTER_COMMAND(RegisterServeCommand);
+}  // namespace oscarkv::tools
