@@ -56,11 +56,11 @@ absl::Status RunServe(const ServeFlags& f) {
   model::ModelOptions mo;
   mo.threads = f.threads;
   OSCARKV_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::Model::Load(path, mo));
-  // The id /v1/models lists: the GGUF's general.name, else the file name.
-  absl::StatusOr<std::string> gguf_name = m->gguf().GetString("general.name");
-  const std::string model_id =
-      gguf_name.ok() && !gguf_name->empty() ? *gguf_name
-                                            : std::filesystem::path(path).stem().string();
+  // The id /v1/models lists: the file name up to its first dot
+  // ("SmolLM2-135M-Instruct.Q4_1.gguf" → "SmolLM2-135M-Instruct"), else the GGUF's general.name.
+  std::string model_id = std::filesystem::path(path).filename().string();
+  model_id = model_id.substr(0, model_id.find('.'));
+  if (model_id.empty()) model_id = m->gguf().GetString("general.name").value_or("oscarkv-model");
 
   std::unique_ptr<engine::ServingEngine> engine;
   std::unique_ptr<transfer::TransferBackend> kv_backend, prefill_backend, decode_backend;
