@@ -239,8 +239,10 @@ absl::StatusOr<TextCalibration> CalibrateFromTokens(
     const size_t qn = n * c.num_heads * c.head_dim, kn = n * c.num_kv_heads * c.head_dim;
     absl::Status s = acc[layer].AddPass1({q, qn}, {k, kn}, {v, kn}, static_cast<int>(n));
     if (!s.ok() && hook_status.ok()) hook_status = s;
-    ks[layer].assign(k, k + kn);
-    vs[layer].assign(v, v + kn);
+    // Pass 2 needs every pass-1 token first: keep all chunks' K/V (30 layers x 20K tokens x
+    // 192 x 2 floats is ~0.9 GB at the largest calibration we run).
+    ks[layer].insert(ks[layer].end(), k, k + kn);
+    vs[layer].insert(vs[layer].end(), v, v + kn);
   });
   std::vector<size_t> offset(texts.size(), 256);
   int64_t total = 0;
@@ -258,9 +260,6 @@ absl::StatusOr<TextCalibration> CalibrateFromTokens(
         model.set_qkv_hook({});
         return logits.status();
       }
-      for (int l = 0; l < c.num_layers; ++l) {
-        OSCARKV_RETURN_IF_ERROR(acc[l].AddPass2(ks[l], vs[l], n));
-      }
       total += n;
       progress.Advance(n, absl::StrCat(total, " tokens"));
     }
@@ -269,6 +268,11 @@ absl::StatusOr<TextCalibration> CalibrateFromTokens(
   progress.Finish();
   model.set_qkv_hook({});
   OSCARKV_RETURN_IF_ERROR(hook_status);
+  for (int l = 0; l < c.num_layers; ++l) {
+    OSCARKV_RETURN_IF_ERROR(acc[l].AddPass2(ks[l], vs[l], static_cast<int>(total)));
+    std::vector<float>().swap(ks[l]);
+    std::vector<float>().swap(vs[l]);
+  }
   if (total == 0) return absl::InvalidArgumentError("no calibration tokens");
   std::vector<quant::LayerCovariances> covs;
   for (auto& a : acc) {
