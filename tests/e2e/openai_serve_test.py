@@ -104,6 +104,32 @@ def run_client_checks(url):
     assert streamed == answer, f"streamed chat {streamed!r} != {answer!r}"
     print("chat:", repr(answer))
 
+    # Continuous batching: concurrent requests share decode steps and each still gets exactly
+    # its sequential (greedy) answer.
+    import concurrent.futures
+    import urllib.request
+    prompts = ["The capital of France is", "Once upon a time", "def fibonacci(n):",
+               "The three primary colours are"]
+    def one(p):
+        return client.completions.create(model=model, prompt=p, max_tokens=16,
+                                         temperature=0).choices[0].text
+    alone = {p: one(p) for p in prompts}
+    def scrape(name):
+        page = urllib.request.urlopen(url[:-3] + "/metrics").read().decode()
+        return float(re.search(r"^" + name + r" (\S+)$", page, re.M).group(1))
+    steps0, tokens0 = scrape("oscarkv_decode_steps_total"), scrape("oscarkv_decode_tokens_generated_total")
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as ex:
+        together = dict(zip(prompts, ex.map(one, prompts)))
+    dt = time.time() - t0
+    steps = scrape("oscarkv_decode_steps_total") - steps0
+    tokens = scrape("oscarkv_decode_tokens_generated_total") - tokens0
+    for p in prompts:
+        assert together[p] == alone[p], f"batched {together[p]!r} != alone {alone[p]!r}"
+    assert steps < tokens, f"no batching: {steps} steps for {tokens} tokens"
+    print(f"[measure] {len(prompts)} concurrent completions: {tokens:.0f} decode tokens in "
+          f"{steps:.0f} steps ({tokens / steps:.2f} per step), {dt:.2f} s")
+
 
 def run_doc_examples(docs, url):
     with open(docs) as f:
