@@ -2,7 +2,8 @@
 //   oscarkv_kvstore, oscarkv_prefill, oscarkv_decode, and the router (`oscarkv serve` in
 //   router-only mode, with --prefill_address/--decode_address).
 // (a) a greedy completion through the router's OpenAI API equals, token for token, the same
-//     prompt run in this process through lib/engine's ServingEngine with the same codec;
+//     prompt run in this process through lib/engine's ServingEngine with the same codec, and
+//     the text `oscarkv generate --codec` prints;
 // (b) a second request sharing a long prefix (> chunk 256 + recent 256) hits the kvstore: the
 //     prefill reuses stored blocks (its counters and the kvstore's hit counters say so) and
 //     the answer still equals the no-reuse reference.
@@ -181,6 +182,18 @@ TEST_F(FourProcessTest, CompletionEqualsServingEngineTokenForToken) {
   EXPECT_EQ(r["usage"]["prompt_tokens"].get<int>(), static_cast<int>(ids.size()));
   std::cout << "[measure] four-process completion: codec " << codec_ << ", prompt "
             << ids.size() << " tokens, " << ref.size() << " generated, " << dt << " s\n";
+  // And `oscarkv generate` with the same codec prints the prompt followed by the same text.
+  std::string cmd = std::string(OSCARKV_BINARY) + " generate --prompt '" + prompt +
+                    "' --max-tokens " + std::to_string(max_tokens) + " --codec " + codec_;
+  if (!calibration_.empty()) cmd += " --calibration " + calibration_;
+  FILE* gen = popen((cmd + " 2>/dev/null").c_str(), "r");
+  ASSERT_NE(gen, nullptr);
+  std::string printed;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), gen)) > 0) printed.append(buf, n);
+  EXPECT_EQ(pclose(gen), 0);
+  EXPECT_EQ(printed, prompt + r["choices"][0]["text"].get<std::string>() + "\n");
   // The decode worker received the prompt's blocks over UCX.
   EXPECT_GT(Sample(Get(decode_metrics_, "/metrics"), "oscarkv_decode_received_bytes_total"), 0);
 }
