@@ -37,7 +37,8 @@ cleanup() {
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   echo "stopped (logs in $LOG_DIR)"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 wait_ready() {  # name url
   for _ in $(seq 1 240); do
