@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/log.h"
@@ -170,16 +172,34 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   router::CompletionOutcome outcome;
   TextEmitter emitter(&tok, request.stop);
   const uint64_t seed = request.seed.value_or(0);
-  // Delivers one token; false when the consumer is gone or a stop string matched.
   bool consumer_gone = false;
-  auto deliver = [&](int32_t token) {
-    std::string text = emitter.Push(token);
-    if (!on_token({token, std::move(text)})) {
+  auto send = [&](router::TokenEvent ev) {
+    if (!on_token(ev)) {
       consumer_gone = true;
       return false;
     }
     ++outcome.completion_tokens;
-    return !emitter.stopped();
+    return true;
+  };
+  // With stop strings, each token goes out when the next one arrives (or at the end), so text
+  // held back as a possible stop-string prefix can still leave with the last token.
+  const bool lazy = !request.stop.empty();
+  std::optional<router::TokenEvent> pending;
+  // Delivers one token; false when the consumer is gone or a stop string matched.
+  auto deliver = [&](int32_t token) {
+    std::string text = emitter.Push(token);
+    if (!lazy) return send({token, std::move(text)}) && !emitter.stopped();
+    if (pending && !send(*std::exchange(pending, std::nullopt))) return false;
+    pending = router::TokenEvent{token, std::move(text)};
+    if (!emitter.stopped()) return true;
+    send(*std::exchange(pending, std::nullopt));
+    return false;
+  };
+  // Sends the held token with any held-back text (end of generation without a stop match).
+  auto finish_pending = [&] {
+    if (!pending) return;
+    pending->text += emitter.Flush();
+    send(*std::exchange(pending, std::nullopt));
   };
 
   // 1. Prefill.
@@ -223,11 +243,10 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     return outcome;
   }
   if (request.max_tokens <= 1) {
-    if (std::string rest = emitter.Flush(); !rest.empty()) {
-      VLOG(1) << "held-back text at the end of a one-token completion";
-    }
-    outcome.finish_reason = router::FinishReason::kLength;
+    finish_pending();
     record();
+    if (consumer_gone) return absl::CancelledError("consumer gone");
+    outcome.finish_reason = router::FinishReason::kLength;
     return outcome;
   }
 
@@ -284,13 +303,12 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     dv1::EndTurnResponse eresp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    if (stopped_early) {
-      // The cancelled Generate may still hold the sequence for one step; the decode worker's
-      // idle TTL reclaims it if this release comes too early.
-    }
+    // After a cancelled Generate the sequence may still be in the batch for one step; then this
+    // release fails and the decode worker's idle TTL reclaims the sequence.
     grpc::Status es = impl_->decode->EndTurn(&ctx, ereq, &eresp);
     if (!es.ok()) VLOG(1) << request.request_id << ": EndTurn: " << es.error_message();
   }
+  if (!stopped_early && gen_status.ok()) finish_pending();
   trace.decode_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   record();

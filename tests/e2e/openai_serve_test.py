@@ -90,6 +90,21 @@ def run_client_checks(url):
     assert chunks >= 2, f"expected several stream chunks, got {chunks}"
     assert streamed == text, f"streamed {streamed!r} != non-streamed {text!r}"
 
+    # A stop string cuts the text right before its first match (and ends with "stop").
+    if "\n" in text:
+        cut = client.completions.create(model=model, prompt="The capital of France is",
+                                        max_tokens=8, temperature=0, stop=["\n"])
+        assert cut.choices[0].text == text[:text.index("\n")], (cut.choices[0].text, text)
+        assert cut.choices[0].finish_reason == "stop", cut.choices[0].finish_reason
+        streamed = "".join(ch.choices[0].text for ch in client.completions.create(
+            model=model, prompt="The capital of France is", max_tokens=8, temperature=0,
+            stop=["\n"], stream=True))
+        assert streamed == cut.choices[0].text, (streamed, cut.choices[0].text)
+        # A stop string that never matches changes nothing (held-back text still arrives).
+        same = client.completions.create(model=model, prompt="The capital of France is",
+                                         max_tokens=8, temperature=0, stop=[text[-2:] + "#"])
+        assert same.choices[0].text == text, (same.choices[0].text, text)
+
     msgs = [{"role": "user", "content": "Name one colour of the rainbow."}]
     chat = client.chat.completions.create(model=model, messages=msgs, max_tokens=10,
                                           temperature=0)

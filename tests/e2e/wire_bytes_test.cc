@@ -106,8 +106,6 @@ TEST(WireBytes, Int2BlocksMoveTheFormatsBytesPerToken) {
   // History blocks: bits per element from the format (2-bit codes + fp16 params per group).
   ASSERT_GT(q.history_elements, 0u);
   const double int2_bits = 8.0 * q.history_payload / q.history_elements;
-  const auto codec_id = kvformat::CodecId::kInt2Hadamard;  // any per-token-group INT2 codec
-  (void)codec_id;  // void: the codec of the run is in the block headers checked above
   EXPECT_GT(int2_bits, 2.0);
   EXPECT_LT(int2_bits, 3.0);
   // BF16 blocks carry 16 bits per element (plus 128-byte headers).
