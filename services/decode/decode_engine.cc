@@ -25,9 +25,124 @@ DecodeEngine::DecodeEngine(const engine::ServingEngine* engine, transfer::Transf
             metrics->steps_total.Increment();
             return s;
           },
-          engine->model().tokenizer().vocab_size(), options.max_batch) {}
+          engine->model().tokenizer().vocab_size(), options.max_batch),
+      backend_(backend) {}
 
-DecodeEngine::~DecodeEngine() { Stop(); }
+struct DecodeEngine::Receive {
+  std::vector<std::byte> buffer;
+  transfer::MemoryHandle handle = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> slots;
+  StartParams params;
+  absl::Time expires;
+};
+
+DecodeEngine::~DecodeEngine() {
+  Stop();
+  std::lock_guard<std::mutex> lock(ids_mu_);
+  for (auto& [id, r] : receives_) {
+    if (absl::Status s = backend_->DeregisterMemory(r->handle); !s.ok()) {
+      LOG(WARNING) << "receive region deregistration failed: " << s;
+    }
+  }
+}
+
+absl::StatusOr<ReceiveSlots> DecodeEngine::PrepareReceive(const StartParams& p,
+                                                         int64_t prompt_tokens) {
+  if (p.codec != engine_->codec().name) {
+    metrics_->sequences_rejected_total.Increment();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this decode worker serves codec ", std::string(engine_->codec().name), ", not '",
+        p.codec, "'"));
+  }
+  if (prompt_tokens <= 0) return absl::InvalidArgumentError("prompt_tokens must be > 0");
+  const auto& c = engine_->model().config();
+  const int bt = engine_->options().block_tokens;
+  const auto codec = engine_->codec().id;
+  const uint64_t slot =
+      kvformat::kBlockHeaderBytes +
+      std::max(kvformat::PayloadBytes(codec, kvformat::BlockKind::kBf16, c.num_layers,
+                                      c.num_kv_heads, c.head_dim, bt),
+               kvformat::PayloadBytes(codec, kvformat::BlockKind::kQuantized, c.num_layers,
+                                      c.num_kv_heads, c.head_dim, bt));
+  const int64_t blocks = (prompt_tokens + bt - 1) / bt;
+  if (static_cast<int64_t>(slot) * blocks > options_.kv_capacity_bytes) {
+    return absl::ResourceExhaustedError("prompt too large for this decode worker");
+  }
+  auto r = std::make_shared<Receive>();
+  r->buffer.resize(slot * blocks);
+  OSCARKV_ASSIGN_OR_RETURN(transfer::RegisteredMemory reg,
+                           backend_->RegisterMemory(std::span<std::byte>(r->buffer)));
+  r->handle = reg.handle;
+  for (int64_t i = 0; i < blocks; ++i) r->slots.push_back({i * slot, slot});
+  r->params = p;
+  r->expires = absl::Now() + absl::Seconds(options_.idle_ttl_seconds);
+  ReceiveSlots out;
+  out.sequence_id = pool_.ReserveId();
+  out.endpoint_address = backend_->EndpointAddress();
+  out.backend = backend_->capabilities().name;
+  out.remote_descriptor = reg.remote_descriptor;
+  out.slots = r->slots;
+  std::lock_guard<std::mutex> lock(ids_mu_);
+  receives_[out.sequence_id] = std::move(r);
+  return out;
+}
+
+absl::Status DecodeEngine::CompleteReceive(uint64_t id) {
+  std::shared_ptr<Receive> r;
+  {
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    auto it = receives_.find(id);
+    if (it == receives_.end()) return absl::NotFoundError("not a pending receive");
+    r = it->second;
+    receives_.erase(it);
+  }
+  if (absl::Status s = backend_->DeregisterMemory(r->handle); !s.ok()) {
+    LOG(WARNING) << "receive region deregistration failed: " << s;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  kvformat::BlockExpectations expect;
+  expect.model_fingerprint = engine_->model_fingerprint();
+  expect.calib_fingerprint = engine_->calibration_fingerprint();
+  std::vector<kvformat::BlockView> views;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < r->slots.size(); ++i) {
+    // A slot may be longer than its block: size the view from the header first.
+    const std::span<const std::byte> slot(r->buffer.data() + r->slots[i].first,
+                                          r->slots[i].second);
+    absl::StatusOr<kvformat::BlockHeader> h = kvformat::ParseBlockHeader(slot, expect);
+    absl::StatusOr<kvformat::BlockView> v =
+        !h.ok() ? absl::StatusOr<kvformat::BlockView>(h.status())
+        : h->payload_bytes > slot.size() - kvformat::kBlockHeaderBytes
+            ? absl::StatusOr<kvformat::BlockView>(absl::DataLossError("block overruns its slot"))
+            : kvformat::ParseBlock(
+                  slot.first(kvformat::kBlockHeaderBytes + h->payload_bytes), expect);
+    if (!v.ok()) {
+      metrics_->sequences_rejected_total.Increment();
+      return Annotate(v.status(), absl::StrCat("pushed block ", i));
+    }
+    bytes += kvformat::kBlockHeaderBytes + v->header.payload_bytes;
+    views.push_back(*v);
+  }
+  metrics_->received_bytes_total.Increment(static_cast<double>(bytes));
+  metrics_->received_blocks_total.Increment(static_cast<double>(views.size()));
+  absl::StatusOr<std::unique_ptr<model::Sequence>> seq = engine_->SequenceFromBlocks(views);
+  if (!seq.ok()) {
+    metrics_->sequences_rejected_total.Increment();
+    return Annotate(seq.status(), "rebuilding the pushed sequence");
+  }
+  auto entry = std::make_unique<PooledSequence>();
+  entry->id = id;
+  entry->request_id = r->params.request_id;
+  entry->session_id = r->params.session_id;
+  entry->kv_bytes = engine_->SequenceKvBytes(**seq);
+  entry->bf16_equivalent_bytes = Bf16Bytes((*seq)->length());
+  entry->sequence = *std::move(seq);
+  OSCARKV_RETURN_IF_ERROR(pool_.Insert(std::move(entry), absl::Now()).status());
+  metrics_->sequences_started_total.Increment();
+  metrics_->fetch_seconds.Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return absl::OkStatus();
+}
 
 int64_t DecodeEngine::Bf16Bytes(int64_t tokens) const {
   return tokens * engine_->model().config().KvBytesPerTokenBf16();
@@ -84,6 +199,7 @@ absl::Status DecodeEngine::Generate(uint64_t id, const GenerateParams& params,
   if (params.first_token < 0 || params.first_token >= vocab) {
     return absl::InvalidArgumentError("first_token outside the vocabulary");
   }
+  if (absl::Status s = CompleteReceive(id); !s.ok() && !absl::IsNotFound(s)) return s;
   OSCARKV_ASSIGN_OR_RETURN(model::Sequence * seq, pool_.BeginGenerate(id));
   BatchRequest r;
   r.sequence = seq;
@@ -137,6 +253,24 @@ absl::StatusOr<EndTurnResult> DecodeEngine::EndTurn(uint64_t id, bool keep,
   return r;
 }
 
-int DecodeEngine::Sweep() { return pool_.Sweep(absl::Now()); }
+int DecodeEngine::Sweep() {
+  const absl::Time now = absl::Now();
+  int dropped = 0;
+  {
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    for (auto it = receives_.begin(); it != receives_.end();) {
+      if (it->second->expires <= now) {
+        if (absl::Status s = backend_->DeregisterMemory(it->second->handle); !s.ok()) {
+          LOG(WARNING) << "receive region deregistration failed: " << s;
+        }
+        it = receives_.erase(it);
+        ++dropped;
+      } else {
+        ++it;
+      }
+    }
+  }
+  return dropped + pool_.Sweep(now);
+}
 
 }  // namespace oscarkv::decode

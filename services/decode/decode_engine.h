@@ -40,6 +40,16 @@ struct StartResult {
   uint64_t fetched_bytes = 0;   // bytes moved by the transfer layer
 };
 
+// Push mode: where a prefill worker should put each prompt block (one slot per block, sized for
+// the largest block kind), all in one region registered with this worker's backend.
+struct ReceiveSlots {
+  uint64_t sequence_id = 0;
+  std::string endpoint_address;   // this worker's TransferBackend::EndpointAddress()
+  std::string backend;            // its capabilities().name
+  std::string remote_descriptor;  // the region's descriptor
+  std::vector<std::pair<uint64_t, uint64_t>> slots;  // (offset, length) per block
+};
+
 struct GenerateParams {
   int32_t first_token = 0;             // produced by prefill; fed first, not streamed again
   int max_new_tokens = 1;              // tokens to stream after first_token; >= 1
@@ -71,7 +81,13 @@ class DecodeEngine {
   //   or block mismatch), kDataLoss (checksum), kResourceExhausted (pool full), transfer errors.
   absl::StatusOr<StartResult> StartSequence(const StartParams& params);
 
-  // Runs `id` in the batcher. `on_token` (loop thread, must not block; false = stop) gets each
+  // Push mode: reserves receive slots for the ceil(prompt_tokens / block_tokens) blocks of a
+  // prompt; the sequence is built from them when Generate is first called on the id.
+  // @return kInvalidArgument (codec, no tokens), kResourceExhausted (too large), registration
+  //   errors.
+  absl::StatusOr<ReceiveSlots> PrepareReceive(const StartParams& params, int64_t prompt_tokens);
+
+  // Runs `id` in the batcher (after building it from received slots, in push mode). `on_token` (loop thread, must not block; false = stop) gets each
   // new token; `on_done` is called once at the end.
   // @return kNotFound, kFailedPrecondition (already generating), kInvalidArgument.
   absl::Status Generate(uint64_t id, const GenerateParams& params,
@@ -96,6 +112,10 @@ class DecodeEngine {
 
  private:
   int64_t Bf16Bytes(int64_t tokens) const;
+  struct Receive;
+  // Builds and pools a pushed sequence whose blocks have arrived. kNotFound when `id` is not
+  // a pending receive (then nothing is done).
+  absl::Status CompleteReceive(uint64_t id);
 
   const engine::ServingEngine* engine_;
   DecodeMetrics* metrics_;
@@ -105,6 +125,8 @@ class DecodeEngine {
   DecodeBatcher batcher_;
   mutable std::mutex ids_mu_;
   std::unordered_map<uint64_t, uint64_t> batch_ids_;  // sequence id → batch id; guarded
+  std::unordered_map<uint64_t, std::shared_ptr<Receive>> receives_;  // pending pushes; guarded
+  transfer::TransferBackend* backend_;
 };
 
 }  // namespace oscarkv::decode

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <algorithm>
 #include <deque>
 #include <mutex>
 
@@ -19,10 +20,28 @@ grpc::Status DecodeService::StartSequence(grpc::ServerContext*,
   p.codec = req->codec();
   p.model_fingerprint = req->model().model_fingerprint();
   p.calib_fingerprint = req->model().calib_fingerprint();
+  const bool push = std::none_of(
+      req->prompt_blocks().begin(), req->prompt_blocks().end(),
+      [](const auto& d) { return d.has_location() && !d.location().endpoint_address().empty(); });
+  if (push) {
+    // Push: hand out one slot per prompt block; the prefill worker puts the blocks there.
+    absl::StatusOr<ReceiveSlots> slots = engine_->PrepareReceive(p, req->prompt_tokens());
+    if (!slots.ok()) return rpc::ToGrpcStatus(slots.status());
+    resp->set_sequence_id(slots->sequence_id);
+    for (const auto& [offset, length] : slots->slots) {
+      oscarkv::common::v1::BlockLocation* l = resp->add_block_locations();
+      l->set_endpoint_address(slots->endpoint_address);
+      l->set_backend(slots->backend);
+      l->set_remote_descriptor(slots->remote_descriptor);
+      l->set_offset(offset);
+      l->set_length(length);
+    }
+    return grpc::Status::OK;
+  }
   for (const auto& d : req->prompt_blocks()) {
     if (!d.has_location() || d.location().endpoint_address().empty()) {
-      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                          "prompt blocks must carry locations (push mode is not supported)");
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "either every prompt block carries a location (pull) or none (push)");
     }
     BlockSource s;
     s.peer_address = d.location().endpoint_address();

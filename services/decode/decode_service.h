@@ -1,9 +1,12 @@
 // gRPC adapter of oscarkv.decode.v1.DecodeService: proto ↔ DecodeEngine, status conversion,
 // streaming. No policy lives here.
 //
-// StartSequence pulls: every prompt block descriptor must carry a location (the prefill
-// worker's outbox or the kvstore); the worker gets them through lib/transfer. Descriptors
-// without a location (push mode) are refused with UNIMPLEMENTED.
+// StartSequence, pull: every prompt block descriptor carries a location (the prefill worker's
+// outbox or the kvstore); the worker gets them through lib/transfer before answering.
+// StartSequence, push: no descriptor carries a location (or there are none): the answer's
+// block_locations give one slot per block of `prompt_tokens` (ceil(prompt_tokens / 64)) in a
+// region registered with this worker's backend; the prefill worker puts the blocks there
+// (PrefillRequest.decode_target), and the sequence is built from them at the first Generate.
 // Generate: `max_new_tokens` counts the tokens streamed after `first_token` (which the caller
 // already has); `tail_token_ids` must be empty (the prefill's blocks cover the whole prompt).
 #ifndef OSCARKV_SERVICES_DECODE_DECODE_SERVICE_H_

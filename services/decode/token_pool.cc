@@ -11,13 +11,21 @@ absl::StatusOr<uint64_t> TokenPool::Insert(std::unique_ptr<PooledSequence> entry
         "decode KV pool full: ", kv_bytes_, " + ", entry->kv_bytes, " > ", capacity_bytes_,
         " bytes"));
   }
-  const uint64_t id = next_id_++;
+  const uint64_t id = entry->id != 0 ? entry->id : next_id_++;
+  if (entries_.count(id) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("sequence ", id, " exists"));
+  }
   entry->id = id;
   entry->expires = now + idle_ttl_;
   kv_bytes_ += entry->kv_bytes;
   bf16_bytes_ += entry->bf16_equivalent_bytes;
   entries_[id] = std::move(entry);
   return id;
+}
+
+uint64_t TokenPool::ReserveId() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_id_++;
 }
 
 absl::StatusOr<model::Sequence*> TokenPool::BeginGenerate(uint64_t id) {

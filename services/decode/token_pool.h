@@ -44,8 +44,11 @@ class TokenPool {
   TokenPool(int64_t capacity_bytes, absl::Duration idle_ttl)
       : capacity_bytes_(capacity_bytes), idle_ttl_(idle_ttl) {}
 
-  // Takes ownership; returns the new id. @return kResourceExhausted when the bytes do not fit.
+  // Takes ownership; returns its id: entry->id when nonzero (one from ReserveId), else a new one.
+  // @return kResourceExhausted when the bytes do not fit; kAlreadyExists for a used id.
   absl::StatusOr<uint64_t> Insert(std::unique_ptr<PooledSequence> entry, absl::Time now);
+  // An id no other sequence will get (for a sequence whose blocks are still arriving).
+  uint64_t ReserveId();
   // Marks `id` generating and returns its sequence. @return kNotFound, or kFailedPrecondition
   // when a Generate already runs on it.
   absl::StatusOr<model::Sequence*> BeginGenerate(uint64_t id);

@@ -88,6 +88,32 @@ absl::StatusOr<PrefillEngine::Prefix> PrefillEngine::FetchPrefix(
   return prefix;
 }
 
+absl::Status PrefillEngine::Push(const StagedBlocks& staged,
+                                std::span<const RemoteLocation> to) {
+  if (to.size() != staged.blocks.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("decode target has ", to.size(),
+                                                   " block locations for ",
+                                                   staged.blocks.size(), " blocks"));
+  }
+  std::map<std::string, transfer::TransferBatch> batches;
+  for (size_t i = 0; i < to.size(); ++i) {
+    const BlockInfo& b = staged.blocks[i];
+    const uint64_t bytes = kvformat::kBlockHeaderBytes + b.payload_bytes;
+    if (to[i].length < bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("decode slot ", i, " holds ", to[i].length,
+                                                     " bytes, the block needs ", bytes));
+    }
+    transfer::TransferBatch& batch = batches[to[i].peer_address];
+    batch.peer_address = to[i].peer_address;
+    batch.ops.push_back({staged.handle, b.location.offset, to[i].remote_descriptor,
+                         to[i].offset, bytes, transfer::Direction::kPut});
+  }
+  for (auto& [peer, batch] : batches) {
+    OSCARKV_RETURN_IF_ERROR(transfer::TransferAndWait(*backend_, batch));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params) {
   const auto t_start = std::chrono::steady_clock::now();
   if (params.tokens.empty()) return absl::InvalidArgumentError("empty prompt");
@@ -168,6 +194,13 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
     } else {
       LOG(WARNING) << params.request_id << ": publishing to the kvstore failed: "
                    << store.status();
+    }
+  }
+  if (!params.push_to.empty()) {
+    absl::Status pushed = Push(out.staged, params.push_to);
+    if (!pushed.ok()) {
+      metrics_->failures_total.Increment();
+      return Annotate(pushed, "pushing blocks to the decode worker");
     }
   }
   out.timings.transfer_seconds = Since(t0);

@@ -38,6 +38,9 @@ struct PrefillParams {
   SamplingParams sampling;           // for the first token
   uint64_t model_fingerprint = 0;    // expected identity; 0 = unchecked
   uint64_t calib_fingerprint = 0;
+  // Push mode: where the decode worker wants each prompt block (one per block, in order);
+  // empty = pull (the decode worker gets them from the outbox).
+  std::vector<RemoteLocation> push_to;
 };
 
 struct PrefillTimings {
@@ -70,7 +73,8 @@ class PrefillEngine {
                 KvStoreClient* store, KvPublisher* publisher, PrefillMetrics* metrics,
                 PrefillEngineOptions options);
 
-  // @return kInvalidArgument (empty prompt, bad token, codec mismatch), kFailedPrecondition
+  // @return kInvalidArgument (empty prompt, bad token, codec mismatch, push_to of the wrong
+  //   length or with too small slots), kFailedPrecondition
   //   (model identity mismatch), kResourceExhausted (too many concurrent prefills, outbox
   //   full), model and transfer errors.
   absl::StatusOr<PrefillOutput> Prefill(const PrefillParams& params);
@@ -86,6 +90,8 @@ class PrefillEngine {
     uint64_t bytes = 0;
     int matched = 0;
   };
+  // Puts every staged block into the decode worker's slot for it.
+  absl::Status Push(const StagedBlocks& staged, std::span<const RemoteLocation> to);
   absl::StatusOr<Prefix> FetchPrefix(const PrefillParams& params,
                                      std::span<const kvformat::BlockKey> keys);
 

@@ -18,12 +18,11 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
                                      v1::PrefillResponse* resp) {
   const auto t0 = std::chrono::steady_clock::now();
   if (draining_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining");
-  if (req->has_decode_target() && req->decode_target().block_locations_size() > 0) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "push to decode block_locations is not supported; use the returned "
-                        "published_blocks (pull)");
-  }
   PrefillParams p;
+  for (const auto& l : req->decode_target().block_locations()) {
+    p.push_to.push_back({l.endpoint_address(), l.backend(), l.remote_descriptor(), l.offset(),
+                         l.length(), l.worker_id()});
+  }
   p.request_id = req->request_id();
   p.session_id = req->session_id().value();
   p.tokens.assign(req->token_ids().begin(), req->token_ids().end());

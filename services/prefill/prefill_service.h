@@ -1,10 +1,11 @@
 // gRPC adapter of oscarkv.prefill.v1.PrefillService: proto ↔ PrefillEngine, status conversion.
 //
-// Pull model: PrefillResponse.published_blocks lists ALL the prompt's blocks, located in this
-// worker's outbox; the caller hands them to the decode worker's StartSequence, which gets them
-// through lib/transfer. `publish_to_kvstore` turns on both the kvstore prefix lookup and the
-// publishing of reusable blocks; published_keys lists the keys of those reusable blocks.
-// A decode_target carrying block_locations (push model) is refused with UNIMPLEMENTED.
+// Pull: PrefillResponse.published_blocks lists ALL the prompt's blocks, located in this worker's
+// outbox; the caller hands them to the decode worker's StartSequence, which gets them through
+// lib/transfer. Push: when decode_target.block_locations is set (from the decode worker's
+// StartSequence for ceil(prompt_tokens / 64) blocks), every block is also put there before the
+// answer. `publish_to_kvstore` turns on both the kvstore prefix lookup and the publishing of
+// reusable blocks; published_keys lists the keys of those reusable blocks.
 #ifndef OSCARKV_SERVICES_PREFILL_PREFILL_SERVICE_H_
 #define OSCARKV_SERVICES_PREFILL_PREFILL_SERVICE_H_
 

@@ -1,0 +1,139 @@
+// Both ways a prompt's blocks reach the decode worker, over the in-process transfer backend with
+// real gRPC services (one PrefillServer, one DecodeServer, one model):
+//   pull: Prefill → published_blocks (outbox) → StartSequence(descriptors) → Generate;
+//   push: StartSequence(prompt_tokens) → block_locations → Prefill(decode_target) → Generate.
+// Both must stream exactly the tokens of a greedy ServingEngine run in this process.
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "lib/rpc/channel_factory.h"
+#include "lib/transfer/local/local_backend.h"
+#include "oscarkv/decode/v1/decode.grpc.pb.h"
+#include "oscarkv/prefill/v1/prefill.grpc.pb.h"
+#include "services/decode/decode_server.h"
+#include "services/prefill/prefill_server.h"
+
+namespace oscarkv::e2e {
+namespace {
+
+namespace pv1 = ::oscarkv::prefill::v1;
+namespace dv1 = ::oscarkv::decode::v1;
+
+TEST(PushPull, BothTransferModesStreamTheReferenceTokens) {
+  if (!model::DefaultModelAvailable()) GTEST_SKIP() << "default model not installed";
+  std::ifstream in(std::string(OSCARKV_SOURCE_DIR) + "/data/text/austen/persuasion.txt");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (ss.str().size() < 20000) GTEST_SKIP() << "data/text/austen absent";
+  auto m = model::Model::Load(*model::ResolveModelPath("default"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string calib = decode::ResolveCalibrationPath("");
+  const std::string codec = calib.empty() ? "oscar-hadamard" : "oscar";
+  auto engine = decode::LoadServingEngine(m->get(), codec, calib, 256);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<int32_t> prompt = (*m)->tokenizer().Encode(ss.str().substr(10000, 3500), true);
+  prompt.resize(600);  // sink, history up to the reuse boundary, BF16 tail (partial last block)
+  const int max_new = 8;
+
+  // Reference: greedy through the engine.
+  std::vector<uint32_t> ref;
+  {
+    auto r = (*engine)->Prefill(prompt);
+    ASSERT_TRUE(r.ok()) << r.status();
+    std::vector<float> logits = r->last_logits;
+    model::Sequence* s = r->sequence.get();
+    for (int i = 0; i <= max_new; ++i) {
+      int32_t t = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      ref.push_back(t);
+      ASSERT_TRUE((*engine)->DecodeStep(std::span(&s, 1), std::span(&t, 1), &logits).ok());
+    }
+  }
+
+  auto pb = transfer::LocalBackend::Create();
+  auto db = transfer::LocalBackend::Create();
+  prefill::PrefillConfig pc;
+  pc.grpc_address = "127.0.0.1:0";
+  pc.metrics_port = -1;
+  pc.transfer_backend = "local";
+  pc.codec = codec;
+  auto pf = prefill::PrefillServer::Create(pc, {.backend = pb->get(), .engine = engine->get()});
+  ASSERT_TRUE(pf.ok()) << pf.status();
+  decode::DecodeConfig dc;
+  dc.grpc_address = "127.0.0.1:0";
+  dc.metrics_port = -1;
+  dc.transfer_backend = "local";
+  dc.codec = codec;
+  auto ds = decode::DecodeServer::Create(dc, {.backend = db->get(), .engine = engine->get()});
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  auto prefill = pv1::PrefillService::NewStub(rpc::MakeChannel((*pf)->grpc_dial_address()));
+  auto decode = dv1::DecodeService::NewStub(rpc::MakeChannel((*ds)->grpc_dial_address()));
+  auto ctx = [] { return rpc::MakeContext(std::chrono::seconds(120)); };
+
+  auto generate = [&](uint64_t seq, uint32_t first) {
+    dv1::GenerateRequest g;
+    g.set_sequence_id(seq);
+    g.set_first_token(first);
+    g.set_max_new_tokens(max_new);
+    auto c = ctx();
+    auto reader = decode->Generate(c.get(), g);
+    std::vector<uint32_t> out = {first};
+    dv1::GenerateResponse msg;
+    while (reader->Read(&msg)) out.insert(out.end(), msg.token_ids().begin(), msg.token_ids().end());
+    EXPECT_TRUE(reader->Finish().ok());
+    return out;
+  };
+  pv1::PrefillRequest preq;
+  preq.set_request_id("r1");
+  preq.mutable_token_ids()->Add(prompt.begin(), prompt.end());
+  preq.set_codec(codec);
+
+  // Pull.
+  {
+    pv1::PrefillResponse presp;
+    ASSERT_TRUE(prefill->Prefill(ctx().get(), preq, &presp).ok());
+    EXPECT_EQ(presp.published_blocks_size(), (600 + 63) / 64);
+    dv1::StartSequenceRequest s;
+    s.set_codec(codec);
+    s.set_prompt_tokens(prompt.size());
+    *s.mutable_prompt_blocks() = presp.published_blocks();
+    dv1::StartSequenceResponse sr;
+    auto st = decode->StartSequence(ctx().get(), s, &sr);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(generate(sr.sequence_id(), presp.first_token()), ref);
+  }
+  // Push.
+  {
+    dv1::StartSequenceRequest s;
+    s.set_codec(codec);
+    s.set_prompt_tokens(prompt.size());
+    dv1::StartSequenceResponse sr;
+    ASSERT_TRUE(decode->StartSequence(ctx().get(), s, &sr).ok());
+    ASSERT_EQ(sr.block_locations_size(), (600 + 63) / 64);
+    pv1::PrefillRequest push = preq;
+    *push.mutable_decode_target()->mutable_block_locations() = sr.block_locations();
+    push.mutable_decode_target()->set_sequence_id(sr.sequence_id());
+    pv1::PrefillResponse presp;
+    auto st = prefill->Prefill(ctx().get(), push, &presp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(generate(sr.sequence_id(), presp.first_token()), ref);
+    dv1::EndTurnRequest e;
+    e.set_sequence_id(sr.sequence_id());
+    dv1::EndTurnResponse er;
+    ASSERT_TRUE(decode->EndTurn(ctx().get(), e, &er).ok());
+    EXPECT_GT(er.released_bytes(), 0u);
+  }
+  // A push whose slots are too few is refused.
+  {
+    pv1::PrefillRequest bad = preq;
+    bad.mutable_decode_target()->add_block_locations();
+    pv1::PrefillResponse presp;
+    EXPECT_EQ(prefill->Prefill(ctx().get(), bad, &presp).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  (*pf)->Shutdown();
+  (*ds)->Shutdown();
+}
+
+}  // namespace
+}  // namespace oscarkv::e2e
