@@ -40,5 +40,22 @@ TEST(TokenPool, CapacityKeepReleaseAndExpiry) {
   EXPECT_EQ(pool.Usage().kv_bytes, 0);
 }
 
+TEST(TokenPool, ReservedIdsAreUsedOnceAndNeverHandedOutAgain) {
+  TokenPool pool(1000, absl::Seconds(10));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const uint64_t reserved = pool.ReserveId();
+  absl::StatusOr<uint64_t> other = pool.Insert(Entry(10), t0);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(*other, reserved);
+  auto e = Entry(10);
+  e->id = reserved;
+  absl::StatusOr<uint64_t> got = pool.Insert(std::move(e), t0);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, reserved);
+  auto dup = Entry(10);
+  dup->id = reserved;
+  EXPECT_TRUE(absl::IsAlreadyExists(pool.Insert(std::move(dup), t0).status()));
+}
+
 }  // namespace
 }  // namespace oscarkv::decode
