@@ -9,3 +9,4 @@ run() { "$BIN" eval --model default --text "${TEXTS[@]}" --codecs bf16,oscar --c
           --windows 1 --fidelity-windows 0 --no-plots "$@"; }
 run --calibration "$CAL" --k-clip 0.94 --v-clip 0.88 --out "$OUT/lever_clip_094_088"
 run --calibration "$CAL" --k-clip 0.90 --v-clip 0.84 --out "$OUT/lever_clip_090_084"
+run --calibration "$CAL" --k-clip 0.84 --v-clip 0.75 --out "$OUT/lever_clip_084_075"
