@@ -10,9 +10,9 @@
 #include "absl/strings/str_format.h"
 #include <algorithm>
 #include <chrono>
-#include <random>
 
 #include "lib/base/status_macros.h"
+#include "lib/engine/sampler.h"
 #include "lib/engine/serving_engine.h"
 #include "lib/model/model.h"
 #include "tools/commands.h"
@@ -31,18 +31,6 @@ struct GenerateFlags {
   std::string codec = "oscar";    // KV cache codec; Default: oscar
   std::string calibration;        // calibration file; Default: the default model's, for oscar
 };
-
-// Greedy (temperature 0) or softmax sampling over one row of logits.
-int32_t Pick(const std::vector<float>& logits, float temperature, std::mt19937_64& rng) {
-  if (temperature <= 0.0f) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
-  const float mx = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> p(logits.size());
-  for (size_t i = 0; i < p.size(); ++i) p[i] = std::exp((logits[i] - mx) / temperature);
-  std::discrete_distribution<int32_t> dist(p.begin(), p.end());
-  return dist(rng);
-}
 
 absl::Status RunGenerate(const GenerateFlags& f) {
   OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(f.model));
@@ -69,13 +57,15 @@ absl::Status RunGenerate(const GenerateFlags& f) {
   const auto t0 = Clock::now();
   OSCARKV_ASSIGN_OR_RETURN(engine::PrefillResult prefill, engine->Prefill(ids));
   const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::mt19937_64 rng(f.seed);
+  engine::SamplingParams sampling{.temperature = f.temperature, .seed = f.seed};
+  OSCARKV_RETURN_IF_ERROR(sampling.Validate());
+  engine::Sampler sampler(sampling);
   std::vector<float> logits = std::move(prefill.last_logits);
   model::Sequence* seq = prefill.sequence.get();
   int generated = 0;
   const auto t1 = Clock::now();
   while (generated < f.max_tokens) {
-    const int32_t next = Pick(logits, f.temperature, rng);
+    const int32_t next = sampler.Sample(logits);
     ++generated;
     if (tok.IsEndOfGeneration(next)) break;
     std::cout << tok.TokenToPiece(next) << std::flush;

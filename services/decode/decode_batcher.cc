@@ -24,7 +24,7 @@ const char* FinishReasonName(FinishReason reason) {
 struct DecodeBatcher::Entry {
   uint64_t id = 0;
   BatchRequest request;
-  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<engine::Sampler> sampler;
   int32_t next_input = 0;  // token fed at the next step
   int generated = 0;
 };
@@ -39,7 +39,7 @@ DecodeBatcher::~DecodeBatcher() { Stop(); }
 
 uint64_t DecodeBatcher::Submit(BatchRequest request) {
   auto e = std::make_unique<Entry>();
-  e->sampler = std::make_unique<Sampler>(request.sampling);
+  e->sampler = std::make_unique<engine::Sampler>(request.sampling);
   e->next_input = request.first_token;
   e->request = std::move(request);
   std::unique_lock<std::mutex> lock(mu_);

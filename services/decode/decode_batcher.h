@@ -25,7 +25,7 @@
 
 #include "absl/status/status.h"
 #include "lib/model/model.h"
-#include "services/decode/sampler.h"
+#include "lib/engine/sampler.h"
 
 namespace oscarkv::decode {
 
@@ -43,7 +43,7 @@ struct BatchRequest {
   int32_t first_token = 0;              // fed first (already produced by prefill)
   int max_new_tokens = 1;               // tokens to generate after first_token; >= 1
   std::vector<int32_t> stop_token_ids;  // end generation (not delivered); e.g. EOS
-  SamplingParams sampling;
+  engine::SamplingParams sampling;
   // Called on the loop thread for each generated token, in order; return false to stop
   // (finishes with kCancelled). Must not block.
   std::function<bool(int32_t token)> on_token;

@@ -54,7 +54,7 @@ struct GenerateParams {
   int32_t first_token = 0;             // produced by prefill; fed first, not streamed again
   int max_new_tokens = 1;              // tokens to stream after first_token; >= 1
   std::vector<int32_t> stop_token_ids; // in addition to the model's end-of-generation tokens
-  SamplingParams sampling;
+  engine::SamplingParams sampling;
 };
 
 struct EndTurnResult {

@@ -206,7 +206,7 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   out.timings.transfer_seconds = Since(t0);
 
   // 4. First token.
-  Sampler sampler(params.sampling);
+  engine::Sampler sampler(params.sampling);
   out.first_token = sampler.Sample(result->last_logits);
   out.timings.total_seconds = Since(t_start);
 

@@ -25,7 +25,7 @@
 #include "services/prefill/kv_publisher.h"
 #include "services/prefill/kvstore_client.h"
 #include "services/prefill/prefill_metrics.h"
-#include "services/prefill/sampler.h"
+#include "lib/engine/sampler.h"
 
 namespace oscarkv::prefill {
 
@@ -35,7 +35,7 @@ struct PrefillParams {
   std::vector<int32_t> tokens;       // the prompt; not empty
   std::string codec;                 // must equal the engine's codec name
   bool use_kvstore = true;           // look up and publish to the kvstore (when configured)
-  SamplingParams sampling;           // for the first token
+  engine::SamplingParams sampling;           // for the first token
   uint64_t model_fingerprint = 0;    // expected identity; 0 = unchecked
   uint64_t calib_fingerprint = 0;
   // Push mode: where the decode worker wants each prompt block (one per block, in order);

@@ -1,6 +1,6 @@
 // Sampling: greedy is argmax (lowest id on ties), seeds reproduce, and temperature / top-k /
 // top-p sampling draw from the float64 softmax of the filtered logits.
-#include "services/decode/sampler.h"
+#include "lib/engine/sampler.h"
 
 #include <cmath>
 #include <map>
@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 
-namespace oscarkv::decode {
+namespace oscarkv::engine {
 namespace {
 
 std::vector<float> RandomLogits(int n, uint64_t seed) {
@@ -95,4 +95,4 @@ TEST(SamplingParams, ValidateRejectsBadValues) {
 }
 
 }  // namespace
-}  // namespace oscarkv::decode
+}  // namespace oscarkv::engine

@@ -1,7 +1,7 @@
 // Token sampling from a logits row: greedy (temperature 0) or temperature sampling with optional
 // top-k and top-p (nucleus) filtering, reproducible for a given seed.
-#ifndef OSCARKV_SERVICES_DECODE_SAMPLER_H_
-#define OSCARKV_SERVICES_DECODE_SAMPLER_H_
+#ifndef OSCARKV_LIB_ENGINE_SAMPLER_H_
+#define OSCARKV_LIB_ENGINE_SAMPLER_H_
 
 #include <cstdint>
 #include <random>
@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 
-namespace oscarkv::decode {
+namespace oscarkv::engine {
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy (argmax, lowest id on ties); Default: 0
@@ -38,6 +38,6 @@ class Sampler {
 // Argmax, lowest index on ties (what greedy generation everywhere in oscarkv uses).
 int32_t Argmax(std::span<const float> logits);
 
-}  // namespace oscarkv::decode
+}  // namespace oscarkv::engine
 
-#endif  // OSCARKV_SERVICES_DECODE_SAMPLER_H_
+#endif  // OSCARKV_LIB_ENGINE_SAMPLER_H_

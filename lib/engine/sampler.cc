@@ -1,4 +1,4 @@
-#include "services/prefill/sampler.h"
+#include "lib/engine/sampler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace oscarkv::prefill {
+namespace oscarkv::engine {
 
 absl::Status SamplingParams::Validate() const {
   if (!(temperature >= 0.0f && temperature <= 100.0f)) {
@@ -79,4 +79,4 @@ int32_t Sampler::Sample(std::span<const float> logits) {
   return ids[n - 1];
 }
 
-}  // namespace oscarkv::prefill
+}  // namespace oscarkv::engine
