@@ -1,6 +1,7 @@
 // `oscarkv calibrate`: runs the model over calibration text and writes the calibration file
 // (R_K, R_V per layer) that the rotated codecs need, with a progress bar on stderr.
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -26,6 +27,8 @@ struct CalibrateFlags {
   std::string objective = "oscar";       // oscar (qqt/sst) or oscar-gram (ktk/vtv)
   float k_clip = 0.96f;                  // Default: 0.96
   float v_clip = 0.92f;                  // Default: 0.92
+  std::string dump_dir;                  // Default: none
+  int dump_tokens = 512;                 // Default: 512
 };
 
 absl::Status RunCalibrate(const CalibrateFlags& f) {
@@ -43,6 +46,13 @@ absl::Status RunCalibrate(const CalibrateFlags& f) {
   options.v_objective = f.objective == "oscar" ? "sst" : "vtv";
   options.k_clip_ratio = f.k_clip;
   options.v_clip_ratio = f.v_clip;
+  options.dump_dir = f.dump_dir;
+  options.dump_tokens = f.dump_tokens;
+  if (!f.dump_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(f.dump_dir, error);
+    if (error) return absl::PermissionDeniedError("cannot create " + f.dump_dir);
+  }
   const auto start = std::chrono::steady_clock::now();
   options.progress = [&](int64_t done, int64_t total) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -78,6 +88,10 @@ void RegisterCalibrateCommand(CLI::App& app, CommandResult& result) {
       ->default_val("oscar");
   cmd->add_option("--k-clip", flags->k_clip, "K clip ratio")->default_val(0.96f);
   cmd->add_option("--v-clip", flags->v_clip, "V clip ratio")->default_val(0.92f);
+  cmd->add_option("--dump-dir", flags->dump_dir,
+                  "Also write the first window's post-RoPE Q/K/V per layer as .npy files here "
+                  "(input for `oscarkv codecs report --tensor DIR/layer_L_k.npy`)");
+  cmd->add_option("--dump-tokens", flags->dump_tokens, "Tokens to dump")->default_val(512);
   cmd->callback([flags, &result] { result.status = RunCalibrate(*flags); });
 }
 

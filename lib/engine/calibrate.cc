@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
+#include "lib/quant/activation_dump.h"
 
 namespace oscarkv::engine {
 
@@ -62,6 +63,10 @@ absl::StatusOr<quant::Calibration> CalibrateModel(const model::Model& model,
   const int64_t kv_row = int64_t{c.num_kv_heads} * c.head_dim;
   std::vector<std::vector<float>> keys(c.num_layers), values(c.num_layers);
   absl::Status hook_status;
+  const int dump_tokens = options.dump_dir.empty() ? 0 : std::min(options.dump_tokens,
+                                                                   options.window_tokens);
+  std::vector<quant::LayerActivations> dump(dump_tokens > 0 ? c.num_layers : 0);
+  int64_t window_index = 0;
   // The hook is installed on a const model; the forward calls it on this thread only.
   auto& mutable_model = const_cast<model::Model&>(model);
   mutable_model.set_qkv_hook([&](int layer, int64_t, int64_t tokens, const float* q,
@@ -71,6 +76,15 @@ absl::StatusOr<quant::Calibration> CalibrateModel(const model::Model& model,
                                                     {k, static_cast<size_t>(tokens * kv_row)},
                                                     {v, static_cast<size_t>(tokens * kv_row)},
                                                     static_cast<int>(tokens)));
+    if (window_index == 0 && dump_tokens > 0) {
+      const int64_t n = std::min<int64_t>(tokens, dump_tokens);
+      quant::LayerActivations& a = dump[layer];
+      a = {.tokens = static_cast<int>(n), .q_heads = c.num_heads, .kv_heads = c.num_kv_heads,
+           .head_dim = c.head_dim};
+      a.q.assign(q, q + n * q_row);
+      a.k.assign(k, k + n * kv_row);
+      a.v.assign(v, v + n * kv_row);
+    }
     keys[layer].insert(keys[layer].end(), k, k + tokens * kv_row);
     values[layer].insert(values[layer].end(), v, v + tokens * kv_row);
   });
@@ -80,11 +94,15 @@ absl::StatusOr<quant::Calibration> CalibrateModel(const model::Model& model,
     std::span<const int32_t> window(ids.data() + w * options.window_tokens,
                                     static_cast<size_t>(options.window_tokens));
     run_status = model.Forward(window).status();
+    ++window_index;
     if (options.progress) options.progress((w + 1) * options.window_tokens, total);
   }
   mutable_model.set_qkv_hook({});
   OSCARKV_RETURN_IF_ERROR(run_status);
   OSCARKV_RETURN_IF_ERROR(hook_status);
+  for (int l = 0; l < static_cast<int>(dump.size()); ++l) {
+    OSCARKV_RETURN_IF_ERROR(quant::WriteLayerActivations(options.dump_dir, l, dump[l]));
+  }
 
   std::vector<quant::LayerCovariances> covariances;
   for (int l = 0; l < c.num_layers; ++l) {

@@ -24,6 +24,10 @@ struct CalibrateOptions {
   std::string v_objective = "sst";      // "sst" (oscar) or "vtv" (oscar-gram); Default: sst
   float k_clip_ratio = 0.96f;           // Default: 0.96 (quant.md A.4)
   float v_clip_ratio = 0.92f;           // Default: 0.92
+  // When set, the first `dump_tokens` tokens' post-RoPE Q/K/V of every layer are written there
+  // as .npy files (lib/quant/activation_dump.h), e.g. for `oscarkv codecs report`.
+  std::string dump_dir;                 // Default: none
+  int dump_tokens = 512;                // Default: 512 (about 60 MB for the default model)
   // Called after each window with tokens done and the total (progress display).
   std::function<void(int64_t done, int64_t total)> progress;
 };
