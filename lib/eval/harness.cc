@@ -20,7 +20,7 @@
 #include "lib/eval/metrics.h"
 #include "lib/eval/teacher_forcing.h"
 #include "lib/eval/text_overlap.h"
-#include "lib/eval/three_tier_kv_cache.h"
+#include "lib/engine/quant_kv_cache.h"
 #include "lib/model/forward_cpu.h"
 #include "lib/quant/codec_spec.h"
 #include "lib/quant/three_tier_cache.h"
@@ -445,15 +445,15 @@ absl::Status RunGrid(const EvalConfig& cfg, const model::Model& model,
 
 // ---- NIAH ------------------------------------------------------------------------------------
 
-absl::StatusOr<std::vector<std::unique_ptr<ThreeTierKvCache>>> MakeCaches(
+absl::StatusOr<std::vector<std::unique_ptr<engine::QuantKvCache>>> MakeCaches(
     const model::Model& model, const std::vector<CodecSetup>& setups) {
-  std::vector<std::unique_ptr<ThreeTierKvCache>> caches;
+  std::vector<std::unique_ptr<engine::QuantKvCache>> caches;
   const float scale = 1.0f / std::sqrt(static_cast<float>(model.config().head_dim));
   for (const auto& s : setups) {
     OSCARKV_ASSIGN_OR_RETURN(auto cc, s.CacheConfig(model.config()));
     cc.sm_scale = scale;
     OSCARKV_ASSIGN_OR_RETURN(auto tc, quant::ThreeTierCache::Create(cc));
-    caches.push_back(std::make_unique<ThreeTierKvCache>(std::move(tc), scale));
+    caches.push_back(std::make_unique<engine::QuantKvCache>(std::move(tc), scale));
   }
   return caches;
 }
@@ -550,7 +550,7 @@ absl::Status RunGreedy(const EvalConfig& cfg, const model::Model& model,
                                                      cfg.greedy_prompts, cfg.seed + 3, &where));
   const int np = static_cast<int>(prompts.size());
   // caches[s][p]
-  std::vector<std::vector<std::unique_ptr<ThreeTierKvCache>>> caches(setups.size());
+  std::vector<std::vector<std::unique_ptr<engine::QuantKvCache>>> caches(setups.size());
   std::vector<int32_t> first_token(np);
   Progress progress("greedy", static_cast<double>(np) + setups.size() * cfg.greedy_new_tokens,
                     cfg.progress);

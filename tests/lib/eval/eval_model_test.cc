@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "lib/eval/harness.h"
 #include "lib/eval/teacher_forcing.h"
-#include "lib/eval/three_tier_kv_cache.h"
+#include "lib/engine/quant_kv_cache.h"
 #include "lib/model/model.h"
 #include "nlohmann/json.hpp"
 
@@ -89,7 +89,7 @@ void CheckAgainstTrueDecode(const model::Model& model, const std::string& codec,
   auto tc = quant::ThreeTierCache::Create(*cc);
   ASSERT_TRUE(tc.ok());
   const float scale = 1.0f / std::sqrt(float(model.config().head_dim));
-  auto seq = model.NewSequence(std::make_unique<ThreeTierKvCache>(std::move(*tc), scale));
+  auto seq = model.NewSequence(std::make_unique<engine::QuantKvCache>(std::move(*tc), scale));
   std::vector<float> first, rest;
   ASSERT_TRUE(model.Prefill(*seq, std::span(toks).subspan(0, 1), true, &first).ok());
   auto st = model.Prefill(*seq, std::span(toks).subspan(1), true, &rest);
