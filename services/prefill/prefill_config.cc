@@ -2,6 +2,8 @@
 
 #include <iostream>
 
+#include "lib/base/status_macros.h"
+#include "lib/rpc/service_flags.h"
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 
@@ -53,27 +55,12 @@ absl::StatusOr<PrefillConfig> PrefillConfig::FromFlags(int argc, const char* con
                "oscarkv_prefill");
   app.set_config("--config", "", "config file (TOML or INI); flags override it");
   AddFlags(app, config);
-  // CLI11 reports through exceptions; they stop here (STYLE habit 8).
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return absl::CancelledError("--help printed");
-  } catch (const CLI::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(e.get_name(), ": ", e.what()));
-  }
+  OSCARKV_RETURN_IF_ERROR(rpc::ParseServiceFlags(app, argc, argv));
   return config;
 }
 
 absl::Status PrefillConfig::Validate() const {
-  if (grpc_address.find(':') == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--grpc_address must be host:port, got '", grpc_address, "'"));
-  }
-  if (metrics_port < -1 || metrics_port > 65535) {
-    return absl::InvalidArgumentError("--metrics_port must be in [-1, 65535]");
-  }
-  if (worker_id.empty()) return absl::InvalidArgumentError("--worker_id must not be empty");
+  OSCARKV_RETURN_IF_ERROR(rpc::ValidateServiceEndpoint(grpc_address, metrics_port, worker_id));
   if (model.empty()) return absl::InvalidArgumentError("--model must not be empty");
   if (codec.empty()) return absl::InvalidArgumentError("--codec must not be empty");
   if (chunk_tokens <= 0 || chunk_tokens % 64 != 0) {

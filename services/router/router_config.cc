@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "lib/rpc/service_flags.h"
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -73,14 +74,7 @@ absl::StatusOr<RouterConfig> RouterConfig::FromFlags(int argc, const char* const
                "placement"};
   app.set_config("--config", "", "Read flags from a TOML/INI file; flags given override it");
   AddFlags(app, config);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    out << app.help();
-    return absl::CancelledError("help shown");
-  } catch (const CLI::ParseError& e) {
-    return absl::InvalidArgumentError(e.what());
-  }
+  if (absl::Status s = rpc::ParseServiceFlags(app, argc, argv, out); !s.ok()) return s;
   if (absl::Status s = config.Validate(); !s.ok()) return s;
   return config;
 }
