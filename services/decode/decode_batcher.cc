@@ -1,6 +1,7 @@
 #include "services/decode/decode_batcher.h"
 
 #include <algorithm>
+#include <utility>
 #include <chrono>
 
 #include "lib/base/log.h"
@@ -153,6 +154,9 @@ void DecodeBatcher::Loop() {
     uint64_t produced = 0;
     const size_t batch = active.size();
     std::vector<std::unique_ptr<Entry>> still;
+    // Finished entries are reported after the step's stats are recorded, so a caller woken by
+    // on_done sees stats that include its own last token.
+    std::vector<std::pair<std::unique_ptr<Entry>, FinishReason>> finished;
     still.reserve(active.size());
     for (size_t b = 0; b < active.size(); ++b) {
       Entry& e = *active[b];
@@ -162,27 +166,30 @@ void DecodeBatcher::Loop() {
       ++e.generated;
       const auto& stops = e.request.stop_token_ids;
       if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
-        finish(e, FinishReason::kStop, absl::OkStatus());
+        finished.emplace_back(std::move(active[b]), FinishReason::kStop);
         continue;
       }
       if (e.request.on_token && !e.request.on_token(token)) {
-        finish(e, FinishReason::kCancelled, absl::OkStatus());
+        finished.emplace_back(std::move(active[b]), FinishReason::kCancelled);
         continue;
       }
       if (e.generated >= e.request.max_new_tokens) {
-        finish(e, FinishReason::kLength, absl::OkStatus());
+        finished.emplace_back(std::move(active[b]), FinishReason::kLength);
         continue;
       }
       e.next_input = token;
       still.push_back(std::move(active[b]));
     }
     active.swap(still);
-    std::lock_guard<std::mutex> lock(mu_);
-    active_count_ = static_cast<int>(active.size());
-    stats_.steps += 1;
-    stats_.tokens += produced;
-    stats_.max_batch_seen = std::max<uint64_t>(stats_.max_batch_seen, batch);
-    stats_.step_seconds += dt;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      active_count_ = static_cast<int>(active.size());
+      stats_.steps += 1;
+      stats_.tokens += produced;
+      stats_.max_batch_seen = std::max<uint64_t>(stats_.max_batch_seen, batch);
+      stats_.step_seconds += dt;
+    }
+    for (auto& [entry, reason] : finished) finish(*entry, reason, absl::OkStatus());
   }
 }
 
