@@ -1,0 +1,54 @@
+// CUDA kernels of the transformer forward on the GPU (lib/model_gpu), other than the large
+// products (cuBLAS) and decode attention (kernels/attention). Every pointer is a device pointer;
+// every entry is asynchronous on `stream`, checks its arguments (cudaErrorInvalidValue) and
+// returns the launch error. The residual stream is f32; operands of cuBLAS are bf16 (uint16_t
+// bits, round to nearest even as kvformat::RoundToBf16 does).
+//
+// Each entry has a CPU reference with the same name minus "Cuda" plus "Ref" in
+// model_kernels_ref.h, which the GPU tests compare against.
+#ifndef OSCARKV_KERNELS_MODEL_MODEL_KERNELS_CUDA_H_
+#define OSCARKV_KERNELS_MODEL_MODEL_KERNELS_CUDA_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/model/model_kernels_ref.h"
+
+namespace oscarkv::kernels {
+
+// x[r, :] = float(table_bf16[tokens[r], :]) for r < rows; table is [vocab, d_model].
+cudaError_t EmbedRowsCuda(const uint16_t* table_bf16, const int32_t* tokens, int64_t rows,
+                          int d_model, float* x, cudaStream_t stream);
+
+// out_bf16[r, :] = bf16(x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight[:]), rows of n.
+cudaError_t RmsNormToBf16Cuda(const float* x, const float* weight, int64_t rows, int n, float eps,
+                              uint16_t* out_bf16, cudaStream_t stream);
+
+// In place on q, k, v rows (QkvPostParams in model_kernels_ref.h): bias add, per-head RMSNorm of
+// q and k (qwen3), RoPE of q and k at positions[r].
+cudaError_t QkvPostCuda(const QkvPostParams& params, cudaStream_t stream);
+
+// out_bf16[r, i] = bf16(silu(gate_up[r, i]) * gate_up[r, d_ff + i]); gate_up is [rows, 2*d_ff].
+cudaError_t SiluMulToBf16Cuda(const float* gate_up, int64_t rows, int d_ff, uint16_t* out_bf16,
+                              cudaStream_t stream);
+
+// out_bf16[i] = bf16(in[i]) for n elements.
+cudaError_t F32ToBf16Cuda(const float* in, int64_t n, uint16_t* out_bf16, cudaStream_t stream);
+
+// out[r] = index of the largest logits[r, :] (lowest index among ties), rows of vocab.
+cudaError_t ArgmaxRowsCuda(const float* logits, int rows, int vocab, int32_t* out,
+                           cudaStream_t stream);
+
+// Causal BF16 attention over one prompt (PrefillAttentionParams in model_kernels_ref.h).
+cudaError_t PrefillAttentionCuda(const PrefillAttentionParams& params, cudaStream_t stream);
+
+// Writes rows into BF16 page units (PageRowsParams in model_kernels_ref.h).
+cudaError_t WriteBf16PageRowsCuda(const PageRowsParams& params, cudaStream_t stream);
+
+// Reads rows out of BF16 page units into a contiguous bf16 buffer (PageGatherParams).
+cudaError_t GatherBf16PageRowsCuda(const PageGatherParams& params, cudaStream_t stream);
+
+}  // namespace oscarkv::kernels
+
+#endif  // OSCARKV_KERNELS_MODEL_MODEL_KERNELS_CUDA_H_
