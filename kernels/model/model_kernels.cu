@@ -1,0 +1,472 @@
+// CUDA kernels of the GPU forward other than prefill attention (model_kernels_cuda.h): embedding
+// gather, RMSNorm to bf16, Q/K/V post-processing (bias, qk-norm, RoPE), SiLU-mul to bf16, f32 ->
+// bf16, row argmax, and BF16 page-unit write/gather. All are memory bound: vectorised 16-byte
+// accesses where the alignment allows (checked on the host, scalar fallback otherwise), one block
+// per row for the row reductions, warp shuffles for the reductions.
+//
+// Bit-for-bit intent: the float operations follow model_kernels_ref.cc in the same order with
+// __f*_rn intrinsics (no FMA contraction); sums of squares run in double as the reference does;
+// RoPE angles and SiLU's exp are computed in double and rounded to float. The remaining
+// differences are ulps of CUDA's double libm and summation order, well under one bf16 ulp.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/model/model_kernels_cuda.h"
+
+namespace oscarkv::kernels {
+namespace {
+
+using cuda::Bf16BitsToFloatDev;
+
+constexpr int kRowThreads = 256;
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+__device__ __forceinline__ uint16_t ToBf16Bits(float x) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+__device__ __forceinline__ uint2 Pack4Bf16(float4 v) {
+  return make_uint2(cuda::PackBf16x2(v.x, v.y), cuda::PackBf16x2(v.z, v.w));
+}
+
+__device__ __forceinline__ double WarpSumDouble(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Block-wide double sum; every thread gets the result. `red` holds >= 32 doubles.
+__device__ __forceinline__ double BlockSumDouble(double v, double* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = WarpSumDouble(v);
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  const int nwarps = (blockDim.x + 31) >> 5;
+  double t = lane < nwarps ? red[lane] : 0.0;
+  t = WarpSumDouble(t);
+  __syncthreads();  // red may be reused by the caller
+  return t;
+}
+
+// ---- Embedding ----
+template <bool kVec>
+__global__ void EmbedRowsKernel(const uint16_t* __restrict__ table, const int32_t* __restrict__ tokens,
+                                int d_model, float* __restrict__ x) {
+  const int64_t r = blockIdx.x;
+  const uint16_t* src = table + static_cast<int64_t>(tokens[r]) * d_model;
+  float* dst = x + r * d_model;
+  if constexpr (kVec) {
+    for (int i = threadIdx.x; i < d_model / 8; i += blockDim.x) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(src) + i);
+      float4* o = reinterpret_cast<float4*>(dst) + 2 * i;
+      o[0] = make_float4(cuda::Bf16LoToFloat(v.x), cuda::Bf16HiToFloat(v.x),
+                         cuda::Bf16LoToFloat(v.y), cuda::Bf16HiToFloat(v.y));
+      o[1] = make_float4(cuda::Bf16LoToFloat(v.z), cuda::Bf16HiToFloat(v.z),
+                         cuda::Bf16LoToFloat(v.w), cuda::Bf16HiToFloat(v.w));
+    }
+  } else {
+    for (int i = threadIdx.x; i < d_model; i += blockDim.x) dst[i] = Bf16BitsToFloatDev(src[i]);
+  }
+}
+
+// ---- RMSNorm -> bf16, one block per row ----
+template <bool kVec>
+__global__ void __launch_bounds__(kRowThreads) RmsNormToBf16Kernel(
+    const float* __restrict__ x, const float* __restrict__ weight, int n, float eps,
+    uint16_t* __restrict__ out) {
+  __shared__ double red[32];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * n;
+  uint16_t* o = out + r * n;
+  double ss = 0.0;
+  if constexpr (kVec) {
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(xr)[i];
+      ss += double(v.x) * v.x + double(v.y) * v.y + double(v.z) * v.z + double(v.w) * v.w;
+    }
+  } else {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += double(xr[i]) * xr[i];
+  }
+  ss = BlockSumDouble(ss, red);
+  const float inv = static_cast<float>(1.0 / sqrt(ss / n + static_cast<double>(eps)));
+  if constexpr (kVec) {
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(xr)[i];
+      const float4 w = __ldg(reinterpret_cast<const float4*>(weight) + i);
+      const float4 y = make_float4(__fmul_rn(__fmul_rn(v.x, inv), w.x),
+                                   __fmul_rn(__fmul_rn(v.y, inv), w.y),
+                                   __fmul_rn(__fmul_rn(v.z, inv), w.z),
+                                   __fmul_rn(__fmul_rn(v.w, inv), w.w));
+      reinterpret_cast<uint2*>(o)[i] = Pack4Bf16(y);
+    }
+  } else {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      o[i] = ToBf16Bits(__fmul_rn(__fmul_rn(xr[i], inv), weight[i]));
+    }
+  }
+}
+
+// ---- Q/K/V post: one block per token row; each warp takes whole heads ----
+// Dynamic shared memory: [warps][head_dim] float staging + cos[half] + sin[half].
+__global__ void __launch_bounds__(kRowThreads) QkvPostKernel(const __grid_constant__ QkvPostParams p) {
+  extern __shared__ float smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int d = p.head_dim, half = p.rope_dim / 2;
+  float* buf = smem + warp * d;
+  float* cs = smem + nwarps * d;
+  float* sn = cs + half;
+  const int64_t r = blockIdx.x;
+  // Angles as lib/model ApplyRope: double, then cos/sin rounded to float.
+  const double pos = static_cast<double>(p.positions[r]) / p.rope_scale;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    double freq = pow(p.rope_theta, -2.0 * i / p.rope_dim);
+    if (p.freq_div != nullptr) freq /= p.freq_div[i];
+    double s, c;
+    sincos(pos * freq, &s, &c);
+    cs[i] = static_cast<float>(c);
+    sn[i] = static_cast<float>(s);
+  }
+  __syncthreads();
+  const int total_heads = p.num_q_heads + 2 * p.num_kv_heads;
+  for (int hh = warp; hh < total_heads; hh += nwarps) {
+    float* x;
+    const float* bias;
+    const float* norm;
+    bool rope = true;
+    if (hh < p.num_q_heads) {
+      x = p.q + r * p.q_row_stride + static_cast<int64_t>(hh) * d;
+      bias = p.bq != nullptr ? p.bq + static_cast<int64_t>(hh) * d : nullptr;
+      norm = p.q_norm;
+    } else if (hh < p.num_q_heads + p.num_kv_heads) {
+      const int h = hh - p.num_q_heads;
+      x = p.k + r * p.k_row_stride + static_cast<int64_t>(h) * d;
+      bias = p.bk != nullptr ? p.bk + static_cast<int64_t>(h) * d : nullptr;
+      norm = p.k_norm;
+    } else {
+      const int h = hh - p.num_q_heads - p.num_kv_heads;
+      x = p.v + r * p.v_row_stride + static_cast<int64_t>(h) * d;
+      bias = p.bv != nullptr ? p.bv + static_cast<int64_t>(h) * d : nullptr;
+      norm = nullptr;
+      rope = false;
+    }
+    double ss = 0.0;
+    for (int i = lane; i < d; i += 32) {
+      float v = x[i];
+      if (bias != nullptr) v = __fadd_rn(v, bias[i]);
+      buf[i] = v;
+      ss += double(v) * v;
+    }
+    if (norm != nullptr) {
+      ss = WarpSumDouble(ss);
+      const float inv = static_cast<float>(1.0 / sqrt(ss / d + static_cast<double>(p.eps)));
+      for (int i = lane; i < d; i += 32) buf[i] = __fmul_rn(__fmul_rn(buf[i], inv), norm[i]);
+    }
+    __syncwarp();
+    if (rope) {
+      for (int i = lane; i < half; i += 32) {
+        const bool adj = p.pairing == RopePairing::kAdjacentPairs;
+        const int i0 = adj ? 2 * i : i;
+        const int i1 = adj ? 2 * i + 1 : i + half;
+        const float a = buf[i0], b = buf[i1];
+        buf[i0] = __fsub_rn(__fmul_rn(a, cs[i]), __fmul_rn(b, sn[i]));
+        buf[i1] = __fadd_rn(__fmul_rn(a, sn[i]), __fmul_rn(b, cs[i]));
+      }
+      __syncwarp();
+    }
+    for (int i = lane; i < d; i += 32) x[i] = buf[i];
+    __syncwarp();  // buf is rewritten by this warp's next head
+  }
+}
+
+// ---- SiLU(gate) * up -> bf16 ----
+__device__ __forceinline__ float SiluMul(float g, float u) {
+  const float e = static_cast<float>(exp(-static_cast<double>(g)));
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), u);
+}
+template <bool kVec>
+__global__ void SiluMulToBf16Kernel(const float* __restrict__ gate_up, int64_t rows, int d_ff,
+                                    uint16_t* __restrict__ out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if constexpr (kVec) {
+    const int q = d_ff / 4;
+    const int64_t total = rows * q;
+    for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+         e += stride) {
+      const int64_t r = e / q;
+      const int i = static_cast<int>(e - r * q);
+      const float4* row = reinterpret_cast<const float4*>(gate_up + r * 2 * d_ff);
+      const float4 g = row[i], u = row[q + i];
+      const float4 y = make_float4(SiluMul(g.x, u.x), SiluMul(g.y, u.y), SiluMul(g.z, u.z),
+                                   SiluMul(g.w, u.w));
+      reinterpret_cast<uint2*>(out + r * d_ff)[i] = Pack4Bf16(y);
+    }
+  } else {
+    const int64_t total = rows * d_ff;
+    for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+         e += stride) {
+      const int64_t r = e / d_ff;
+      const int i = static_cast<int>(e - r * d_ff);
+      const float* row = gate_up + r * 2 * d_ff;
+      out[e] = ToBf16Bits(SiluMul(row[i], row[d_ff + i]));
+    }
+  }
+}
+
+// ---- f32 -> bf16 ----
+__global__ void F32ToBf16Kernel(const float* __restrict__ in, int64_t n, uint16_t* __restrict__ out,
+                                bool vec) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  int64_t done = 0;
+  if (vec) {
+    const int64_t n4 = n / 4;
+    for (int64_t e = tid; e < n4; e += stride) {
+      reinterpret_cast<uint2*>(out)[e] = Pack4Bf16(reinterpret_cast<const float4*>(in)[e]);
+    }
+    done = n4 * 4;
+  }
+  for (int64_t e = done + tid; e < n; e += stride) out[e] = ToBf16Bits(in[e]);
+}
+
+// ---- Argmax, one block per row; ties -> lowest index, NaN never wins ----
+__device__ __forceinline__ void ArgmaxTake(float v, int i, float& best, int& idx) {
+  if (v > best || (v == best && i < idx)) {
+    best = v;
+    idx = i;
+  }
+}
+template <bool kVec>
+__global__ void __launch_bounds__(kRowThreads) ArgmaxRowsKernel(const float* __restrict__ logits,
+                                                                int vocab, int32_t* __restrict__ out) {
+  __shared__ float red_v[32];
+  __shared__ int red_i[32];
+  const float* x = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  float best = -INFINITY;
+  int idx = INT_MAX;
+  if constexpr (kVec) {
+    for (int i = threadIdx.x; i < vocab / 4; i += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(x)[i];
+      ArgmaxTake(v.x, 4 * i, best, idx);
+      ArgmaxTake(v.y, 4 * i + 1, best, idx);
+      ArgmaxTake(v.z, 4 * i + 2, best, idx);
+      ArgmaxTake(v.w, 4 * i + 3, best, idx);
+    }
+  } else {
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) ArgmaxTake(x[i], i, best, idx);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    ArgmaxTake(ov, oi, best, idx);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  if (lane == 0) {
+    red_v[warp] = best;
+    red_i[warp] = idx;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    best = lane < nwarps ? red_v[lane] : -INFINITY;
+    idx = lane < nwarps ? red_i[lane] : INT_MAX;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+      ArgmaxTake(ov, oi, best, idx);
+    }
+    if (lane == 0) out[blockIdx.x] = idx == INT_MAX ? 0 : idx;
+  }
+}
+
+// ---- BF16 page units: write rows (f32 -> bf16), one block per token ----
+template <bool kVec>
+__global__ void WriteBf16PageRowsKernel(const __grid_constant__ PageRowsParams p) {
+  const int64_t t = blockIdx.x;
+  const int d = p.head_dim;
+  const float* src = p.rows + t * p.row_stride;
+  uint8_t* page = p.pool + static_cast<int64_t>(p.page_ids[t]) * p.page_stride_bytes +
+                  p.segment_offset_bytes + static_cast<int64_t>(p.rows_in_page[t]) * d * 2;
+  if constexpr (kVec) {
+    const int per_head = d / 4;
+    for (int e = threadIdx.x; e < p.heads * per_head; e += blockDim.x) {
+      const int h = e / per_head, c = e - h * per_head;
+      const float4 v = reinterpret_cast<const float4*>(src + static_cast<int64_t>(h) * d)[c];
+      reinterpret_cast<uint2*>(page + h * p.head_stride_bytes)[c] = Pack4Bf16(v);
+    }
+  } else {
+    for (int e = threadIdx.x; e < p.heads * d; e += blockDim.x) {
+      const int h = e / d, i = e - h * d;
+      reinterpret_cast<uint16_t*>(page + h * p.head_stride_bytes)[i] =
+          ToBf16Bits(src[static_cast<int64_t>(h) * d + i]);
+    }
+  }
+}
+
+// ---- BF16 page units: gather 8 rows per page into [pages * 8][heads][D], one block per page ----
+template <bool kVec>
+__global__ void GatherBf16PageRowsKernel(const __grid_constant__ PageGatherParams p) {
+  const int64_t pg = blockIdx.x;
+  const int d = p.head_dim;
+  const uint8_t* unit0 = p.pool + static_cast<int64_t>(p.page_ids[pg]) * p.page_stride_bytes +
+                         p.segment_offset_bytes;
+  uint16_t* dst = p.out_bf16 + pg * 8 * p.heads * d;
+  // Work item e: row j, head h, chunk c of one head row (8 bf16 per uint4 chunk).
+  const int chunk = kVec ? 8 : 1;
+  const int per_head = d / chunk;
+  const int items = 8 * p.heads * per_head;
+  for (int e = threadIdx.x; e < items; e += blockDim.x) {
+    const int c = e % per_head;
+    const int jh = e / per_head;
+    const int h = jh % p.heads, j = jh / p.heads;
+    const uint8_t* src = unit0 + h * p.head_stride_bytes + static_cast<int64_t>(j) * d * 2;
+    uint16_t* o = dst + (static_cast<int64_t>(j) * p.heads + h) * d;
+    if constexpr (kVec) {
+      reinterpret_cast<uint4*>(o)[c] = reinterpret_cast<const uint4*>(src)[c];
+    } else {
+      o[c] = reinterpret_cast<const uint16_t*>(src)[c];
+    }
+  }
+}
+
+int GridStrideBlocks(int64_t work, int threads) {
+  const int64_t b = (work + threads - 1) / threads;
+  return static_cast<int>(b < 4096 ? (b > 0 ? b : 1) : 4096);
+}
+
+}  // namespace
+
+cudaError_t EmbedRowsCuda(const uint16_t* table_bf16, const int32_t* tokens, int64_t rows,
+                          int d_model, float* x, cudaStream_t stream) {
+  if (rows < 0 || rows > INT_MAX || d_model <= 0) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  if (table_bf16 == nullptr || tokens == nullptr || x == nullptr) return cudaErrorInvalidValue;
+  const bool vec = d_model % 8 == 0 && Aligned16(table_bf16) && Aligned16(x);
+  if (vec) {
+    EmbedRowsKernel<true><<<static_cast<int>(rows), 128, 0, stream>>>(table_bf16, tokens, d_model, x);
+  } else {
+    EmbedRowsKernel<false><<<static_cast<int>(rows), 128, 0, stream>>>(table_bf16, tokens, d_model, x);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t RmsNormToBf16Cuda(const float* x, const float* weight, int64_t rows, int n, float eps,
+                              uint16_t* out_bf16, cudaStream_t stream) {
+  if (rows < 0 || rows > INT_MAX || n <= 0) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  if (x == nullptr || weight == nullptr || out_bf16 == nullptr) return cudaErrorInvalidValue;
+  const bool vec = n % 4 == 0 && Aligned16(x) && Aligned16(weight) &&
+                   (reinterpret_cast<uintptr_t>(out_bf16) & 7u) == 0;
+  if (vec) {
+    RmsNormToBf16Kernel<true><<<static_cast<int>(rows), kRowThreads, 0, stream>>>(x, weight, n, eps,
+                                                                                   out_bf16);
+  } else {
+    RmsNormToBf16Kernel<false><<<static_cast<int>(rows), kRowThreads, 0, stream>>>(x, weight, n, eps,
+                                                                                    out_bf16);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t QkvPostCuda(const QkvPostParams& params, cudaStream_t stream) {
+  const QkvPostParams& p = params;
+  if (p.rows < 0 || p.rows > INT_MAX) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.positions == nullptr ||
+      p.num_q_heads <= 0 || p.num_kv_heads <= 0 || p.head_dim <= 0 || p.head_dim > 1024 ||
+      p.rope_dim < 0 || p.rope_dim > p.head_dim || p.rope_dim % 2 != 0 || p.rope_scale == 0.0) {
+    return cudaErrorInvalidValue;
+  }
+  const int nwarps = kRowThreads / 32;
+  const size_t smem = (static_cast<size_t>(nwarps) * p.head_dim + p.rope_dim) * sizeof(float);
+  QkvPostKernel<<<static_cast<int>(p.rows), kRowThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t SiluMulToBf16Cuda(const float* gate_up, int64_t rows, int d_ff, uint16_t* out_bf16,
+                              cudaStream_t stream) {
+  if (rows < 0 || d_ff <= 0) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  if (gate_up == nullptr || out_bf16 == nullptr) return cudaErrorInvalidValue;
+  const bool vec = d_ff % 4 == 0 && Aligned16(gate_up) &&
+                   (reinterpret_cast<uintptr_t>(out_bf16) & 7u) == 0;
+  const int threads = 256;
+  if (vec) {
+    SiluMulToBf16Kernel<true><<<GridStrideBlocks(rows * (d_ff / 4), threads), threads, 0, stream>>>(
+        gate_up, rows, d_ff, out_bf16);
+  } else {
+    SiluMulToBf16Kernel<false><<<GridStrideBlocks(rows * d_ff, threads), threads, 0, stream>>>(
+        gate_up, rows, d_ff, out_bf16);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t F32ToBf16Cuda(const float* in, int64_t n, uint16_t* out_bf16, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (in == nullptr || out_bf16 == nullptr) return cudaErrorInvalidValue;
+  const bool vec = Aligned16(in) && (reinterpret_cast<uintptr_t>(out_bf16) & 7u) == 0;
+  const int threads = 256;
+  F32ToBf16Kernel<<<GridStrideBlocks(vec ? n / 4 + 1 : n, threads), threads, 0, stream>>>(
+      in, n, out_bf16, vec);
+  return cudaGetLastError();
+}
+
+cudaError_t ArgmaxRowsCuda(const float* logits, int rows, int vocab, int32_t* out,
+                           cudaStream_t stream) {
+  if (rows < 0 || vocab <= 0) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  if (logits == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  const bool vec = vocab % 4 == 0 && Aligned16(logits);
+  if (vec) {
+    ArgmaxRowsKernel<true><<<rows, kRowThreads, 0, stream>>>(logits, vocab, out);
+  } else {
+    ArgmaxRowsKernel<false><<<rows, kRowThreads, 0, stream>>>(logits, vocab, out);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t WriteBf16PageRowsCuda(const PageRowsParams& params, cudaStream_t stream) {
+  const PageRowsParams& p = params;
+  if (p.tokens < 0 || p.tokens > INT_MAX) return cudaErrorInvalidValue;
+  if (p.tokens == 0) return cudaSuccess;
+  if (p.rows == nullptr || p.page_ids == nullptr || p.rows_in_page == nullptr ||
+      p.pool == nullptr || p.heads <= 0 || p.head_dim <= 0 || p.page_stride_bytes % 2 != 0 ||
+      p.head_stride_bytes % 2 != 0 || p.segment_offset_bytes % 2 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const bool vec = p.head_dim % 4 == 0 && p.row_stride % 4 == 0 && Aligned16(p.rows) &&
+                   (reinterpret_cast<uintptr_t>(p.pool) & 7u) == 0 &&
+                   p.page_stride_bytes % 8 == 0 && p.head_stride_bytes % 8 == 0 &&
+                   p.segment_offset_bytes % 8 == 0;
+  if (vec) {
+    WriteBf16PageRowsKernel<true><<<static_cast<int>(p.tokens), 128, 0, stream>>>(p);
+  } else {
+    WriteBf16PageRowsKernel<false><<<static_cast<int>(p.tokens), 128, 0, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t GatherBf16PageRowsCuda(const PageGatherParams& params, cudaStream_t stream) {
+  const PageGatherParams& p = params;
+  if (p.num_pages < 0 || p.num_pages > INT_MAX) return cudaErrorInvalidValue;
+  if (p.num_pages == 0) return cudaSuccess;
+  if (p.pool == nullptr || p.page_ids == nullptr || p.out_bf16 == nullptr || p.heads <= 0 ||
+      p.head_dim <= 0 || p.page_stride_bytes % 2 != 0 || p.head_stride_bytes % 2 != 0 ||
+      p.segment_offset_bytes % 2 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const bool vec = p.head_dim % 8 == 0 && Aligned16(p.pool) && Aligned16(p.out_bf16) &&
+                   p.page_stride_bytes % 16 == 0 && p.head_stride_bytes % 16 == 0 &&
+                   p.segment_offset_bytes % 16 == 0;
+  if (vec) {
+    GatherBf16PageRowsKernel<true><<<static_cast<int>(p.num_pages), 128, 0, stream>>>(p);
+  } else {
+    GatherBf16PageRowsKernel<false><<<static_cast<int>(p.num_pages), 128, 0, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace oscarkv::kernels

@@ -1,0 +1,501 @@
+// GPU kernels of the transformer forward (kernels/model/model_kernels_cuda.h) against their CPU
+// references (model_kernels_ref.h) on fresh random inputs with fixed seeds: every CUDA entry, both
+// the vectorised and the scalar (odd size / misaligned) paths where an entry has two, outputs
+// poisoned with NaN before each run, every CUDA call checked. Budgets are named below.
+// Exit 0 = pass, 1 = fail, 77 = no GPU. --small: smaller shapes (for compute-sanitizer).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/decode_attention.h"
+#include "kernels/model/model_kernels_cuda.h"
+#include "kernels/model/model_kernels_ref.h"
+#include "lib/kvformat/float16.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace oscarkv {
+namespace {
+
+using namespace kernels;  // NOLINT: test of this namespace's entries
+using testing::RelErr;
+using testing::ToDevice;
+using testing::ToHost;
+
+// Error budgets. Embedding, f32->bf16, argmax and the page copies are exact. RMSNorm, SiLU-mul and
+// the Q/K/V post-processing follow the reference operation for operation; they may differ only by
+// summation order and CUDA's double libm (a few double ulps), which can move a bf16 rounding tie by
+// one ulp: bf16 outputs allow 1 ulp on at most kMaxBf16TieFraction of the elements, f32 outputs a
+// relative error of kMaxQkvPostRelErr. Prefill attention rounds q and P to bf16 for its MMAs.
+constexpr int kMaxBf16Ulps = 1;
+constexpr double kMaxBf16TieFraction = 1e-3;
+constexpr double kMaxQkvPostRelErr = 1e-6;
+constexpr double kMaxPrefillAttentionRelErr = 1e-2;
+
+int g_failures = 0;
+
+void Report(bool ok, const std::string& name, const std::string& detail) {
+  std::printf("%s %s %s\n", ok ? "PASS" : "FAIL", name.c_str(), detail.c_str());
+  if (!ok) ++g_failures;
+}
+
+std::vector<float> Normal(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+template <typename T>
+T* DeviceAlloc(size_t n) {
+  T* d = nullptr;
+  GPU_CHECK(cudaMalloc(&d, n * sizeof(T) + 64));
+  GPU_CHECK(cudaMemset(d, 0xff, n * sizeof(T) + 64));  // NaN for f32 and bf16
+  return d;
+}
+
+// Distance in bf16 ulps (same-sign values; different signs count as far apart unless both zero).
+int Bf16Ulps(uint16_t a, uint16_t b) {
+  if (a == b) return 0;
+  if ((a & 0x7fff) == 0 && (b & 0x7fff) == 0) return 0;
+  if ((a >> 15) != (b >> 15)) return 1 << 16;
+  return std::abs(static_cast<int>(a & 0x7fff) - static_cast<int>(b & 0x7fff));
+}
+
+void CheckBf16(const std::string& name, const std::vector<uint16_t>& got,
+               const std::vector<uint16_t>& ref) {
+  int worst = 0;
+  size_t ties = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const bool nan = (got[i] & 0x7fff) > 0x7f80;
+    const int u = nan ? (1 << 16) : Bf16Ulps(got[i], ref[i]);
+    worst = std::max(worst, u);
+    ties += u != 0;
+  }
+  const double frac = ref.empty() ? 0.0 : static_cast<double>(ties) / ref.size();
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "max_ulps=%d differing=%zu/%zu", worst, ties, ref.size());
+  Report(worst <= kMaxBf16Ulps && frac <= kMaxBf16TieFraction, name, buf);
+}
+
+template <typename T>
+void CheckExact(const std::string& name, const std::vector<T>& got, const std::vector<T>& ref) {
+  size_t bad = 0, first = ref.size();
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::memcmp(&got[i], &ref[i], sizeof(T)) != 0) {
+      if (bad == 0) first = i;
+      ++bad;
+    }
+  }
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "mismatches=%zu/%zu first=%zu", bad, ref.size(), first);
+  Report(bad == 0, name, buf);
+}
+
+void TestEmbed(bool small) {
+  for (const int d : {small ? 256 : 4096, 100}) {  // vectorised, scalar (d % 8 != 0)
+    const int vocab = 1000, rows = small ? 5 : 37;
+    std::vector<uint16_t> table(static_cast<size_t>(vocab) * d);
+    const auto vals = Normal(table.size(), 1);
+    for (size_t i = 0; i < table.size(); ++i) table[i] = kvformat::FloatToBf16Bits(vals[i]);
+    std::vector<int32_t> tokens(rows);
+    std::mt19937 rng(2);
+    for (auto& t : tokens) t = static_cast<int32_t>(rng() % vocab);
+    tokens[0] = vocab - 1;
+    std::vector<float> ref(static_cast<size_t>(rows) * d);
+    EmbedRowsRef(table.data(), tokens.data(), rows, d, ref.data());
+    uint16_t* d_table = ToDevice(table);
+    int32_t* d_tokens = ToDevice(tokens);
+    float* d_x = DeviceAlloc<float>(ref.size());
+    GPU_CHECK(EmbedRowsCuda(d_table, d_tokens, rows, d, d_x, nullptr));
+    GPU_CHECK(cudaDeviceSynchronize());
+    CheckExact("EmbedRows d=" + std::to_string(d), ToHost(d_x, ref.size()), ref);
+    GPU_CHECK(cudaFree(d_table));
+    GPU_CHECK(cudaFree(d_tokens));
+    GPU_CHECK(cudaFree(d_x));
+  }
+}
+
+void TestRmsNorm(bool small) {
+  for (const int n : {small ? 512 : 4096, 1001}) {
+    const int rows = small ? 4 : 33;
+    const auto x = Normal(static_cast<size_t>(rows) * n, 3, 3.0f);
+    const auto w = Normal(n, 4);
+    std::vector<uint16_t> ref(x.size());
+    RmsNormToBf16Ref(x.data(), w.data(), rows, n, 1e-6f, ref.data());
+    float* d_x = ToDevice(x);
+    float* d_w = ToDevice(w);
+    uint16_t* d_out = DeviceAlloc<uint16_t>(ref.size());
+    GPU_CHECK(RmsNormToBf16Cuda(d_x, d_w, rows, n, 1e-6f, d_out, nullptr));
+    GPU_CHECK(cudaDeviceSynchronize());
+    CheckBf16("RmsNormToBf16 n=" + std::to_string(n), ToHost(d_out, ref.size()), ref);
+    GPU_CHECK(cudaFree(d_x));
+    GPU_CHECK(cudaFree(d_w));
+    GPU_CHECK(cudaFree(d_out));
+  }
+}
+
+struct QkvCase {
+  int hq, hkv, d, rope_dim;
+  bool bias, qk_norm, freq_div;
+  RopePairing pairing;
+};
+
+void TestQkvPost(bool small) {
+  const QkvCase cases[] = {
+      {8, 2, 128, 128, false, false, false, RopePairing::kAdjacentPairs},
+      {8, 2, 128, 128, true, false, false, RopePairing::kNeox},
+      {6, 2, 128, 128, false, true, true, RopePairing::kNeox},
+      {9, 3, 64, 32, true, true, true, RopePairing::kAdjacentPairs},
+  };
+  for (const QkvCase& c : cases) {
+    const int rows = small ? 3 : 40;
+    const int qn = c.hq * c.d, kn = c.hkv * c.d;
+    const int64_t stride = qn + 2 * kn;  // fused QKV GEMM rows
+    auto qkv = Normal(static_cast<size_t>(rows) * stride, 5, 2.0f);
+    const auto bq = Normal(qn, 6, 0.3f), bk = Normal(kn, 7, 0.3f), bv = Normal(kn, 8, 0.3f);
+    const auto qnw = Normal(c.d, 9), knw = Normal(c.d, 10);
+    std::vector<float> fdiv(c.rope_dim / 2);
+    for (size_t i = 0; i < fdiv.size(); ++i) fdiv[i] = 1.0f + 0.25f * i;
+    std::vector<int32_t> pos(rows);
+    std::mt19937 rng(11);
+    for (auto& p : pos) p = static_cast<int32_t>(rng() % 40000);
+    pos[0] = 0;
+
+    QkvPostParams p;
+    p.q_row_stride = p.k_row_stride = p.v_row_stride = stride;
+    p.rows = rows;
+    p.num_q_heads = c.hq;
+    p.num_kv_heads = c.hkv;
+    p.head_dim = c.d;
+    p.rope_dim = c.rope_dim;
+    p.eps = 1e-6f;
+    p.rope_theta = 1000000.0;
+    p.rope_scale = 1.0;
+    p.pairing = c.pairing;
+    // Host reference.
+    std::vector<float> ref = qkv;
+    QkvPostParams hp = p;
+    hp.q = ref.data();
+    hp.k = ref.data() + qn;
+    hp.v = ref.data() + qn + kn;
+    hp.positions = pos.data();
+    if (c.bias) {
+      hp.bq = bq.data();
+      hp.bk = bk.data();
+      hp.bv = bv.data();
+    }
+    if (c.qk_norm) {
+      hp.q_norm = qnw.data();
+      hp.k_norm = knw.data();
+    }
+    if (c.freq_div) hp.freq_div = fdiv.data();
+    QkvPostRef(hp);
+    // Device.
+    float* d_qkv = ToDevice(qkv);
+    int32_t* d_pos = ToDevice(pos);
+    float *d_bq = ToDevice(bq), *d_bk = ToDevice(bk), *d_bv = ToDevice(bv);
+    float *d_qnw = ToDevice(qnw), *d_knw = ToDevice(knw), *d_fdiv = ToDevice(fdiv);
+    QkvPostParams dp = p;
+    dp.q = d_qkv;
+    dp.k = d_qkv + qn;
+    dp.v = d_qkv + qn + kn;
+    dp.positions = d_pos;
+    if (c.bias) {
+      dp.bq = d_bq;
+      dp.bk = d_bk;
+      dp.bv = d_bv;
+    }
+    if (c.qk_norm) {
+      dp.q_norm = d_qnw;
+      dp.k_norm = d_knw;
+    }
+    if (c.freq_div) dp.freq_div = d_fdiv;
+    GPU_CHECK(QkvPostCuda(dp, nullptr));
+    GPU_CHECK(cudaDeviceSynchronize());
+    const auto got = ToHost(d_qkv, qkv.size());
+    std::vector<double> ref64(ref.begin(), ref.end());
+    const double err = RelErr(got.data(), ref64.data(), ref.size());
+    size_t exact = 0;
+    for (size_t i = 0; i < ref.size(); ++i) exact += got[i] == ref[i];
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "rel_err=%.3g bit_exact=%zu/%zu", err, exact, ref.size());
+    Report(err <= kMaxQkvPostRelErr,
+           "QkvPost hq=" + std::to_string(c.hq) + " d=" + std::to_string(c.d) +
+               " rope=" + std::to_string(c.rope_dim) + (c.bias ? " bias" : "") +
+               (c.qk_norm ? " qknorm" : "") +
+               (c.pairing == RopePairing::kNeox ? " neox" : " adjacent"),
+           buf);
+    for (void* ptr : {static_cast<void*>(d_qkv), static_cast<void*>(d_pos),
+                      static_cast<void*>(d_bq), static_cast<void*>(d_bk), static_cast<void*>(d_bv),
+                      static_cast<void*>(d_qnw), static_cast<void*>(d_knw),
+                      static_cast<void*>(d_fdiv)}) {
+      GPU_CHECK(cudaFree(ptr));
+    }
+  }
+}
+
+void TestSiluMul(bool small) {
+  for (const int dff : {small ? 256 : 11008, 999}) {
+    const int rows = small ? 3 : 17;
+    const auto gu = Normal(static_cast<size_t>(rows) * 2 * dff, 12, 4.0f);
+    std::vector<uint16_t> ref(static_cast<size_t>(rows) * dff);
+    SiluMulToBf16Ref(gu.data(), rows, dff, ref.data());
+    float* d_gu = ToDevice(gu);
+    uint16_t* d_out = DeviceAlloc<uint16_t>(ref.size());
+    GPU_CHECK(SiluMulToBf16Cuda(d_gu, rows, dff, d_out, nullptr));
+    GPU_CHECK(cudaDeviceSynchronize());
+    CheckBf16("SiluMulToBf16 d_ff=" + std::to_string(dff), ToHost(d_out, ref.size()), ref);
+    GPU_CHECK(cudaFree(d_gu));
+    GPU_CHECK(cudaFree(d_out));
+  }
+}
+
+void TestF32ToBf16(bool small) {
+  const int64_t n = small ? 1003 : 100003;
+  auto in = Normal(n + 1, 13, 100.0f);
+  in[5] = kvformat::BitsFloat(0x3f808000u);  // ties
+  in[6] = kvformat::BitsFloat(0x3f818000u);
+  in[7] = INFINITY;
+  in[8] = -0.0f;
+  float* d_in = ToDevice(in);
+  for (const int offset : {0, 1}) {  // aligned (vectorised) and misaligned (scalar)
+    std::vector<uint16_t> ref(n);
+    F32ToBf16Ref(in.data() + offset, n, ref.data());
+    uint16_t* d_out = DeviceAlloc<uint16_t>(n);
+    GPU_CHECK(F32ToBf16Cuda(d_in + offset, n, d_out, nullptr));
+    GPU_CHECK(cudaDeviceSynchronize());
+    CheckExact("F32ToBf16 offset=" + std::to_string(offset), ToHost(d_out, n), ref);
+    GPU_CHECK(cudaFree(d_out));
+  }
+  GPU_CHECK(cudaFree(d_in));
+}
+
+void TestArgmax(bool small) {
+  for (const int vocab : {small ? 4096 : 151936, 1001}) {
+    const int rows = 6;
+    auto logits = Normal(static_cast<size_t>(rows) * vocab, 14);
+    auto at = [&](int r, int i) -> float& { return logits[static_cast<size_t>(r) * vocab + i]; };
+    // Row 0: a tie between a late and an early index; row 1: ties across threads and warps;
+    // row 2: all equal; row 3: NaNs and -inf around a max at the end; row 4: max at 0.
+    at(0, vocab - 3) = 50.0f;
+    at(0, 777) = 50.0f;
+    for (int i = 0; i < vocab; i += 257) at(1, i) = 9.0f;
+    for (int i = 0; i < vocab; ++i) at(2, i) = 1.5f;
+    for (int i = 0; i < vocab; i += 3) at(3, i) = NAN;
+    at(3, 1) = -INFINITY;
+    at(3, vocab - 1) = 60.0f;
+    at(4, 0) = 70.0f;
+    std::vector<int32_t> ref(rows);
+    ArgmaxRowsRef(logits.data(), rows, vocab, ref.data());
+    float* d_logits = ToDevice(logits);
+    int32_t* d_out = DeviceAlloc<int32_t>(rows);
+    GPU_CHECK(ArgmaxRowsCuda(d_logits, rows, vocab, d_out, nullptr));
+    GPU_CHECK(cudaDeviceSynchronize());
+    const auto got = ToHost(d_out, rows);
+    CheckExact("ArgmaxRows vocab=" + std::to_string(vocab), got, ref);
+    Report(ref[0] == 777 && ref[1] == 0 && ref[2] == 0 && ref[3] == vocab - 1 && ref[4] == 0,
+           "ArgmaxRowsRef expectations", "");
+    GPU_CHECK(cudaFree(d_logits));
+    GPU_CHECK(cudaFree(d_out));
+  }
+}
+
+void TestPages(bool small) {
+  for (const int d : {128, 64}) {
+    const int heads = 3, tokens = small ? 19 : 61;
+    const int num_used = (tokens + kPageTokens - 1) / kPageTokens, num_pages = num_used + 4;
+    const int64_t unit = Bf16PageUnitBytes(d), head_stride = unit, page_stride = heads * unit + 64;
+    std::vector<uint8_t> pool(static_cast<size_t>(num_pages) * page_stride);
+    std::mt19937 rng(15);
+    for (auto& b : pool) b = static_cast<uint8_t>(rng());
+    std::vector<int32_t> order(num_pages);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    order.resize(num_used);
+    const int64_t row_stride = heads * d + 12;
+    const auto rows = Normal(static_cast<size_t>(tokens) * row_stride, 16);
+    std::vector<int32_t> page_ids(tokens), rows_in_page(tokens);
+    for (int t = 0; t < tokens; ++t) {
+      page_ids[t] = order[t / kPageTokens];
+      rows_in_page[t] = t % kPageTokens;
+    }
+    uint8_t* d_pool = ToDevice(pool);
+    float* d_rows = ToDevice(rows);
+    int32_t* d_ids = ToDevice(page_ids);
+    int32_t* d_rip = ToDevice(rows_in_page);
+    int32_t* d_order = ToDevice(order);
+    std::vector<uint8_t> ref_pool = pool;
+    for (int seg = 0; seg < 2; ++seg) {
+      PageRowsParams w;
+      w.row_stride = row_stride;
+      w.tokens = tokens;
+      w.heads = heads;
+      w.head_dim = d;
+      w.page_stride_bytes = page_stride;
+      w.head_stride_bytes = head_stride;
+      w.segment_offset_bytes = seg == 0 ? Bf16PageKOffset(d) : Bf16PageVOffset(d);
+      // K from the aligned rows (vectorised path), V from rows shifted by one float (scalar path).
+      PageRowsParams hw = w;
+      hw.rows = rows.data() + seg;
+      hw.page_ids = page_ids.data();
+      hw.rows_in_page = rows_in_page.data();
+      hw.pool = ref_pool.data();
+      WriteBf16PageRowsRef(hw);
+      w.rows = d_rows + seg;
+      w.page_ids = d_ids;
+      w.rows_in_page = d_rip;
+      w.pool = d_pool;
+      GPU_CHECK(WriteBf16PageRowsCuda(w, nullptr));
+    }
+    GPU_CHECK(cudaDeviceSynchronize());
+    CheckExact("WriteBf16PageRows d=" + std::to_string(d), ToHost(d_pool, pool.size()), ref_pool);
+    for (int seg = 0; seg < 2; ++seg) {
+      PageGatherParams gp;
+      gp.num_pages = num_used;
+      gp.heads = heads;
+      gp.head_dim = d;
+      gp.page_stride_bytes = page_stride;
+      gp.head_stride_bytes = head_stride;
+      gp.segment_offset_bytes = seg == 0 ? Bf16PageKOffset(d) : Bf16PageVOffset(d);
+      const size_t n = static_cast<size_t>(num_used) * kPageTokens * heads * d;
+      std::vector<uint16_t> ref(n);
+      PageGatherParams hg = gp;
+      hg.pool = ref_pool.data();
+      hg.page_ids = order.data();
+      hg.out_bf16 = ref.data();
+      GatherBf16PageRowsRef(hg);
+      uint16_t* d_out = DeviceAlloc<uint16_t>(n + 8);
+      gp.pool = d_pool;
+      gp.page_ids = d_order;
+      gp.out_bf16 = d_out + (seg == 1 ? 1 : 0);  // V: misaligned output (scalar path)
+      GPU_CHECK(GatherBf16PageRowsCuda(gp, nullptr));
+      GPU_CHECK(cudaDeviceSynchronize());
+      const auto all = ToHost(d_out, n + 1);
+      std::vector<uint16_t> got(all.begin() + (seg == 1 ? 1 : 0), all.begin() + (seg == 1 ? 1 : 0) + n);
+      CheckExact("GatherBf16PageRows d=" + std::to_string(d) + (seg == 0 ? " K" : " V"), got, ref);
+      GPU_CHECK(cudaFree(d_out));
+    }
+    for (void* ptr : {static_cast<void*>(d_pool), static_cast<void*>(d_rows),
+                      static_cast<void*>(d_ids), static_cast<void*>(d_rip),
+                      static_cast<void*>(d_order)}) {
+      GPU_CHECK(cudaFree(ptr));
+    }
+  }
+}
+
+struct AttnCase {
+  int t, hq, hkv, d;
+};
+
+void TestPrefillAttention(bool small) {
+  std::vector<AttnCase> cases;
+  if (small) {
+    cases = {{150, 4, 2, 128}, {70, 3, 3, 64}, {1, 2, 1, 64}};
+  } else {
+    cases = {{1000, 9, 3, 64}, {777, 32, 8, 128}, {128, 8, 2, 128}, {257, 4, 4, 64},
+             {1, 2, 1, 128},   {65, 2, 1, 64},    {300, 6, 1, 128}};
+  }
+  for (const AttnCase& c : cases) {
+    // Rows of a fused QKV GEMM output: [q | k | v] per token.
+    const int qn = c.hq * c.d, kn = c.hkv * c.d;
+    const int64_t stride = qn + 2 * kn;
+    const auto qkv = Normal(static_cast<size_t>(c.t) * stride, 17 + c.t, 1.5f);
+    PrefillAttentionParams p;
+    p.q_row_stride = p.k_row_stride = p.v_row_stride = stride;
+    p.num_tokens = c.t;
+    p.num_q_heads = c.hq;
+    p.num_kv_heads = c.hkv;
+    p.head_dim = c.d;
+    p.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+    const size_t out_n = static_cast<size_t>(c.t) * qn;
+    std::vector<uint16_t> ref(out_n);
+    PrefillAttentionParams hp = p;
+    hp.q = qkv.data();
+    hp.k = qkv.data() + qn;
+    hp.v = qkv.data() + qn + kn;
+    hp.out_bf16 = ref.data();
+    PrefillAttentionRef(hp);
+    float* d_qkv = ToDevice(qkv);
+    uint16_t* d_out = DeviceAlloc<uint16_t>(out_n);
+    PrefillAttentionParams dp = p;
+    dp.q = d_qkv;
+    dp.k = d_qkv + qn;
+    dp.v = d_qkv + qn + kn;
+    dp.out_bf16 = d_out;
+    GPU_CHECK(PrefillAttentionCuda(dp, nullptr));
+    GPU_CHECK(cudaDeviceSynchronize());
+    const auto got16 = ToHost(d_out, out_n + 32);  // + guard (must stay 0xffff)
+    std::vector<float> got(out_n);
+    std::vector<double> ref64(out_n);
+    for (size_t i = 0; i < out_n; ++i) {
+      got[i] = kvformat::Bf16BitsToFloat(got16[i]);
+      ref64[i] = kvformat::Bf16BitsToFloat(ref[i]);
+    }
+    bool guard_ok = true;
+    for (size_t i = out_n; i < out_n + 32; ++i) guard_ok &= got16[i] == 0xffff;
+    const double err = RelErr(got.data(), ref64.data(), out_n);
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "rel_err=%.3g guard=%s", err, guard_ok ? "ok" : "OVERWRITTEN");
+    Report(err <= kMaxPrefillAttentionRelErr && guard_ok,
+           "PrefillAttention T=" + std::to_string(c.t) + " hq=" + std::to_string(c.hq) +
+               " hkv=" + std::to_string(c.hkv) + " d=" + std::to_string(c.d),
+           buf);
+    GPU_CHECK(cudaFree(d_qkv));
+    GPU_CHECK(cudaFree(d_out));
+  }
+}
+
+void TestInvalidArguments() {
+  PrefillAttentionParams p;
+  p.num_tokens = 4;
+  p.num_q_heads = 2;
+  p.num_kv_heads = 1;
+  p.head_dim = 96;
+  p.sm_scale = 0.1f;
+  float dummy_f[4];
+  uint16_t dummy_b[4];
+  p.q = p.k = p.v = dummy_f;  // never dereferenced: rejected before launch
+  p.out_bf16 = dummy_b;
+  bool ok = PrefillAttentionCuda(p, nullptr) == cudaErrorInvalidValue;
+  p.head_dim = 64;
+  p.num_q_heads = 3;
+  p.num_kv_heads = 2;
+  ok &= PrefillAttentionCuda(p, nullptr) == cudaErrorInvalidValue;
+  ok &= ArgmaxRowsCuda(nullptr, 1, 0, nullptr, nullptr) == cudaErrorInvalidValue;
+  ok &= F32ToBf16Cuda(nullptr, 0, nullptr, nullptr) == cudaSuccess;  // empty: no launch
+  GPU_CHECK(cudaGetLastError());
+  Report(ok, "InvalidArguments", "");
+}
+
+}  // namespace
+}  // namespace oscarkv
+
+int main(int argc, char** argv) {
+  bool small = false;
+  for (int i = 1; i < argc; ++i) small |= std::string(argv[i]) == "--small";
+  if (!oscarkv::testing::HaveGpu()) {
+    std::printf("no GPU: skipped\n");
+    return 77;
+  }
+  using namespace oscarkv;  // NOLINT
+  TestEmbed(small);
+  TestRmsNorm(small);
+  TestQkvPost(small);
+  TestSiluMul(small);
+  TestF32ToBf16(small);
+  TestArgmax(small);
+  TestPages(small);
+  TestPrefillAttention(small);
+  TestInvalidArguments();
+  std::printf("%s: %d failure(s)\n", g_failures == 0 ? "PASSED" : "FAILED", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
