@@ -1,7 +1,8 @@
 // `oscarkv generate`: runs the CPU model on a prompt with the KV cache in a codec (default oscar),
 // through the same ServingEngine as the prefill and decode workers (chunked prefill to blocks,
 // three-tier cache rebuilt from them, decode steps), streaming tokens to stdout as they are
-// produced; prefill and decode tokens/s go to stderr at the end.
+// produced; prefill and decode tokens/s go to stderr at the end. With `--device cuda` the same
+// prompt runs on the GPU runtime (lib/model_gpu) instead.
 #include <iostream>
 #include <string>
 
@@ -16,6 +17,10 @@
 #include "lib/engine/serving_engine.h"
 #include "lib/model/model.h"
 #include "tools/commands.h"
+#ifdef OSCARKV_HAVE_MODEL_GPU
+#include "lib/engine/quant_kv_cache.h"
+#include "lib/model_gpu/gpu_model.h"
+#endif
 
 namespace oscarkv::tools {
 namespace {
@@ -30,7 +35,64 @@ struct GenerateFlags {
   int threads = 0;                // Default: 0 (OpenBLAS default)
   std::string codec = "oscar";    // KV cache codec; Default: oscar
   std::string calibration;        // calibration file; Default: the default model's, for oscar
+  std::string device = "cpu";     // cpu | cuda; Default: cpu
+  int gpu = 0;                    // CUDA device ordinal with --device cuda; Default: 0
 };
+
+// `--device cuda`: the same prompt through lib/model_gpu (bf16 weights, paged three-tier KV on
+// the GPU). Greedy only; the sampler runs on the host over logits when --temperature > 0.
+absl::Status RunGenerateGpu(const GenerateFlags& f, const model::Model& m,
+                            const std::vector<int32_t>& ids) {
+#ifndef OSCARKV_HAVE_MODEL_GPU
+  return absl::UnimplementedError("this oscarkv was built without CUDA (--device cuda)");
+#else
+  OSCARKV_ASSIGN_OR_RETURN(
+      auto factory,
+      engine::KvCacheFactory::Create(
+          m.config(), f.codec, engine::ResolveCalibrationPath(f.calibration, f.model, f.codec)));
+  OSCARKV_ASSIGN_OR_RETURN(auto weights, model_gpu::GpuWeights::Upload(m.config(), m.weights()));
+  model_gpu::GpuModelOptions options;
+  options.device = f.gpu;
+  options.max_batch = 1;
+  options.max_prompt_tokens = static_cast<int64_t>(ids.size());
+  options.kv_budget_bytes = int64_t{1} << 30;
+  OSCARKV_ASSIGN_OR_RETURN(auto gpu, model_gpu::GpuModel::Create(m.config(), std::move(weights),
+                                                                 factory->tier_config(), options));
+  engine::SamplingParams sampling{.temperature = f.temperature, .seed = f.seed};
+  OSCARKV_RETURN_IF_ERROR(sampling.Validate());
+  engine::Sampler sampler(sampling);
+  const model::Tokenizer& tok = m.tokenizer();
+  using Clock = std::chrono::steady_clock;
+  std::vector<float> logits;
+  int32_t greedy = 0;
+  const auto t0 = Clock::now();
+  OSCARKV_RETURN_IF_ERROR(gpu->AddSequence(1, ids, static_cast<int64_t>(ids.size()) + f.max_tokens,
+                                           &greedy, &logits));
+  const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  int generated = 0;
+  const auto t1 = Clock::now();
+  while (generated < f.max_tokens) {
+    const int32_t next = sampler.Sample(logits);
+    ++generated;
+    if (tok.IsEndOfGeneration(next)) break;
+    std::cout << tok.TokenToPiece(next) << std::flush;
+    if (generated == f.max_tokens) break;
+    const int64_t seq[] = {1};
+    std::vector<int32_t> unused;
+    OSCARKV_RETURN_IF_ERROR(gpu->DecodeStep(seq, {&next, 1}, &unused, &logits));
+  }
+  const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  std::cout << "\n";
+  const int steps = std::max(0, generated - 1);
+  const model_gpu::SeqPages& pages = gpu->pages().seq(1);
+  std::cerr << absl::StrFormat(
+      "device cuda:%d, codec %s: %d tokens in KV (%d BF16 + %d INT2)\n"
+      "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n",
+      f.gpu, f.codec, pages.length, pages.bf16_tokens, pages.int2_tokens, ids.size(), prefill_s,
+      ids.size() / std::max(prefill_s, 1e-9), steps, decode_s, steps / std::max(decode_s, 1e-9));
+  return absl::OkStatus();
+#endif
+}
 
 absl::Status RunGenerate(const GenerateFlags& f) {
   OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(f.model));
@@ -52,6 +114,7 @@ absl::Status RunGenerate(const GenerateFlags& f) {
   std::vector<int32_t> ids = tok.Encode(text, /*add_special=*/true);
   if (ids.empty()) return absl::InvalidArgumentError("empty prompt");
   if (!f.chat) std::cout << f.prompt << std::flush;
+  if (f.device == "cuda") return RunGenerateGpu(f, *m, ids);
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
@@ -87,7 +150,7 @@ absl::Status RunGenerate(const GenerateFlags& f) {
 
 void RegisterGenerateCommand(CLI::App& app, CommandResult& result) {
   auto flags = std::make_shared<GenerateFlags>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate text with the CPU model");
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text with the model (CPU, or the GPU with --device cuda)");
   cmd->add_option("--model", flags->model, "GGUF path, or 'default' (SmolLM2-135M-Instruct)");
   cmd->add_option("--prompt", flags->prompt, "Prompt text")->required();
   cmd->add_option("--max-tokens", flags->max_tokens, "Tokens to generate (default 64)");
@@ -100,6 +163,10 @@ void RegisterGenerateCommand(CLI::App& app, CommandResult& result) {
   cmd->add_option("--calibration", flags->calibration,
                   "Calibration file for oscar/oscar-gram (default: the default model's, made by "
                   "scripts/setup.sh)");
+  cmd->add_option("--device", flags->device,
+                  "cpu (default) or cuda (the GPU runtime; codecs bf16 and the oscar family)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--gpu", flags->gpu, "CUDA device ordinal with --device cuda (default 0)");
   cmd->callback([flags, &result] { result.status = RunGenerate(*flags); });
 }
 

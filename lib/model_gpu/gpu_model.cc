@@ -1,0 +1,676 @@
+#include "lib/model_gpu/gpu_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/attention/decode_attention.h"
+#include "kernels/attention/decode_attention_cuda.h"
+#include "kernels/model/model_kernels_cuda.h"
+#include "kernels/quant/kv_quant_cuda.h"
+#include "lib/base/log.h"
+#include "lib/base/status_macros.h"
+#include "lib/model_gpu/random_fill.h"
+#include "lib/quant/codec_spec.h"
+
+namespace oscarkv::model_gpu {
+
+namespace k = ::oscarkv::kernels;
+
+// Device views of one step's int32 metadata (offsets into meta_) plus host-side counts.
+struct GpuModel::StepMeta {
+  const int32_t* tokens = nullptr;
+  const int32_t* positions = nullptr;
+  // BF16 rows written this step: ranges [row_begin, row_begin + count) of the step's rows, whose
+  // page ids / rows start at index `meta_index` of bf16_page / bf16_row.
+  struct WriteRange {
+    int64_t row_begin = 0, count = 0, meta_index = 0;
+  };
+  std::vector<WriteRange> writes;
+  const int32_t* bf16_page = nullptr;
+  const int32_t* bf16_row = nullptr;
+  // Prefill: history rows [hist_begin, hist_begin + 8 * hist_pages) into INT2 pages.
+  int64_t hist_begin = 0, num_hist_pages = 0;
+  const int32_t* hist_pages = nullptr;
+  // Decode: demotions.
+  int64_t num_demote = 0;
+  const int32_t* demote_src = nullptr;
+  const int32_t* demote_dst = nullptr;
+  // Decode attention tables and plan.
+  const int32_t* bf16_indptr = nullptr;
+  const int32_t* bf16_indices = nullptr;
+  const int32_t* bf16_tokens = nullptr;
+  const int32_t* int2_indptr = nullptr;
+  const int32_t* int2_indices = nullptr;
+  const int32_t* int2_tokens = nullptr;
+  const k::DecodeWorkItem* work = nullptr;
+  const int32_t* seq_work_indptr = nullptr;
+  int num_work = 0;
+};
+
+namespace {
+
+// Appends `values` to `meta` and returns their offset.
+int64_t Push(std::vector<int32_t>& meta, std::span<const int32_t> values) {
+  const int64_t at = static_cast<int64_t>(meta.size());
+  meta.insert(meta.end(), values.begin(), values.end());
+  return at;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const model::ModelConfig& config,
+                                                           GpuWeights weights,
+                                                           const quant::ThreeTierCacheConfig& tiers,
+                                                           const GpuModelOptions& options) {
+  const quant::CodecSpec& spec = quant::GetCodecSpec(tiers.codec);
+  const bool all_bf16 = tiers.codec == kvformat::CodecId::kBf16;
+  const bool windowed = spec.sink_tokens > 0 && spec.residual_tokens == 0 &&
+                        spec.k_segment == kvformat::SegmentKind::kInt2PerToken &&
+                        !spec.token_norms;
+  if (!all_bf16 && !windowed) {
+    return absl::UnimplementedError(absl::StrCat(
+        "codec ", std::string(spec.name), " has no GPU path yet (GPU codecs: bf16, oscar, ",
+        "oscar-gram, oscar-hadamard, oscar-norot)"));
+  }
+  if (config.head_dim != 64 && config.head_dim != 128) {
+    return absl::UnimplementedError(
+        absl::StrCat("the GPU kernels serve head_dim 64 and 128, not ", config.head_dim));
+  }
+  if (options.max_batch <= 0 || options.max_prompt_tokens <= 0 || options.ffn_chunk_tokens <= 0 ||
+      options.kv_budget_bytes <= 0) {
+    return absl::InvalidArgumentError("GPU model: batch, prompt, chunk and budget must be > 0");
+  }
+  OSCARKV_CUDA_OK(cudaSetDevice(options.device));
+  KvPageTableConfig pc;
+  pc.num_layers = config.num_layers;
+  pc.num_kv_heads = config.num_kv_heads;
+  pc.head_dim = config.head_dim;
+  pc.windowed = windowed;
+  if (windowed) {
+    pc.sink_tokens = spec.sink_tokens;
+    pc.recent_tokens = spec.recent_tokens;
+  }
+  pc.budget_bytes = options.kv_budget_bytes;
+  // INT2 pages can use the whole budget; BF16 pages of a windowed codec at most the windows of
+  // max_batch sequences (or the budget, if smaller).
+  const int64_t bf16_by_budget = options.kv_budget_bytes / Bf16PageBytes(pc);
+  const int64_t bf16_windows = int64_t{options.max_batch} *
+                               PagesForTokens(pc, int64_t{1} << 40).bf16;
+  pc.bf16_pages = static_cast<int32_t>(
+      std::min<int64_t>(windowed ? std::min(bf16_by_budget, bf16_windows) : bf16_by_budget,
+                        INT32_MAX));
+  pc.int2_pages = windowed ? static_cast<int32_t>(std::min<int64_t>(
+                                 options.kv_budget_bytes / Int2PageBytes(pc), INT32_MAX))
+                           : 0;
+  OSCARKV_ASSIGN_OR_RETURN(KvPageTable pages, KvPageTable::Create(pc));
+  std::unique_ptr<GpuModel> m(new GpuModel(config, std::move(weights), std::move(pages), options));
+  m->windowed_ = windowed;
+  m->k_clip_ = tiers.k_clip_ratio > 0 ? tiers.k_clip_ratio : spec.k_clip_ratio;
+  m->v_clip_ = tiers.v_clip_ratio > 0 ? tiers.v_clip_ratio : spec.v_clip_ratio;
+  OSCARKV_RETURN_IF_ERROR(m->Init(tiers));
+  return m;
+}
+
+GpuModel::~GpuModel() {
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
+  const model::ModelConfig& c = config_;
+  OSCARKV_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  OSCARKV_CUBLAS_OK(cublasCreate(&cublas_));
+  OSCARKV_CUBLAS_OK(cublasSetStream(cublas_, stream_));
+  // Exact f32 for the rotations (no TF32): they must match the CPU cache's rounding closely.
+  OSCARKV_CUBLAS_OK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  OSCARKV_CUDA_OK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount,
+                                         options_.device));
+
+  // Rotations: [L][2][D][D]; identity where a layer has none.
+  const int64_t d = c.head_dim, dd = d * d;
+  has_rotation_ = !tiers.rotations.k.empty() || !tiers.rotations.v.empty();
+  if (has_rotation_) {
+    std::vector<float> host(static_cast<size_t>(c.num_layers) * 2 * dd, 0.0f);
+    for (int l = 0; l < c.num_layers; ++l) {
+      for (int kv = 0; kv < 2; ++kv) {
+        const auto& list = kv == 0 ? tiers.rotations.k : tiers.rotations.v;
+        float* dst = host.data() + (static_cast<int64_t>(l) * 2 + kv) * dd;
+        if (!list.empty() && !list[l].empty()) {
+          if (static_cast<int64_t>(list[l].size()) != dd) {
+            return absl::InvalidArgumentError("rotation matrix of the wrong size");
+          }
+          std::copy(list[l].begin(), list[l].end(), dst);
+        } else {
+          for (int64_t i = 0; i < d; ++i) dst[i * d + i] = 1.0f;
+        }
+      }
+    }
+    OSCARKV_RETURN_IF_ERROR(rotations_.Allocate(host.size() * 4, "rotations"));
+    OSCARKV_CUDA_OK(cudaMemcpy(rotations_.get(), host.data(), host.size() * 4,
+                               cudaMemcpyHostToDevice));
+  }
+
+  const KvPageTableConfig& pc = pages_.config();
+  OSCARKV_RETURN_IF_ERROR(bf16_pool_.Allocate(
+      static_cast<size_t>(pc.bf16_pages) * Bf16PageBytes(pc), "BF16 KV pages"));
+  OSCARKV_RETURN_IF_ERROR(int2_pool_.Allocate(
+      static_cast<size_t>(pc.int2_pages) * Int2PageBytes(pc), "INT2 KV pages"));
+
+  const int64_t rows = std::max<int64_t>(options_.max_prompt_tokens, options_.max_batch);
+  const int64_t dm = c.d_model, qdim = int64_t{c.num_heads} * d;
+  const int64_t kvdim = int64_t{c.num_kv_heads} * d, qkvdim = qdim + 2 * kvdim;
+  const int64_t chunk = std::min<int64_t>(rows, std::max(options_.ffn_chunk_tokens,
+                                                         options_.max_batch));
+  OSCARKV_RETURN_IF_ERROR(x_.Allocate(rows * dm * 4, "activations"));
+  OSCARKV_RETURN_IF_ERROR(h_.Allocate(rows * dm * 2, "activations"));
+  OSCARKV_RETURN_IF_ERROR(qkv_.Allocate(rows * qkvdim * 4, "QKV"));
+  OSCARKV_RETURN_IF_ERROR(attn_bf16_.Allocate(rows * qdim * 2, "attention output"));
+  if (has_rotation_ || windowed_) {
+    OSCARKV_RETURN_IF_ERROR(k_rot_.Allocate(rows * kvdim * 4, "rotated K"));
+    OSCARKV_RETURN_IF_ERROR(v_rot_.Allocate(rows * kvdim * 4, "rotated V"));
+    OSCARKV_RETURN_IF_ERROR(kv_tmp_bf16_.Allocate(rows * kvdim * 2, "demotion input"));
+  }
+  OSCARKV_RETURN_IF_ERROR(gate_up_.Allocate(chunk * 2 * c.d_ff * 4, "FFN"));
+  OSCARKV_RETURN_IF_ERROR(act_bf16_.Allocate(chunk * c.d_ff * 2, "FFN"));
+  const int64_t b = options_.max_batch;
+  OSCARKV_RETURN_IF_ERROR(q_rot_.Allocate(b * qdim * 4, "decode query"));
+  OSCARKV_RETURN_IF_ERROR(attn_out_.Allocate(b * qdim * 4, "decode attention"));
+  OSCARKV_RETURN_IF_ERROR(attn_out_rot_.Allocate(b * qdim * 4, "decode attention"));
+  OSCARKV_RETURN_IF_ERROR(logits_.Allocate(b * int64_t{c.vocab_size} * 4, "logits"));
+  OSCARKV_RETURN_IF_ERROR(argmax_.Allocate(b * 4, "argmax"));
+  LOG(INFO) << "GPU model: weights " << (weights_.device_bytes() >> 20) << " MiB, KV pools "
+            << (kv_pool_bytes() >> 20) << " MiB (" << pc.bf16_pages << " BF16 + "
+            << pc.int2_pages << " INT2 pages, budget " << (pc.budget_bytes >> 20) << " MiB)";
+  return absl::OkStatus();
+}
+
+absl::Status GpuModel::Gemm(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t in,
+                            int64_t out, float beta, float* y) {
+  const float alpha = 1.0f;
+  // Row-major y[rows, out] = x[rows, in] W[out, in]^T is column-major y^T = W^T(op T) x^T.
+  OSCARKV_CUBLAS_OK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out),
+                                 static_cast<int>(rows), static_cast<int>(in), &alpha, w,
+                                 CUDA_R_16BF, static_cast<int>(in), x, CUDA_R_16BF,
+                                 static_cast<int>(in), &beta, y, CUDA_R_32F,
+                                 static_cast<int>(out), CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+  return absl::OkStatus();
+}
+
+absl::Status GpuModel::Rotate(const float* in, int64_t in_token_stride, int64_t tokens, int heads,
+                              const float* r, bool transpose_r, float* out) {
+  const int d = config_.head_dim;
+  const float alpha = 1.0f, beta = 0.0f;
+  // Per token: column-major Y (D x heads) = op(R_cm) X; R row-major read column-major is R^T, so
+  // op N gives X R and op T gives X R^T.
+  const cublasOperation_t op = transpose_r ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (in_token_stride == int64_t{heads} * d) {
+    OSCARKV_CUBLAS_OK(cublasSgemm(cublas_, op, CUBLAS_OP_N, d, static_cast<int>(tokens * heads),
+                                  d, &alpha, r, d, in, d, &beta, out, d));
+  } else {
+    OSCARKV_CUBLAS_OK(cublasSgemmStridedBatched(cublas_, op, CUBLAS_OP_N, d, heads, d, &alpha, r,
+                                                d, 0, in, d, in_token_stride, &beta, out, d,
+                                                int64_t{heads} * d, static_cast<int>(tokens)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuModel::UploadMeta(const std::vector<int32_t>& host) {
+  const size_t bytes = host.size() * 4;
+  if (meta_.bytes() < bytes) {
+    OSCARKV_CUDA_OK(cudaStreamSynchronize(stream_));
+    OSCARKV_RETURN_IF_ERROR(meta_.Allocate(std::max<size_t>(bytes * 2, 1 << 16), "step metadata"));
+  }
+  // Pageable copy: returns once the source is consumed, so `host` may change afterwards.
+  OSCARKV_CUDA_OK(cudaMemcpyAsync(meta_.get(), host.data(), bytes, cudaMemcpyHostToDevice,
+                                  stream_));
+  return absl::OkStatus();
+}
+
+absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& meta) {
+  const model::ModelConfig& c = config_;
+  const int d = c.head_dim, hq = c.num_heads, hkv = c.num_kv_heads;
+  const int64_t dm = c.d_model, qdim = int64_t{hq} * d, kvdim = int64_t{hkv} * d;
+  const int64_t qkvdim = qdim + 2 * kvdim, dff = c.d_ff;
+  const float eps = static_cast<float>(c.norm_eps);
+  const KvPageTableConfig& pc = pages_.config();
+  const int64_t bf16_unit = k::Bf16PageUnitBytes(d), int2_unit = k::Int2PageUnitBytes(d);
+  const int64_t bf16_layer_bytes = int64_t{pc.bf16_pages} * hkv * bf16_unit;
+  const int64_t int2_layer_bytes = int64_t{pc.int2_pages} * hkv * int2_unit;
+  float* x = x_.as<float>();
+  uint16_t* h = h_.as<uint16_t>();
+  float* qkv = qkv_.as<float>();
+  const int64_t chunk = std::max<int64_t>(options_.ffn_chunk_tokens, options_.max_batch);
+
+  for (int l = 0; l < c.num_layers; ++l) {
+    const GpuLayerWeights& w = weights_.layer(l);
+    uint8_t* bf16_pool = bf16_pool_.as<uint8_t>() + l * bf16_layer_bytes;
+    uint8_t* int2_pool = int2_pool_.as<uint8_t>() + l * int2_layer_bytes;
+    const float* r_k = has_rotation_ ? rotations_.as<float>() + (int64_t{l} * 2) * d * d : nullptr;
+    const float* r_v = has_rotation_ ? r_k + int64_t{d} * d : nullptr;
+
+    OSCARKV_CUDA_OK(k::RmsNormToBf16Cuda(x, w.attn_norm, rows, static_cast<int>(dm), eps, h,
+                                         stream_));
+    OSCARKV_RETURN_IF_ERROR(Gemm(h, w.wqkv, rows, dm, qkvdim, 0.0f, qkv));
+    k::QkvPostParams post;
+    post.q = qkv;
+    post.k = qkv + qdim;
+    post.v = qkv + qdim + kvdim;
+    post.q_row_stride = post.k_row_stride = post.v_row_stride = qkvdim;
+    post.rows = rows;
+    post.num_q_heads = hq;
+    post.num_kv_heads = hkv;
+    post.head_dim = d;
+    post.rope_dim = c.rope_dim;
+    post.positions = meta.positions;
+    if (w.bqkv != nullptr) {
+      post.bq = w.bqkv;
+      post.bk = w.bqkv + qdim;
+      post.bv = w.bqkv + qdim + kvdim;
+    }
+    post.q_norm = w.q_norm;
+    post.k_norm = w.k_norm;
+    post.eps = eps;
+    post.rope_theta = c.rope_theta;
+    post.rope_scale = c.rope_scale;
+    post.freq_div = weights_.rope_freqs();
+    post.pairing = c.rope_style == model::RopeStyle::kNeox ? k::RopePairing::kNeox
+                                                           : k::RopePairing::kAdjacentPairs;
+    OSCARKV_CUDA_OK(k::QkvPostCuda(post, stream_));
+
+    // Cache rows in the tier basis (rotated by R_K / R_V), f32; rounded to bf16 when stored.
+    const float* k_rows = qkv + qdim;
+    const float* v_rows = qkv + qdim + kvdim;
+    int64_t kv_stride = qkvdim;
+    if (has_rotation_) {
+      OSCARKV_RETURN_IF_ERROR(Rotate(k_rows, qkvdim, rows, hkv, r_k, false, k_rot_.as<float>()));
+      OSCARKV_RETURN_IF_ERROR(Rotate(v_rows, qkvdim, rows, hkv, r_v, false, v_rot_.as<float>()));
+      k_rows = k_rot_.as<float>();
+      v_rows = v_rot_.as<float>();
+      kv_stride = kvdim;
+    }
+    for (const StepMeta::WriteRange& wr : meta.writes) {
+      for (int kv = 0; kv < 2; ++kv) {
+        k::PageRowsParams pr;
+        pr.rows = (kv == 0 ? k_rows : v_rows) + wr.row_begin * kv_stride;
+        pr.row_stride = kv_stride;
+        pr.tokens = wr.count;
+        pr.heads = hkv;
+        pr.head_dim = d;
+        pr.page_ids = meta.bf16_page + wr.meta_index;
+        pr.rows_in_page = meta.bf16_row + wr.meta_index;
+        pr.pool = bf16_pool;
+        pr.page_stride_bytes = hkv * bf16_unit;
+        pr.head_stride_bytes = bf16_unit;
+        pr.segment_offset_bytes = kv == 0 ? k::Bf16PageKOffset(d) : k::Bf16PageVOffset(d);
+        OSCARKV_CUDA_OK(k::WriteBf16PageRowsCuda(pr, stream_));
+      }
+    }
+    // INT2 history: from bf16-rounded rotated rows, as the CPU cache quantises.
+    const int64_t demote_tokens =
+        prefill ? meta.num_hist_pages * kPageTokens : meta.num_demote * kPageTokens;
+    if (demote_tokens > 0) {
+      for (int kv = 0; kv < 2; ++kv) {
+        uint16_t* tmp = kv_tmp_bf16_.as<uint16_t>();
+        if (prefill) {
+          const float* src = (kv == 0 ? k_rows : v_rows) + meta.hist_begin * kv_stride;
+          if (kv_stride == kvdim) {
+            OSCARKV_CUDA_OK(k::F32ToBf16Cuda(src, demote_tokens * kvdim, tmp, stream_));
+          } else {
+            // Unrotated rows still live in the strided QKV buffer: pack them first.
+            float* packed = (kv == 0 ? k_rot_ : v_rot_).as<float>();
+            OSCARKV_CUDA_OK(cudaMemcpy2DAsync(packed, kvdim * 4, src, kv_stride * 4, kvdim * 4,
+                                              demote_tokens, cudaMemcpyDeviceToDevice, stream_));
+            OSCARKV_CUDA_OK(k::F32ToBf16Cuda(packed, demote_tokens * kvdim, tmp, stream_));
+          }
+        } else {
+          k::PageGatherParams g;
+          g.pool = bf16_pool;
+          g.page_ids = meta.demote_src;
+          g.num_pages = meta.num_demote;
+          g.heads = hkv;
+          g.head_dim = d;
+          g.page_stride_bytes = hkv * bf16_unit;
+          g.head_stride_bytes = bf16_unit;
+          g.segment_offset_bytes = kv == 0 ? k::Bf16PageKOffset(d) : k::Bf16PageVOffset(d);
+          g.out_bf16 = tmp;
+          OSCARKV_CUDA_OK(k::GatherBf16PageRowsCuda(g, stream_));
+        }
+        k::KvQuantParams qp;
+        qp.input_bf16 = tmp;
+        qp.tokens = static_cast<int>(demote_tokens);
+        qp.heads = hkv;
+        qp.head_dim = d;
+        qp.kind = kvformat::SegmentKind::kInt2PerToken;
+        qp.clip_ratio = kv == 0 ? k_clip_ : v_clip_;
+        k::DemotePagesTarget target;
+        target.pool = int2_pool;
+        target.page_ids = prefill ? meta.hist_pages : meta.demote_dst;
+        target.page_stride_bytes = hkv * int2_unit;
+        target.head_stride_bytes = int2_unit;
+        target.segment_offset_bytes =
+            kv == 0 ? k::Int2PageKCodesOffset(d) : k::Int2PageVCodesOffset(d);
+        OSCARKV_CUDA_OK(k::DemoteToPagesCuda(qp, target, stream_));
+      }
+    }
+
+    uint16_t* attn_bf16 = attn_bf16_.as<uint16_t>();
+    if (prefill) {
+      k::PrefillAttentionParams pa;
+      pa.q = qkv;
+      pa.k = qkv + qdim;
+      pa.v = qkv + qdim + kvdim;
+      pa.q_row_stride = pa.k_row_stride = pa.v_row_stride = qkvdim;
+      pa.num_tokens = rows;
+      pa.num_q_heads = hq;
+      pa.num_kv_heads = hkv;
+      pa.head_dim = d;
+      pa.sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
+      pa.out_bf16 = attn_bf16;
+      OSCARKV_CUDA_OK(k::PrefillAttentionCuda(pa, stream_));
+    } else {
+      const float* q = qkv;
+      int64_t q_stride = qkvdim;
+      if (has_rotation_) {
+        OSCARKV_RETURN_IF_ERROR(Rotate(qkv, qkvdim, rows, hq, r_k, false, q_rot_.as<float>()));
+        q = q_rot_.as<float>();
+        q_stride = qdim;
+      }
+      k::DecodeAttentionParams ap;
+      ap.num_seqs = static_cast<int>(rows);
+      ap.num_q_heads = hq;
+      ap.num_kv_heads = hkv;
+      ap.head_dim = d;
+      ap.sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
+      ap.q = q;
+      ap.q_seq_stride = q_stride;
+      ap.bf16.page_indptr = meta.bf16_indptr;
+      ap.bf16.page_indices = meta.bf16_indices;
+      ap.bf16.seq_tokens = meta.bf16_tokens;
+      ap.bf16.pool = bf16_pool;
+      ap.bf16.page_stride_bytes = hkv * bf16_unit;
+      ap.bf16.head_stride_bytes = bf16_unit;
+      if (windowed_) {
+        ap.int2.page_indptr = meta.int2_indptr;
+        ap.int2.page_indices = meta.int2_indices;
+        ap.int2.seq_tokens = meta.int2_tokens;
+        ap.int2.pool = int2_pool;
+        ap.int2.page_stride_bytes = hkv * int2_unit;
+        ap.int2.head_stride_bytes = int2_unit;
+      }
+      ap.work = meta.work;
+      ap.seq_work_indptr = meta.seq_work_indptr;
+      ap.num_work = meta.num_work;
+      ap.partial_out = partial_out_.as<float>();
+      ap.partial_lse = partial_lse_.as<float>();
+      ap.out = attn_out_.as<float>();
+      ap.out_seq_stride = qdim;
+      OSCARKV_CUDA_OK(k::DecodeAttentionCuda(ap, stream_));
+      const float* o = attn_out_.as<float>();
+      if (has_rotation_) {
+        OSCARKV_RETURN_IF_ERROR(Rotate(o, qdim, rows, hq, r_v, true, attn_out_rot_.as<float>()));
+        o = attn_out_rot_.as<float>();
+      }
+      OSCARKV_CUDA_OK(k::F32ToBf16Cuda(o, rows * qdim, attn_bf16, stream_));
+    }
+    OSCARKV_RETURN_IF_ERROR(Gemm(attn_bf16, w.wo, rows, qdim, dm, 1.0f, x));
+
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t n = std::min(chunk, rows - r0);
+      OSCARKV_CUDA_OK(k::RmsNormToBf16Cuda(x + r0 * dm, w.ffn_norm, n, static_cast<int>(dm), eps,
+                                           h + r0 * dm, stream_));
+      OSCARKV_RETURN_IF_ERROR(Gemm(h + r0 * dm, w.w_gate_up, n, dm, 2 * dff, 0.0f,
+                                   gate_up_.as<float>()));
+      OSCARKV_CUDA_OK(k::SiluMulToBf16Cuda(gate_up_.as<float>(), n, static_cast<int>(dff),
+                                           act_bf16_.as<uint16_t>(), stream_));
+      OSCARKV_RETURN_IF_ERROR(Gemm(act_bf16_.as<uint16_t>(), w.w_down, n, dff, dm, 1.0f,
+                                   x + r0 * dm));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuModel::Logits(int64_t rows, const float* x_rows, std::vector<float>* logits_out,
+                              int32_t* argmax_out) {
+  const model::ModelConfig& c = config_;
+  const int64_t vocab = c.vocab_size;
+  for (int64_t r0 = 0; r0 < rows; r0 += options_.max_batch) {
+    const int64_t n = std::min<int64_t>(options_.max_batch, rows - r0);
+    OSCARKV_CUDA_OK(k::RmsNormToBf16Cuda(x_rows + r0 * c.d_model, weights_.output_norm(), n,
+                                         c.d_model, static_cast<float>(c.norm_eps),
+                                         h_.as<uint16_t>(), stream_));
+    OSCARKV_RETURN_IF_ERROR(Gemm(h_.as<uint16_t>(), weights_.output(), n, c.d_model, vocab, 0.0f,
+                                 logits_.as<float>()));
+    if (argmax_out != nullptr) {
+      OSCARKV_CUDA_OK(k::ArgmaxRowsCuda(logits_.as<float>(), static_cast<int>(n),
+                                        static_cast<int>(vocab), argmax_.as<int32_t>(), stream_));
+      OSCARKV_CUDA_OK(cudaMemcpyAsync(argmax_out + r0, argmax_.get(), n * 4,
+                                      cudaMemcpyDeviceToHost, stream_));
+    }
+    if (logits_out != nullptr) {
+      OSCARKV_CUDA_OK(cudaMemcpyAsync(logits_out->data() + r0 * vocab, logits_.get(),
+                                      n * vocab * 4, cudaMemcpyDeviceToHost, stream_));
+    }
+    OSCARKV_CUDA_OK(cudaStreamSynchronize(stream_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuModel::AddSequence(int64_t id, std::span<const int32_t> prompt,
+                                   int64_t max_total_tokens, int32_t* next_greedy,
+                                   std::vector<float>* last_logits,
+                                   std::vector<float>* all_logits) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (n == 0) return absl::InvalidArgumentError("empty prompt");
+  if (n > options_.max_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", n, " tokens is longer than the ",
+                                                   "GPU model's max_prompt_tokens (",
+                                                   options_.max_prompt_tokens, ")"));
+  }
+  for (int32_t t : prompt) {
+    if (t < 0 || t >= config_.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", t, " outside vocab of ", config_.vocab_size));
+    }
+  }
+  OSCARKV_RETURN_IF_ERROR(pages_.Admit(id, std::max(max_total_tokens, n)));
+  absl::StatusOr<AppendPlan> plan = pages_.Append(id, n);
+  if (!plan.ok()) {
+    pages_.Remove(id);
+    return plan.status();
+  }
+  // Metadata: tokens, positions, BF16 rows (two ranges: sink, recent), history pages.
+  meta_host_.clear();
+  const int64_t off_tokens = Push(meta_host_, prompt);
+  std::vector<int32_t> pos(n);
+  std::iota(pos.begin(), pos.end(), 0);
+  const int64_t off_pos = Push(meta_host_, pos);
+  const int64_t off_page = Push(meta_host_, plan->bf16_page);
+  const int64_t off_row = Push(meta_host_, plan->bf16_row);
+  const int64_t off_hist = Push(meta_host_, plan->hist_pages);
+  StepMeta meta;
+  // token_index is increasing: split it into runs of consecutive rows.
+  for (size_t i = 0; i < plan->token_index.size();) {
+    size_t j = i + 1;
+    while (j < plan->token_index.size() && plan->token_index[j] == plan->token_index[j - 1] + 1) {
+      ++j;
+    }
+    meta.writes.push_back({plan->token_index[i], static_cast<int64_t>(j - i),
+                           static_cast<int64_t>(i)});
+    i = j;
+  }
+  meta.hist_begin = plan->hist_begin;
+  meta.num_hist_pages = static_cast<int64_t>(plan->hist_pages.size());
+  absl::Status st = UploadMeta(meta_host_);
+  if (st.ok()) {
+    const int32_t* base = meta_.as<int32_t>();
+    meta.tokens = base + off_tokens;
+    meta.positions = base + off_pos;
+    meta.bf16_page = base + off_page;
+    meta.bf16_row = base + off_row;
+    meta.hist_pages = base + off_hist;
+    st = CudaStatus(k::EmbedRowsCuda(weights_.token_embd(), meta.tokens, n, config_.d_model,
+                                     x_.as<float>(), stream_),
+                    "embedding");
+  }
+  if (st.ok()) st = RunLayers(n, /*prefill=*/true, meta);
+  if (st.ok() && all_logits != nullptr) {
+    all_logits->resize(n * config_.vocab_size);
+    std::vector<int32_t> argmax(n);
+    st = Logits(n, x_.as<float>(), all_logits, argmax.data());
+    if (st.ok() && next_greedy != nullptr) *next_greedy = argmax.back();
+  }
+  if (st.ok() && (all_logits == nullptr || last_logits != nullptr)) {
+    if (last_logits != nullptr) last_logits->resize(config_.vocab_size);
+    int32_t arg = 0;
+    st = Logits(1, x_.as<float>() + (n - 1) * config_.d_model, last_logits, &arg);
+    if (st.ok() && next_greedy != nullptr) *next_greedy = arg;
+  }
+  if (st.ok()) st = CudaStatus(cudaStreamSynchronize(stream_), "prefill");
+  if (!st.ok()) {
+    pages_.Remove(id);
+    return st;
+  }
+  last_prefill_.forward_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return absl::OkStatus();
+}
+
+absl::Status GpuModel::AddSyntheticSequence(int64_t id, int64_t length, int64_t max_total_tokens,
+                                            uint64_t seed) {
+  OSCARKV_RETURN_IF_ERROR(pages_.Admit(id, std::max(max_total_tokens, length)));
+  absl::StatusOr<AppendPlan> plan = pages_.Append(id, length);
+  if (!plan.ok()) {
+    pages_.Remove(id);
+    return plan.status();
+  }
+  // Random contents: the whole pools once (cheaper than page by page).
+  if (pools_filled_) return absl::OkStatus();
+  pools_filled_ = true;
+  const KvPageTableConfig& pc = pages_.config();
+  const int64_t bf16_elems = static_cast<int64_t>(bf16_pool_.bytes() / 2);
+  OSCARKV_CUDA_OK(FillRandomBf16(bf16_pool_.as<uint16_t>(), bf16_elems, 1.0f, seed, stream_));
+  const int64_t int2_units = int64_t{pc.int2_pages} * pc.num_kv_heads * pc.num_layers;
+  OSCARKV_CUDA_OK(FillRandomInt2Units(int2_pool_.as<uint8_t>(), int2_units, pc.head_dim, seed + 1,
+                                      stream_));
+  OSCARKV_CUDA_OK(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status GpuModel::DecodeStep(std::span<const int64_t> ids, std::span<const int32_t> tokens,
+                                  std::vector<int32_t>* next_greedy, std::vector<float>* logits) {
+  const int64_t b = static_cast<int64_t>(ids.size());
+  if (b == 0) return absl::OkStatus();
+  if (b != static_cast<int64_t>(tokens.size())) {
+    return absl::InvalidArgumentError("DecodeStep: ids and tokens differ in length");
+  }
+  if (b > options_.max_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode batch ", b, " > max_batch ", options_.max_batch));
+  }
+  for (int64_t i = 0; i < b; ++i) {
+    if (!pages_.Has(ids[i])) return absl::NotFoundError(absl::StrCat("sequence ", ids[i]));
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " outside vocab"));
+    }
+  }
+  // Check every sequence before appending to any, so a refused step changes nothing.
+  for (int64_t i = 0; i < b; ++i) {
+    const SeqPages& s = pages_.seq(ids[i]);
+    const PageCount need = PagesForTokens(pages_.config(), s.length + 1);
+    if (need.bf16 > s.reserved.bf16 || need.int2 > s.reserved.int2) {
+      return absl::OutOfRangeError(absl::StrCat("sequence ", ids[i], " reached the ",
+                                                "length it was admitted for"));
+    }
+    for (int64_t j = 0; j < i; ++j) {
+      if (ids[j] == ids[i]) return absl::InvalidArgumentError("DecodeStep: repeated sequence id");
+    }
+  }
+  std::vector<int32_t> positions(b), page(b), row(b), demote_src, demote_dst;
+  for (int64_t i = 0; i < b; ++i) {
+    positions[i] = static_cast<int32_t>(pages_.seq(ids[i]).length);
+    OSCARKV_ASSIGN_OR_RETURN(AppendPlan plan, pages_.Append(ids[i], 1));
+    page[i] = plan.bf16_page[0];
+    row[i] = plan.bf16_row[0];
+    demote_src.insert(demote_src.end(), plan.demote_src.begin(), plan.demote_src.end());
+    demote_dst.insert(demote_dst.end(), plan.demote_dst.begin(), plan.demote_dst.end());
+  }
+  // Tier tables after the append (and demotion) of this step.
+  std::vector<int32_t> bf16_indptr{0}, bf16_indices, bf16_tokens(b), int2_indptr{0},
+      int2_indices, int2_tokens(b);
+  for (int64_t i = 0; i < b; ++i) {
+    const SeqPages& s = pages_.seq(ids[i]);
+    bf16_indices.insert(bf16_indices.end(), s.bf16.begin(), s.bf16.end());
+    bf16_indptr.push_back(static_cast<int32_t>(bf16_indices.size()));
+    bf16_tokens[i] = s.bf16_tokens;
+    int2_indices.insert(int2_indices.end(), s.int2.begin(), s.int2.end());
+    int2_indptr.push_back(static_cast<int32_t>(int2_indices.size()));
+    int2_tokens[i] = s.int2_tokens;
+  }
+  const k::DecodePlan plan = k::PlanDecodeAttention(
+      k::GpuDecodePlanConfig(static_cast<int>(b), config_.num_kv_heads, config_.num_heads,
+                             num_sms_),
+      static_cast<int>(b), bf16_tokens.data(), windowed_ ? int2_tokens.data() : nullptr);
+  const int64_t need_out = plan.PartialOutFloats(config_.num_heads, config_.head_dim) * 4;
+  if (static_cast<int64_t>(partial_out_.bytes()) < need_out) {
+    OSCARKV_CUDA_OK(cudaStreamSynchronize(stream_));
+    OSCARKV_RETURN_IF_ERROR(partial_out_.Allocate(need_out * 2, "attention partials"));
+    OSCARKV_RETURN_IF_ERROR(
+        partial_lse_.Allocate(plan.PartialLseFloats(config_.num_heads) * 8, "attention partials"));
+  }
+  meta_host_.clear();
+  const int64_t off_tokens = Push(meta_host_, tokens);
+  const int64_t off_pos = Push(meta_host_, positions);
+  const int64_t off_page = Push(meta_host_, page);
+  const int64_t off_row = Push(meta_host_, row);
+  const int64_t off_src = Push(meta_host_, demote_src);
+  const int64_t off_dst = Push(meta_host_, demote_dst);
+  const int64_t off_bi = Push(meta_host_, bf16_indptr);
+  const int64_t off_bx = Push(meta_host_, bf16_indices);
+  const int64_t off_bt = Push(meta_host_, bf16_tokens);
+  const int64_t off_ii = Push(meta_host_, int2_indptr);
+  const int64_t off_ix = Push(meta_host_, int2_indices);
+  const int64_t off_it = Push(meta_host_, int2_tokens);
+  static_assert(sizeof(k::DecodeWorkItem) == 16);
+  meta_host_.resize((meta_host_.size() + 3) / 4 * 4);  // 16-byte alignment of the work items
+  const int64_t off_work = static_cast<int64_t>(meta_host_.size());
+  for (const k::DecodeWorkItem& wi : plan.work) {
+    meta_host_.insert(meta_host_.end(), {wi.seq, wi.tier, wi.token_begin, wi.token_end});
+  }
+  const int64_t off_swi = Push(meta_host_, plan.seq_work_indptr);
+  OSCARKV_RETURN_IF_ERROR(UploadMeta(meta_host_));
+  const int32_t* base = meta_.as<int32_t>();
+  StepMeta meta;
+  meta.tokens = base + off_tokens;
+  meta.positions = base + off_pos;
+  meta.writes.push_back({0, b, 0});
+  meta.bf16_page = base + off_page;
+  meta.bf16_row = base + off_row;
+  meta.num_demote = static_cast<int64_t>(demote_src.size());
+  meta.demote_src = base + off_src;
+  meta.demote_dst = base + off_dst;
+  meta.bf16_indptr = base + off_bi;
+  meta.bf16_indices = base + off_bx;
+  meta.bf16_tokens = base + off_bt;
+  meta.int2_indptr = base + off_ii;
+  meta.int2_indices = base + off_ix;
+  meta.int2_tokens = base + off_it;
+  meta.work = reinterpret_cast<const k::DecodeWorkItem*>(base + off_work);
+  meta.seq_work_indptr = base + off_swi;
+  meta.num_work = plan.num_work();
+
+  OSCARKV_CUDA_OK(k::EmbedRowsCuda(weights_.token_embd(), meta.tokens, b, config_.d_model,
+                                   x_.as<float>(), stream_));
+  OSCARKV_RETURN_IF_ERROR(RunLayers(b, /*prefill=*/false, meta));
+  next_greedy->resize(b);
+  if (logits != nullptr) logits->resize(b * config_.vocab_size);
+  OSCARKV_RETURN_IF_ERROR(Logits(b, x_.as<float>(), logits, next_greedy->data()));
+  pages_.ReleaseDemoted();
+  return absl::OkStatus();
+}
+
+}  // namespace oscarkv::model_gpu

@@ -1,0 +1,152 @@
+// The transformer on the GPU (issue #7): bf16 weights and cuBLAS for the large products, the
+// kernels of kernels/model for the rest, a paged three-tier KV cache in device memory (BF16 sink
+// and recent pages, INT2 history pages; codec bf16 keeps every token in BF16 pages), the fused
+// demotion kernel (kernels/quant) and the fused INT2 decode attention (kernels/attention).
+//
+// Numerics follow the CPU runtime (lib/model + lib/quant ThreeTierCache): K/V rows are rotated
+// by the layer's R_K / R_V, rounded to bf16, and quantised from that bf16 row with the codec's
+// clip ratios; prompt attention is causal over bf16-rounded, unrotated K/V; the decode query is
+// rotated by R_K and the output rotated back by R_V^T. Differences: the GPU rounds activations
+// to bf16 before every matrix product (the CPU uses f32 activations), and the attention MMAs
+// round q and P; so logits agree within a tolerance, not bit for bit.
+//
+// Sequences: Admit+Prefill with AddSequence (the prompt goes into an empty sequence in one
+// pass), then any set of admitted sequences steps together in DecodeStep (continuous batching:
+// the caller adds and removes sequences between steps). Admission checks the KV byte budget for
+// the sequence's final length, so an admitted sequence never runs out of pages.
+//
+// Supported codecs: bf16 (M0) and the windowed per-token INT2 codecs (oscar, oscar-gram,
+// oscar-hadamard, oscar-norot; M3-M6). Others get kUnimplemented.
+//
+// Thread-compatible: one thread drives a GpuModel.
+#ifndef OSCARKV_LIB_MODEL_GPU_GPU_MODEL_H_
+#define OSCARKV_LIB_MODEL_GPU_GPU_MODEL_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/model/model_config.h"
+#include "lib/model_gpu/cuda_status.h"
+#include "lib/model_gpu/gpu_weights.h"
+#include "lib/model_gpu/kv_page_table.h"
+#include "lib/quant/three_tier_cache.h"
+
+namespace oscarkv::model_gpu {
+
+struct GpuModelOptions {
+  int device = 0;                    // CUDA device ordinal; Default: 0
+  int max_batch = 64;                // sequences per decode step; Default: 64
+  int64_t max_prompt_tokens = 8192;  // longest prompt AddSequence accepts; Default: 8192
+  // Bytes of KV cache the admitted sequences may hold (all layers, both pools). Default: 4 GiB.
+  int64_t kv_budget_bytes = int64_t{4} << 30;
+  // Rows of the FFN computed at once during prefill (bounds its scratch). Default: 4096.
+  int ffn_chunk_tokens = 4096;
+};
+
+// Timings of the last AddSequence (host wall clock around synchronised GPU work).
+struct PrefillTimings {
+  double forward_seconds = 0;  // the whole prefill incl. cache writes and demotion
+};
+
+class GpuModel {
+ public:
+  // `tiers`: codec, rotations (per layer, or empty = identity) and clip ratios, e.g.
+  // engine::KvCacheFactory::tier_config(). Allocates weights' scratch, the KV pools (sized from
+  // kv_budget_bytes) and a cuBLAS handle on `options.device`.
+  static absl::StatusOr<std::unique_ptr<GpuModel>> Create(const model::ModelConfig& config,
+                                                          GpuWeights weights,
+                                                          const quant::ThreeTierCacheConfig& tiers,
+                                                          const GpuModelOptions& options);
+  ~GpuModel();
+  GpuModel(const GpuModel&) = delete;
+  GpuModel& operator=(const GpuModel&) = delete;
+
+  // Whether a sequence of `max_total_tokens` (prompt + generated) fits in the budget now.
+  bool CanAdmit(int64_t max_total_tokens) const { return pages_.CanAdmit(max_total_tokens); }
+
+  // Admits sequence `id` for up to `max_total_tokens` tokens and prefills `prompt` into it.
+  // Writes the last position's logits [vocab] when `last_logits` is non-null and, when
+  // `all_logits` is non-null, every position's [T, vocab]; `*next_greedy` = argmax.
+  // @return kResourceExhausted when the budget is full now; kInvalidArgument for bad tokens, a
+  //   prompt longer than max_prompt_tokens or a sequence that can never fit.
+  absl::Status AddSequence(int64_t id, std::span<const int32_t> prompt, int64_t max_total_tokens,
+                           int32_t* next_greedy, std::vector<float>* last_logits = nullptr,
+                           std::vector<float>* all_logits = nullptr);
+
+  // Speed-only: admits `id` with `length` tokens of random KV (no forward pass), as if a prompt
+  // of that length had been prefilled.
+  absl::Status AddSyntheticSequence(int64_t id, int64_t length, int64_t max_total_tokens,
+                                    uint64_t seed);
+
+  // One decode step: appends tokens[i] to sequence ids[i] (distinct, admitted) and writes the
+  // argmax of each new distribution to (*next_greedy)[i]; logits [B, vocab] when non-null.
+  absl::Status DecodeStep(std::span<const int64_t> ids, std::span<const int32_t> tokens,
+                          std::vector<int32_t>* next_greedy,
+                          std::vector<float>* logits = nullptr);
+
+  // Frees the pages and budget of `id` (no-op when unknown).
+  void RemoveSequence(int64_t id) { pages_.Remove(id); }
+
+  const model::ModelConfig& config() const { return config_; }
+  const KvPageTable& pages() const { return pages_; }
+  const GpuModelOptions& options() const { return options_; }
+  const PrefillTimings& last_prefill() const { return last_prefill_; }
+  size_t weight_bytes() const { return weights_.device_bytes(); }
+  // Physical bytes of the two KV pools (>= the budget's share each can use).
+  size_t kv_pool_bytes() const { return bf16_pool_.bytes() + int2_pool_.bytes(); }
+
+ private:
+  GpuModel(const model::ModelConfig& config, GpuWeights weights, KvPageTable pages,
+           const GpuModelOptions& options)
+      : config_(config), weights_(std::move(weights)), pages_(std::move(pages)),
+        options_(options) {}
+
+  absl::Status Init(const quant::ThreeTierCacheConfig& tiers);
+  // y[rows, out] (f32) = x[rows, in] (bf16) W[out, in]^T (bf16) + beta * y.
+  absl::Status Gemm(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t in, int64_t out,
+                    float beta, float* y);
+  // out[rows][D] = in[rows][D] * R (transpose_r: R^T); in rows at in_stride floats per group of
+  // `heads` rows (one token), out packed [tokens][heads][D].
+  absl::Status Rotate(const float* in, int64_t in_token_stride, int64_t tokens, int heads,
+                      const float* r, bool transpose_r, float* out);
+  // Runs the layers over rows of x (residual stream). Prefill when `prefill` (one sequence,
+  // positions pos 0..rows-1) else a decode step (rows = B sequences). Writes the cache per
+  // `plan_dev` (device copies of the step's metadata).
+  struct StepMeta;
+  absl::Status RunLayers(int64_t rows, bool prefill, const StepMeta& meta);
+  absl::Status Logits(int64_t rows, const float* x_rows, std::vector<float>* logits_out,
+                      int32_t* argmax_out);
+  absl::Status UploadMeta(const std::vector<int32_t>& host);
+
+  model::ModelConfig config_;
+  GpuWeights weights_;
+  KvPageTable pages_;
+  GpuModelOptions options_;
+  bool windowed_ = false;
+  float k_clip_ = 1.0f, v_clip_ = 1.0f;
+  PrefillTimings last_prefill_;
+  int num_sms_ = 0;
+  bool pools_filled_ = false;  // AddSyntheticSequence filled the pools with random KV
+
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  DeviceBuffer rotations_;  // [L][2][D][D] f32 (R_K, R_V) when the codec rotates
+  bool has_rotation_ = false;
+  DeviceBuffer bf16_pool_, int2_pool_;
+  // Scratch (rows = max(max_prompt_tokens, max_batch)).
+  DeviceBuffer x_, h_, qkv_, attn_bf16_, k_rot_, v_rot_, kv_tmp_bf16_, gate_up_, act_bf16_;
+  DeviceBuffer q_rot_, attn_out_, attn_out_rot_, partial_out_, partial_lse_, logits_, argmax_;
+  DeviceBuffer meta_;  // per-step int32 metadata
+  std::vector<int32_t> meta_host_;
+};
+
+}  // namespace oscarkv::model_gpu
+
+#endif  // OSCARKV_LIB_MODEL_GPU_GPU_MODEL_H_
