@@ -4,6 +4,7 @@
 
 #include "lib/base/status_macros.h"
 #include "lib/rpc/service_flags.h"
+#include "lib/rpc/worker_registration.h"
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 
@@ -40,6 +41,7 @@ void DecodeConfig::AddFlags(CLI::App& app, DecodeConfig& c) {
       ->capture_default_str();
   app.add_option("--max_keep_seconds", c.max_keep_seconds, "longest EndTurn keep")
       ->capture_default_str();
+  rpc::AddRegistrationFlags(app, c.router_address, c.advertise_address);
   app.add_option("--drain_seconds", c.drain_seconds, "drain time on SIGTERM")
       ->capture_default_str();
   app.add_option("--v", c.verbosity, "VLOG verbosity")->capture_default_str();
@@ -57,6 +59,7 @@ absl::StatusOr<DecodeConfig> DecodeConfig::FromFlags(int argc, const char* const
 
 absl::Status DecodeConfig::Validate() const {
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateServiceEndpoint(grpc_address, metrics_port, worker_id));
+  OSCARKV_RETURN_IF_ERROR(rpc::ValidateRegistrationFlags(router_address, advertise_address));
   if (model.empty()) return absl::InvalidArgumentError("--model must not be empty");
   if (codec.empty()) return absl::InvalidArgumentError("--codec must not be empty");
   if (chunk_tokens <= 0 || chunk_tokens % 64 != 0) {

@@ -47,6 +47,12 @@ struct DecodeConfig {
   double idle_ttl_seconds = 60;
   // Longest EndTurn keep, seconds. Default: 3600.
   double max_keep_seconds = 3600;
+  // Router worker-registry gRPC address ("host:port"): register there at start (retrying until
+  // the router is up), heartbeat load, deregister on drain. Empty = no registration. Default: "".
+  std::string router_address;
+  // gRPC "host:port" the router hands out for this worker; empty = 127.0.0.1:<bound port>
+  // (right only when the router runs on this machine). Default: "".
+  std::string advertise_address;
   // Time in-flight RPCs get to finish on SIGTERM, seconds. Default: 10.
   double drain_seconds = 10;
   // VLOG verbosity. Default: 0.

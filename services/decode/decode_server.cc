@@ -7,6 +7,7 @@
 #include "lib/base/status_macros.h"
 #include "lib/metrics/metrics_http_server.h"
 #include "lib/rpc/server_runner.h"
+#include "lib/rpc/worker_registration.h"
 #include "lib/transfer/local/local_backend.h"
 #include "services/decode/decode_engine.h"
 #include "services/decode/decode_metrics.h"
@@ -35,6 +36,18 @@ absl::StatusOr<std::unique_ptr<transfer::TransferBackend>> MakeBackend(const Dec
   return absl::FailedPreconditionError("this build has no UCX backend; use --transfer_backend local");
 #endif
 }
+
+// What the router learns about this worker's model (blocks are exchangeable only when it matches).
+void FillModelIdentity(const engine::ServingEngine& e, oscarkv::common::v1::ModelIdentity* m) {
+  const model::ModelConfig& c = e.model().config();
+  m->set_model_fingerprint(e.model_fingerprint());
+  m->set_calib_fingerprint(e.calibration_fingerprint());
+  m->set_block_tokens(static_cast<uint32_t>(e.options().block_tokens));
+  m->set_layers(static_cast<uint32_t>(c.num_layers));
+  m->set_kv_heads(static_cast<uint32_t>(c.num_kv_heads));
+  m->set_head_dim(static_cast<uint32_t>(c.head_dim));
+}
+
 
 }  // namespace
 
@@ -138,6 +151,28 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(const DecodeC
   }
   s->sweep_thread_ = std::thread([server = s.get()] { server->SweepLoop(); });
   s->ready_.store(true);
+  {
+    oscarkv::common::v1::WorkerInfo info;
+    info.set_worker_id(config.worker_id);
+    info.set_role(oscarkv::common::v1::WORKER_ROLE_DECODE);
+    info.set_transfer_backend(s->backend_->capabilities().name);
+    info.set_kv_capacity_bytes(static_cast<uint64_t>(config.kv_capacity_bytes));
+    FillModelIdentity(*serving, info.mutable_model());
+    // Held keys: none yet. Sequences are released at the end of each turn (the router never
+    // sends EndTurn(keep)), and the pool does not record block keys.
+    OSCARKV_ASSIGN_OR_RETURN(
+        s->registration_,
+        rpc::StartWorkerRegistration(
+            config.router_address, config.advertise_address, s->grpc_dial_address(),
+            std::move(info), [server = s.get()] {
+              rpc::WorkerReport r;
+              const PoolUsage u = server->engine_->Usage();
+              r.load.set_active_requests(static_cast<uint32_t>(server->engine_->Load()));
+              r.load.set_kv_used_bytes(static_cast<uint64_t>(u.kv_bytes));
+              r.load.set_kv_capacity_bytes(static_cast<uint64_t>(u.capacity_bytes));
+              return r;
+            }));
+  }
   LOG(INFO) << "decode " << config.worker_id << " serving gRPC on port " << s->grpc_port()
             << ", metrics on port " << s->metrics_port() << ", codec " << serving->codec().name
             << ", max batch " << config.max_batch << ", transfer "
@@ -166,6 +201,8 @@ void DecodeServer::SweepLoop() {
 void DecodeServer::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     ready_.store(false);
+    // Leave the router first, so it places nothing new here while in-flight calls drain.
+    if (registration_) registration_->Stop(/*deregister=*/true);
     if (service_) service_->SetDraining();
     if (runner_) {
       runner_->Shutdown(

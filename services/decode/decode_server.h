@@ -21,6 +21,7 @@
 
 namespace oscarkv::rpc {
 class ServerRunner;
+class WorkerRegistration;
 }
 namespace oscarkv::metrics {
 class MetricsHttpServer;
@@ -79,6 +80,7 @@ class DecodeServer {
   std::unique_ptr<DecodeEngine> engine_;
   std::unique_ptr<DecodeService> service_;
   std::unique_ptr<rpc::ServerRunner> runner_;
+  std::unique_ptr<rpc::WorkerRegistration> registration_;  // null without --router_address
   std::unique_ptr<metrics::MetricsHttpServer> http_;
   struct CollectState {
     std::mutex mu;

@@ -4,6 +4,7 @@
 
 #include "lib/base/status_macros.h"
 #include "lib/rpc/service_flags.h"
+#include "lib/rpc/worker_registration.h"
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 
@@ -35,6 +36,7 @@ void KvStoreConfig::AddFlags(CLI::App& app, KvStoreConfig& c) {
       ->capture_default_str();
   app.add_option("--verify_on_commit", c.verify_on_commit, "verify checksums at commit")
       ->capture_default_str();
+  rpc::AddRegistrationFlags(app, c.router_address, c.advertise_address);
   app.add_option("--drain_seconds", c.drain_seconds, "drain time on SIGTERM")
       ->capture_default_str();
   app.add_option("--sweep_interval_seconds", c.sweep_interval_seconds, "expiry sweep period")
@@ -54,6 +56,7 @@ absl::StatusOr<KvStoreConfig> KvStoreConfig::FromFlags(int argc, const char* con
 
 absl::Status KvStoreConfig::Validate() const {
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateServiceEndpoint(grpc_address, metrics_port, worker_id));
+  OSCARKV_RETURN_IF_ERROR(rpc::ValidateRegistrationFlags(router_address, advertise_address));
   if (capacity_bytes < (uint64_t{1} << 20)) {
     return absl::InvalidArgumentError("--capacity_bytes must be at least 1 MiB");
   }

@@ -39,6 +39,12 @@ struct KvStoreConfig {
   double max_pin_seconds = 86400;
   // Verify header and payload checksum of every block at commit. Default: true.
   bool verify_on_commit = true;
+  // Router worker-registry gRPC address ("host:port"): register there at start (retrying until
+  // the router is up), heartbeat load, deregister on drain. Empty = no registration. Default: "".
+  std::string router_address;
+  // gRPC "host:port" the router hands out for this worker; empty = 127.0.0.1:<bound port>
+  // (right only when the router runs on this machine). Default: "".
+  std::string advertise_address;
   // Time in-flight RPCs get to finish on SIGTERM, seconds. Default: 5.
   double drain_seconds = 5;
   // Period of the expiry sweep (reservations, pins, leases), seconds. Default: 1.

@@ -5,6 +5,7 @@
 #include "lib/base/status_macros.h"
 #include "lib/metrics/metrics_http_server.h"
 #include "lib/rpc/server_runner.h"
+#include "lib/rpc/worker_registration.h"
 #include "lib/transfer/local/local_backend.h"
 #include "services/kvstore/block_store.h"
 #include "services/kvstore/kvstore_metrics.h"
@@ -108,6 +109,26 @@ absl::StatusOr<std::unique_ptr<KvStoreServer>> KvStoreServer::Create(const KvSto
   }
   s->sweep_thread_ = std::thread([server = s.get()] { server->SweepLoop(); });
   s->ready_.store(true);
+  {
+    oscarkv::common::v1::WorkerInfo info;
+    info.set_worker_id(config.worker_id);
+    info.set_role(oscarkv::common::v1::WORKER_ROLE_KVSTORE);
+    info.set_transfer_backend(s->backend_->capabilities().name);
+    info.set_kv_capacity_bytes(config.capacity_bytes);
+    // Held keys: none from here. BlockStore cannot list its committed keys; the router records
+    // the keys prefill workers publish (router_backend) under the "kvstore" holder instead.
+    OSCARKV_ASSIGN_OR_RETURN(
+        s->registration_,
+        rpc::StartWorkerRegistration(
+            config.router_address, config.advertise_address, s->grpc_dial_address(),
+            std::move(info), [server = s.get()] {
+              rpc::WorkerReport r;
+              const StoreStats st = server->store_->Stats();
+              r.load.set_kv_used_bytes(st.used_bytes);
+              r.load.set_kv_capacity_bytes(st.capacity_bytes);
+              return r;
+            }));
+  }
   LOG(INFO) << "kvstore " << config.worker_id << " serving gRPC on port " << s->grpc_port()
             << ", metrics on port " << s->metrics_port() << ", "
             << config.capacity_bytes << " pool bytes over " << s->backend_->capabilities().name;
@@ -135,6 +156,8 @@ void KvStoreServer::SweepLoop() {
 void KvStoreServer::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     ready_.store(false);
+    // Leave the router first, so it places nothing new here while in-flight calls drain.
+    if (registration_) registration_->Stop(/*deregister=*/true);
     if (runner_) {
       runner_->Shutdown(std::chrono::milliseconds(
           static_cast<int64_t>(config_.drain_seconds * 1000)));

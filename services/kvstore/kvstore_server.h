@@ -19,6 +19,7 @@
 
 namespace oscarkv::rpc {
 class ServerRunner;
+class WorkerRegistration;
 }
 namespace oscarkv::metrics {
 class MetricsHttpServer;
@@ -70,6 +71,7 @@ class KvStoreServer {
   std::unique_ptr<BlockStore> store_;
   std::unique_ptr<KvStoreService> service_;
   std::unique_ptr<rpc::ServerRunner> runner_;
+  std::unique_ptr<rpc::WorkerRegistration> registration_;  // null without --router_address
   std::unique_ptr<metrics::MetricsHttpServer> http_;
   // Lets the registry's collect callback outlive this server safely (the registry may be shared).
   struct CollectState {

@@ -4,6 +4,7 @@
 
 #include "lib/base/status_macros.h"
 #include "lib/rpc/service_flags.h"
+#include "lib/rpc/worker_registration.h"
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 
@@ -44,6 +45,7 @@ void PrefillConfig::AddFlags(CLI::App& app, PrefillConfig& c) {
       ->capture_default_str();
   app.add_option("--outbox_capacity_bytes", c.outbox_capacity_bytes, "staged block bytes kept")
       ->capture_default_str();
+  rpc::AddRegistrationFlags(app, c.router_address, c.advertise_address);
   app.add_option("--drain_seconds", c.drain_seconds, "drain time on SIGTERM")
       ->capture_default_str();
   app.add_option("--v", c.verbosity, "VLOG verbosity")->capture_default_str();
@@ -61,6 +63,7 @@ absl::StatusOr<PrefillConfig> PrefillConfig::FromFlags(int argc, const char* con
 
 absl::Status PrefillConfig::Validate() const {
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateServiceEndpoint(grpc_address, metrics_port, worker_id));
+  OSCARKV_RETURN_IF_ERROR(rpc::ValidateRegistrationFlags(router_address, advertise_address));
   if (model.empty()) return absl::InvalidArgumentError("--model must not be empty");
   if (codec.empty()) return absl::InvalidArgumentError("--codec must not be empty");
   if (chunk_tokens <= 0 || chunk_tokens % 64 != 0) {

@@ -7,6 +7,7 @@
 #include "lib/base/status_macros.h"
 #include "lib/metrics/metrics_http_server.h"
 #include "lib/rpc/server_runner.h"
+#include "lib/rpc/worker_registration.h"
 #include "lib/transfer/local/local_backend.h"
 #include "services/prefill/kv_publisher.h"
 #include "services/prefill/kvstore_client.h"
@@ -37,6 +38,18 @@ absl::StatusOr<std::unique_ptr<transfer::TransferBackend>> MakeBackend(const Pre
   return absl::FailedPreconditionError("this build has no UCX backend; use --transfer_backend local");
 #endif
 }
+
+// What the router learns about this worker's model (blocks are exchangeable only when it matches).
+void FillModelIdentity(const engine::ServingEngine& e, oscarkv::common::v1::ModelIdentity* m) {
+  const model::ModelConfig& c = e.model().config();
+  m->set_model_fingerprint(e.model_fingerprint());
+  m->set_calib_fingerprint(e.calibration_fingerprint());
+  m->set_block_tokens(static_cast<uint32_t>(e.options().block_tokens));
+  m->set_layers(static_cast<uint32_t>(c.num_layers));
+  m->set_kv_heads(static_cast<uint32_t>(c.num_kv_heads));
+  m->set_head_dim(static_cast<uint32_t>(c.head_dim));
+}
+
 
 }  // namespace
 
@@ -134,6 +147,26 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(const Prefi
   }
   s->sweep_thread_ = std::thread([server = s.get()] { server->SweepLoop(); });
   s->ready_.store(true);
+  {
+    oscarkv::common::v1::WorkerInfo info;
+    info.set_worker_id(config.worker_id);
+    info.set_role(oscarkv::common::v1::WORKER_ROLE_PREFILL);
+    info.set_transfer_backend(s->backend_->capabilities().name);
+    FillModelIdentity(*serving, info.mutable_model());
+    // Held keys: none. The outbox only stages a request's blocks for its decode worker; reuse
+    // across requests goes through the kvstore.
+    OSCARKV_ASSIGN_OR_RETURN(
+        s->registration_,
+        rpc::StartWorkerRegistration(
+            config.router_address, config.advertise_address, s->grpc_dial_address(),
+            std::move(info), [server = s.get()] {
+              rpc::WorkerReport r;
+              r.load.set_active_requests(static_cast<uint32_t>(server->engine_->active()));
+              r.load.set_kv_used_bytes(static_cast<uint64_t>(server->publisher_->outbox_bytes()));
+              r.load.set_kv_capacity_bytes(static_cast<uint64_t>(server->config_.outbox_capacity_bytes));
+              return r;
+            }));
+  }
   LOG(INFO) << "prefill " << config.worker_id << " serving gRPC on port " << s->grpc_port()
             << ", metrics on port " << s->metrics_port() << ", codec " << serving->codec().name
             << ", kvstore " << (config.kvstore_address.empty() ? "none" : config.kvstore_address)
@@ -162,6 +195,8 @@ void PrefillServer::SweepLoop() {
 void PrefillServer::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     ready_.store(false);
+    // Leave the router first, so it places nothing new here while in-flight calls drain.
+    if (registration_) registration_->Stop(/*deregister=*/true);
     if (service_) service_->SetDraining();
     if (runner_) {
       runner_->Shutdown(

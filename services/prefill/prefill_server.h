@@ -22,6 +22,7 @@
 
 namespace oscarkv::rpc {
 class ServerRunner;
+class WorkerRegistration;
 }
 namespace oscarkv::metrics {
 class MetricsHttpServer;
@@ -84,6 +85,7 @@ class PrefillServer {
   std::unique_ptr<PrefillEngine> engine_;
   std::unique_ptr<PrefillService> service_;
   std::unique_ptr<rpc::ServerRunner> runner_;
+  std::unique_ptr<rpc::WorkerRegistration> registration_;  // null without --router_address
   std::unique_ptr<metrics::MetricsHttpServer> http_;
   struct CollectState {
     std::mutex mu;
