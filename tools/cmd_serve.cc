@@ -2,8 +2,11 @@
 // and kvstore run in ONE process, talking gRPC over loopback and moving KV blocks through the
 // in-process (local) transfer backend, with the default model on CPU. SIGTERM/SIGINT drain.
 //
-// With --prefill_address and --decode_address it runs only the router, in front of remote
-// workers (the four-process topology, scripts/run_four_processes.sh).
+// With --router_only it runs only the router in registry mode: workers register with it
+// (their --router_address points at --router_grpc_address) and each request is placed on a
+// (prefill, decode) pair by prefix overlap and load (the four-process topology,
+// scripts/run_four_processes.sh). With --prefill_address and --decode_address it runs only the
+// router, in front of one fixed remote pair.
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -40,6 +43,9 @@ struct ServeFlags {
   bool no_kvstore = false;          // run without the kvstore (no prefix reuse); Default: false
   std::string prefill_address;      // router only: remote prefill worker; Default: none
   std::string decode_address;       // router only: remote decode worker; Default: none
+  bool router_only = false;         // router only, workers register with it; Default: false
+  std::string router_grpc_address = "0.0.0.0:9000";  // --router_only registry; Default: 0.0.0.0:9000
+  double heartbeat_interval_s = 2;  // --router_only: heartbeat interval; Default: 2
   double request_timeout_s = 300;   // Default: 300
   int verbosity = 0;                // Default: 0
 };
@@ -47,10 +53,18 @@ struct ServeFlags {
 absl::Status RunServe(const ServeFlags& f) {
   rpc::InstallShutdownSignalHandlers();
   SetVerbosity(f.verbosity);
-  const bool router_only = !f.prefill_address.empty() || !f.decode_address.empty();
-  if (router_only && (f.prefill_address.empty() || f.decode_address.empty())) {
+  const bool static_router = !f.prefill_address.empty() || !f.decode_address.empty();
+  if (static_router && (f.prefill_address.empty() || f.decode_address.empty())) {
     return absl::InvalidArgumentError("--prefill_address and --decode_address go together");
   }
+  if (static_router && f.router_only) {
+    return absl::InvalidArgumentError(
+        "--router_only places over registered workers; drop --prefill_address/--decode_address");
+  }
+  if (f.router_only && f.router_grpc_address.empty()) {
+    return absl::InvalidArgumentError("--router_only needs --router_grpc_address");
+  }
+  const bool router_only = static_router || f.router_only;
   metrics::Registry registry;
   OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(f.model));
   model::ModelOptions mo;
@@ -68,9 +82,12 @@ absl::Status RunServe(const ServeFlags& f) {
   std::unique_ptr<prefill::PrefillServer> pf;
   std::unique_ptr<decode::DecodeServer> dc;
   std::string prefill_address = f.prefill_address, decode_address = f.decode_address;
-  if (!router_only) {
+  if (!router_only || f.router_only) {
+    // Registry mode computes the workers' block keys, which depend on the calibration too.
     OSCARKV_ASSIGN_OR_RETURN(engine, decode::LoadServingEngine(m.get(), f.codec, f.calibration,
                                                                f.chunk_tokens));
+  }
+  if (!router_only) {
     OSCARKV_ASSIGN_OR_RETURN(kv_backend, transfer::LocalBackend::Create());
     OSCARKV_ASSIGN_OR_RETURN(prefill_backend, transfer::LocalBackend::Create());
     OSCARKV_ASSIGN_OR_RETURN(decode_backend, transfer::LocalBackend::Create());
@@ -110,13 +127,9 @@ absl::Status RunServe(const ServeFlags& f) {
   }
 
   router_backend::WorkerBackendOptions bo;
-  bo.prefill_address = prefill_address;
-  bo.decode_address = decode_address;
   bo.model_id = model_id;
   bo.context_length = static_cast<int>(m->config().context_length);
   bo.use_kvstore = !f.no_kvstore;
-  OSCARKV_ASSIGN_OR_RETURN(std::unique_ptr<router_backend::WorkerCompletionBackend> backend,
-                           router_backend::WorkerCompletionBackend::Create(bo, &m->tokenizer()));
   router::RouterConfig rc;
   rc.http_host = f.host;
   rc.http_port = f.port;
@@ -124,14 +137,46 @@ absl::Status RunServe(const ServeFlags& f) {
   rc.default_codec = f.codec;
   rc.allowed_codecs = {f.codec};
   rc.request_timeout_s = f.request_timeout_s;
-  OSCARKV_ASSIGN_OR_RETURN(
-      std::unique_ptr<router::RouterServer> router,
-      router::RouterServer::Create(rc, std::shared_ptr<router::CompletionBackend>(std::move(backend)),
-                                   &registry));
-  LOG(INFO) << "oscarkv serve: " << (router_only ? "router for remote workers" : "all-in-one")
+  std::unique_ptr<router::RouterServer> router;
+  if (f.router_only) {
+    rc.grpc_address = f.router_grpc_address;
+    rc.heartbeat_interval_s = f.heartbeat_interval_s;
+    rc.block_tokens = engine->options().block_tokens;
+    const kvformat::KeyChainParams key_params = engine->KeyParams();
+    const model::Tokenizer* tokenizer = &m->tokenizer();
+    OSCARKV_ASSIGN_OR_RETURN(
+        router, router::RouterServer::CreateWithBackendFactory(
+                    rc,
+                    [&](router::RouterServer& server)
+                        -> absl::StatusOr<std::shared_ptr<router::CompletionBackend>> {
+                      bo.registry = router_backend::RegistryPlacement{
+                          .workers = &server.workers(),
+                          .prefix_index = &server.prefix_index(),
+                          .policy = &server.placement(),
+                          .key_params = key_params};
+                      OSCARKV_ASSIGN_OR_RETURN(
+                          std::unique_ptr<router_backend::WorkerCompletionBackend> b,
+                          router_backend::WorkerCompletionBackend::Create(bo, tokenizer));
+                      return std::shared_ptr<router::CompletionBackend>(std::move(b));
+                    },
+                    &registry));
+  } else {
+    bo.prefill_address = prefill_address;
+    bo.decode_address = decode_address;
+    OSCARKV_ASSIGN_OR_RETURN(std::unique_ptr<router_backend::WorkerCompletionBackend> backend,
+                             router_backend::WorkerCompletionBackend::Create(bo, &m->tokenizer()));
+    OSCARKV_ASSIGN_OR_RETURN(
+        router, router::RouterServer::Create(
+                    rc, std::shared_ptr<router::CompletionBackend>(std::move(backend)), &registry));
+  }
+  LOG(INFO) << "oscarkv serve: "
+            << (f.router_only ? "router over registered workers"
+                              : (router_only ? "router for remote workers" : "all-in-one"))
             << ", model " << model_id << ", codec " << f.codec << ", listening on http://"
             << router->http_address() << "/v1";
-  std::cout << "oscarkv serve: ready at http://" << router->http_address() << "/v1" << std::endl;
+  std::cout << "oscarkv serve: ready at http://" << router->http_address() << "/v1";
+  if (f.router_only) std::cout << " (worker registry on port " << router->grpc_port() << ")";
+  std::cout << std::endl;
   const int sig = rpc::WaitForShutdownSignal();
   LOG(INFO) << "signal " << sig << " received, draining";
   router->Drain();
@@ -165,6 +210,14 @@ void RegisterServeCommand(CLI::App& app, CommandResult& result) {
                   "router only: gRPC host:port of a remote prefill worker");
   cmd->add_option("--decode_address", f->decode_address,
                   "router only: gRPC host:port of a remote decode worker");
+  cmd->add_flag("--router_only", f->router_only,
+               "run only the router; workers register with it (their --router_address)");
+  cmd->add_option("--router_grpc_address", f->router_grpc_address,
+                  "--router_only: gRPC host:port of the worker registry (port 0 = any)")
+      ->capture_default_str();
+  cmd->add_option("--heartbeat_interval_s", f->heartbeat_interval_s,
+                  "--router_only: seconds between worker heartbeats")
+      ->capture_default_str();
   cmd->add_option("--request_timeout_s", f->request_timeout_s, "per-request deadline")
       ->capture_default_str();
   cmd->add_option("--v", f->verbosity, "VLOG verbosity")->capture_default_str();

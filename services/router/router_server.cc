@@ -18,6 +18,19 @@ namespace oscarkv::router {
 absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(
     const RouterConfig& config, std::shared_ptr<CompletionBackend> backend,
     metrics::Registry* metrics_registry) {
+  return CreateImpl(config, std::move(backend), nullptr, metrics_registry);
+}
+
+absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::CreateWithBackendFactory(
+    const RouterConfig& config, const BackendFactory& factory,
+    metrics::Registry* metrics_registry) {
+  if (!factory) return absl::InvalidArgumentError("router backend factory is empty");
+  return CreateImpl(config, nullptr, &factory, metrics_registry);
+}
+
+absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::CreateImpl(
+    const RouterConfig& config, std::shared_ptr<CompletionBackend> backend,
+    const BackendFactory* factory, metrics::Registry* metrics_registry) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
   SetVerbosity(config.verbosity);
   std::unique_ptr<RouterServer> server(new RouterServer());
@@ -45,6 +58,11 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(
   r.placement_ = std::make_unique<CostPlacementPolicy>(popts);
   r.tracker_ = std::make_unique<RequestTracker>();
 
+  if (factory != nullptr) {
+    absl::StatusOr<std::shared_ptr<CompletionBackend>> made = (*factory)(r);
+    if (!made.ok()) return Annotate(made.status(), "router completion backend");
+    backend = *std::move(made);
+  }
   if (backend == nullptr && config.testing_echo_backend) {
     LOG(WARNING) << "router is serving from the TESTING echo backend (--testing_echo_backend): "
                     "no model, no workers";
@@ -52,8 +70,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(
   }
   if (backend == nullptr) {
     return absl::FailedPreconditionError(
-        "no completion backend: the gRPC worker backend is not built into this router yet; "
-        "run `oscarkv serve` (all-in-one) instead");
+        "no completion backend: this binary has no model (tokenizer) to serve with; run "
+        "`oscarkv serve --router_only` (routes over workers that register with "
+        "--router_address) or `oscarkv serve` (all-in-one)");
   }
   r.backend_ = std::move(backend);
 

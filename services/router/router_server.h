@@ -10,6 +10,7 @@
 #ifndef OSCARKV_SERVICES_ROUTER_ROUTER_SERVER_H_
 #define OSCARKV_SERVICES_ROUTER_ROUTER_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,6 +42,12 @@ class RouterService;
 
 class RouterServer {
  public:
+  // Builds the completion backend once the server's worker registry, prefix index and placement
+  // policy exist (a backend that places requests over registered workers needs them). Runs
+  // inside Create, before any listener starts; the server outlives the backend's use of it.
+  using BackendFactory =
+      std::function<absl::StatusOr<std::shared_ptr<CompletionBackend>>(RouterServer& server)>;
+
   //! Builds everything and starts listening. `backend` may be null: then the config decides
   //! (the echo backend under --testing_echo_backend; otherwise the gRPC worker backend).
   //! `metrics_registry` may be null (the server makes its own); `oscarkv serve` passes the
@@ -48,6 +55,11 @@ class RouterServer {
   //! port cannot be bound, kFailedPrecondition when no backend can be built.
   static absl::StatusOr<std::unique_ptr<RouterServer>> Create(
       const RouterConfig& config, std::shared_ptr<CompletionBackend> backend = nullptr,
+      metrics::Registry* metrics_registry = nullptr);
+  //! As Create, with the backend built by `factory` (not null) from this server's registry,
+  //! prefix index and policy. @return Create's errors, and the factory's.
+  static absl::StatusOr<std::unique_ptr<RouterServer>> CreateWithBackendFactory(
+      const RouterConfig& config, const BackendFactory& factory,
       metrics::Registry* metrics_registry = nullptr);
   ~RouterServer();  // Drain with a zero timeout if still running.
   RouterServer(const RouterServer&) = delete;
@@ -72,6 +84,9 @@ class RouterServer {
 
  private:
   RouterServer() = default;
+  static absl::StatusOr<std::unique_ptr<RouterServer>> CreateImpl(
+      const RouterConfig& config, std::shared_ptr<CompletionBackend> backend,
+      const BackendFactory* factory, metrics::Registry* metrics_registry);
 
   RouterConfig config_;
   std::unique_ptr<metrics::Registry> owned_registry_;

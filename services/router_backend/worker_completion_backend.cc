@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -38,6 +39,60 @@ size_t CompleteUtf8Prefix(const std::string& s) {
 void SetDeadline(grpc::ClientContext* ctx, absl::Time deadline) {
   if (deadline != absl::InfiniteFuture()) ctx->set_deadline(absl::ToChronoTime(deadline));
 }
+
+// The stubs of one worker address (a channel serves both services; a worker uses one).
+struct WorkerStubs {
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<pv1::PrefillService::Stub> prefill;
+  std::unique_ptr<dv1::DecodeService::Stub> decode;
+};
+
+std::shared_ptr<WorkerStubs> MakeStubs(const std::string& address) {
+  auto s = std::make_shared<WorkerStubs>();
+  s->address = address;
+  s->channel = rpc::MakeChannel(address, rpc::ChannelOptions{});
+  s->prefill = pv1::PrefillService::NewStub(s->channel);
+  s->decode = dv1::DecodeService::NewStub(s->channel);
+  return s;
+}
+
+// One request's (prefill, decode) pair and, in registry mode, the router-side load it holds on
+// them: the prefill part until EndPrefill, the decode part until the route is destroyed.
+class Route {
+ public:
+  Route() = default;
+  Route(const Route&) = delete;
+  Route& operator=(const Route&) = delete;
+  ~Route() {
+    EndPrefill();
+    if (workers_ != nullptr) workers_->RemovePlaced(decode_id, 0, decode_blocks_);
+  }
+
+  void Hold(router::WorkerRegistry* workers, int64_t prompt_tokens, int64_t decode_blocks) {
+    workers_ = workers;
+    prompt_tokens_ = prompt_tokens;
+    decode_blocks_ = decode_blocks;
+    workers_->AddPlaced(prefill_id, prompt_tokens_, 0);
+    workers_->AddPlaced(decode_id, 0, decode_blocks_);
+    prefill_held_ = true;
+  }
+  void EndPrefill() {
+    if (!prefill_held_) return;
+    workers_->RemovePlaced(prefill_id, prompt_tokens_, 0);
+    prefill_held_ = false;
+  }
+
+  std::shared_ptr<WorkerStubs> prefill, decode;
+  std::string prefill_id, decode_id;  // worker ids; the addresses in static mode
+  int decode_matched_blocks = 0;
+
+ private:
+  router::WorkerRegistry* workers_ = nullptr;  // null in static mode
+  int64_t prompt_tokens_ = 0;
+  int64_t decode_blocks_ = 0;
+  bool prefill_held_ = false;
+};
 
 }  // namespace
 
@@ -83,12 +138,74 @@ std::string TextEmitter::Flush() {
 struct WorkerCompletionBackend::Impl {
   WorkerBackendOptions options;
   const model::Tokenizer* tokenizer = nullptr;
-  std::shared_ptr<grpc::Channel> prefill_channel, decode_channel;
-  std::unique_ptr<pv1::PrefillService::Stub> prefill;
-  std::unique_ptr<dv1::DecodeService::Stub> decode;
+  std::shared_ptr<WorkerStubs> static_prefill, static_decode;  // static mode
   int64_t created_unix_s = 0;
   mutable std::mutex mu;
   RequestTrace last;  // guarded by mu
+  std::mutex channels_mu;
+  std::map<std::string, std::shared_ptr<WorkerStubs>> channels;  // guarded by channels_mu
+
+  // Cached stubs for `address` (registry mode; one channel per address for the process life).
+  std::shared_ptr<WorkerStubs> StubsFor(const std::string& address) {
+    std::lock_guard<std::mutex> lock(channels_mu);
+    std::shared_ptr<WorkerStubs>& s = channels[address];
+    if (s == nullptr) s = MakeStubs(address);
+    return s;
+  }
+
+  // The pair for `request`: the static one, or a placement over the registry.
+  // @return the policy's kUnavailable / kResourceExhausted, annotated.
+  absl::StatusOr<std::unique_ptr<Route>> Pick(const router::CompletionRequest& request) {
+    auto route = std::make_unique<Route>();
+    if (!options.registry) {
+      route->prefill = static_prefill;
+      route->decode = static_decode;
+      route->prefill_id = options.prefill_address;
+      route->decode_id = options.decode_address;
+      return route;
+    }
+    const RegistryPlacement& reg = *options.registry;
+    const std::vector<kvformat::BlockKey> keys =
+        kvformat::ComputeBlockKeys(reg.key_params, std::span<const int32_t>(request.prompt_token_ids));
+    router::PlacementRequest preq;
+    preq.prompt_tokens = static_cast<int64_t>(request.prompt_token_ids.size());
+    preq.max_tokens = request.max_tokens;
+    preq.session_id = request.session_id;
+    preq.matched = reg.prefix_index->MatchAll(keys);
+    absl::StatusOr<router::Placement> p = reg.policy->Choose(preq, reg.workers->Snapshot());
+    if (!p.ok()) return Annotate(p.status(), "placement");
+    route->prefill = StubsFor(p->prefill_address);
+    route->decode = StubsFor(p->decode_address);
+    route->prefill_id = p->prefill_id;
+    route->decode_id = p->decode_id;
+    auto it = preq.matched.find(p->decode_id);
+    route->decode_matched_blocks = it == preq.matched.end() ? 0 : it->second;
+    const int64_t bt = std::max(1, reg.key_params.block_tokens);
+    const int64_t decode_blocks = (preq.prompt_tokens + request.max_tokens + bt - 1) / bt;
+    route->Hold(reg.workers, preq.prompt_tokens, decode_blocks);
+    VLOG(1) << request.request_id << ": placed on prefill " << p->prefill_id << " ("
+            << p->prefill_matched_blocks << " own + " << p->store_matched_blocks
+            << " kvstore blocks of " << p->request_blocks << "), decode " << p->decode_id << " ("
+            << route->decode_matched_blocks << " held), cost " << p->cost;
+    return route;
+  }
+
+  // Registry mode: the keys a prefill published to the kvstore are now there (as far as the
+  // router can tell; the index is approximate by design).
+  void RecordStored(const pv1::PrefillResponse& presp) {
+    if (!options.registry || !options.use_kvstore) return;
+    std::vector<kvformat::BlockKey> stored;
+    for (const auto& k : presp.published_keys()) {
+      if (k.lo() != 0 || k.hi() != 0) stored.push_back({k.lo(), k.hi()});
+    }
+    if (stored.empty()) return;
+    bool have_store = false;
+    for (const router::WorkerView& w : options.registry->workers->Snapshot()) {
+      have_store |= w.spec.role == router::WorkerRole::kKvStore &&
+                    w.health == router::WorkerHealth::kHealthy;
+    }
+    if (have_store) options.registry->prefix_index->Add(router::kStoreHolder, stored);
+  }
 };
 
 WorkerCompletionBackend::WorkerCompletionBackend(std::unique_ptr<Impl> impl)
@@ -97,7 +214,19 @@ WorkerCompletionBackend::~WorkerCompletionBackend() = default;
 
 absl::StatusOr<std::unique_ptr<WorkerCompletionBackend>> WorkerCompletionBackend::Create(
     const WorkerBackendOptions& options, const model::Tokenizer* tokenizer) {
-  if (options.prefill_address.empty() || options.decode_address.empty()) {
+  if (options.registry) {
+    const RegistryPlacement& r = *options.registry;
+    if (r.workers == nullptr || r.prefix_index == nullptr || r.policy == nullptr) {
+      return absl::InvalidArgumentError("registry mode needs the registry, prefix index and policy");
+    }
+    if (!options.prefill_address.empty() || !options.decode_address.empty()) {
+      return absl::InvalidArgumentError(
+          "static prefill/decode addresses and registry placement are exclusive");
+    }
+    if (r.key_params.block_tokens < 1 || r.key_params.block_tokens > 65535) {
+      return absl::InvalidArgumentError("registry mode: block_tokens must be in [1, 65535]");
+    }
+  } else if (options.prefill_address.empty() || options.decode_address.empty()) {
     return absl::InvalidArgumentError("prefill and decode addresses are required");
   }
   if (options.model_id.empty()) return absl::InvalidArgumentError("model id is required");
@@ -105,11 +234,10 @@ absl::StatusOr<std::unique_ptr<WorkerCompletionBackend>> WorkerCompletionBackend
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->tokenizer = tokenizer;
-  rpc::ChannelOptions co;
-  impl->prefill_channel = rpc::MakeChannel(options.prefill_address, co);
-  impl->decode_channel = rpc::MakeChannel(options.decode_address, co);
-  impl->prefill = pv1::PrefillService::NewStub(impl->prefill_channel);
-  impl->decode = dv1::DecodeService::NewStub(impl->decode_channel);
+  if (!options.registry) {
+    impl->static_prefill = MakeStubs(options.prefill_address);
+    impl->static_decode = MakeStubs(options.decode_address);
+  }
   impl->created_unix_s = absl::ToUnixSeconds(absl::Now());
   return std::unique_ptr<WorkerCompletionBackend>(new WorkerCompletionBackend(std::move(impl)));
 }
@@ -157,7 +285,12 @@ bool WorkerCompletionBackend::Ready() const {
     return state == GRPC_CHANNEL_READY || state == GRPC_CHANNEL_IDLE ||
            state == GRPC_CHANNEL_CONNECTING;
   };
-  return ready(impl_->prefill_channel) && ready(impl_->decode_channel);
+  if (impl_->options.registry) {
+    router::WorkerRegistry& w = *impl_->options.registry->workers;
+    return !w.Placeable(router::WorkerRole::kPrefill).empty() &&
+           !w.Placeable(router::WorkerRole::kDecode).empty();
+  }
+  return ready(impl_->static_prefill->channel) && ready(impl_->static_decode->channel);
 }
 
 RequestTrace WorkerCompletionBackend::last_trace() const {
@@ -202,6 +335,14 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     send(*std::exchange(pending, std::nullopt));
   };
 
+  // 0. Placement: which pair runs it.
+  absl::StatusOr<std::unique_ptr<Route>> picked = impl_->Pick(request);
+  if (!picked.ok()) return picked.status();
+  Route& route = **picked;
+  trace.prefill_worker = route.prefill_id;
+  trace.decode_worker = route.decode_id;
+  trace.prefix_matched_blocks = route.decode_matched_blocks;
+
   // 1. Prefill.
   auto t0 = std::chrono::steady_clock::now();
   pv1::PrefillRequest preq;
@@ -217,9 +358,11 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, request.deadline);
-    absl::Status s = rpc::ToAbslStatus(impl_->prefill->Prefill(&ctx, preq, &presp));
-    if (!s.ok()) return Annotate(s, "prefill");
+    absl::Status s = rpc::ToAbslStatus(route.prefill->prefill->Prefill(&ctx, preq, &presp));
+    route.EndPrefill();
+    if (!s.ok()) return Annotate(s, absl::StrCat("prefill on ", route.prefill_id));
   }
+  impl_->RecordStored(presp);
   trace.prefill_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   trace.reused_tokens = presp.reused_tokens();
@@ -263,8 +406,8 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, request.deadline);
-    absl::Status s = rpc::ToAbslStatus(impl_->decode->StartSequence(&ctx, sreq, &sresp));
-    if (!s.ok()) return Annotate(s, "decode StartSequence");
+    absl::Status s = rpc::ToAbslStatus(route.decode->decode->StartSequence(&ctx, sreq, &sresp));
+    if (!s.ok()) return Annotate(s, absl::StrCat("decode StartSequence on ", route.decode_id));
   }
   dv1::GenerateRequest greq;
   greq.set_sequence_id(sresp.sequence_id());
@@ -280,7 +423,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     grpc::ClientContext ctx;
     SetDeadline(&ctx, request.deadline);
     std::unique_ptr<grpc::ClientReader<dv1::GenerateResponse>> reader =
-        impl_->decode->Generate(&ctx, greq);
+        route.decode->decode->Generate(&ctx, greq);
     dv1::GenerateResponse msg;
     while (!stopped_early && reader->Read(&msg)) {
       for (uint32_t t : msg.token_ids()) {
@@ -305,7 +448,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     // After a cancelled Generate the sequence may still be in the batch for one step; then this
     // release fails and the decode worker's idle TTL reclaims the sequence.
-    grpc::Status es = impl_->decode->EndTurn(&ctx, ereq, &eresp);
+    grpc::Status es = route.decode->decode->EndTurn(&ctx, ereq, &eresp);
     if (!es.ok()) VLOG(1) << request.request_id << ": EndTurn: " << es.error_message();
   }
   if (!stopped_early && gen_status.ok()) finish_pending();
@@ -313,7 +456,9 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   record();
   if (consumer_gone) return absl::CancelledError("consumer gone");
-  if (!gen_status.ok()) return Annotate(gen_status, "decode Generate");
+  if (!gen_status.ok()) {
+    return Annotate(gen_status, absl::StrCat("decode Generate on ", route.decode_id));
+  }
   outcome.finish_reason = (stopped_early || finish_reason == "stop") ? router::FinishReason::kStop
                                                                        : router::FinishReason::kLength;
   return outcome;

@@ -6,9 +6,18 @@
 // Tokenization and detokenization happen here, with the model's tokenizer; stop strings are
 // matched on the detokenized text (the output is cut before the match).
 //
-// Used by `oscarkv serve` (workers in the same process, on loopback gRPC) and by the router
-// of the four-process topology. Worker addresses are static (one prefill, one decode); placement
-// over many workers is the router's PlacementPolicy's job (not wired here yet).
+// Two ways to find the workers:
+//  - static: one prefill and one decode address (`oscarkv serve` all-in-one, workers in the same
+//    process on loopback gRPC; or `--prefill_address/--decode_address`);
+//  - registry (`oscarkv serve --router_only`): per request, the prompt's block key chain
+//    (lib/kvformat/block_key.h, the workers' key parameters) is matched in the router's
+//    PrefixIndex, the PlacementPolicy picks a (prefill, decode) pair among the WorkerRegistry's
+//    workers, and the request runs there over cached channels (one per address). The router-side
+//    load of the pair (WorkerRegistry::AddPlaced) is held while each part runs: the prefill
+//    worker's until Prefill returns, the decode worker's until the request ends. The keys a
+//    prefill publishes to the kvstore are added to the PrefixIndex under kStoreHolder (the
+//    kvstore does not list its keys in heartbeats). No healthy worker of a role: kUnavailable
+//    (HTTP 503) naming the role.
 //
 // Thread-safe: Complete may run on many threads; each call has its own RPCs.
 #ifndef OSCARKV_SERVICES_ROUTER_BACKEND_WORKER_COMPLETION_BACKEND_H_
@@ -16,18 +25,35 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "lib/kvformat/block_key.h"
 #include "lib/model/tokenizer.h"
 #include "services/router/completion_backend.h"
+#include "services/router/placement_policy.h"
+#include "services/router/prefix_index.h"
+#include "services/router/worker_registry.h"
 
 namespace oscarkv::router_backend {
 
+// Registry mode: where the registered workers, their held keys and the policy live (the
+// router's RouterServer owns them). None is owned; all must outlive the backend.
+struct RegistryPlacement {
+  router::WorkerRegistry* workers = nullptr;        // not null
+  router::PrefixIndex* prefix_index = nullptr;      // not null
+  const router::PlacementPolicy* policy = nullptr;  // not null
+  // The workers' key chain (fingerprints, codec, block size): ServingEngine::KeyParams().
+  kvformat::KeyChainParams key_params;
+};
+
 struct WorkerBackendOptions {
-  std::string prefill_address;      // "host:port" of a prefill worker; required
-  std::string decode_address;       // "host:port" of a decode worker; required
+  std::string prefill_address;      // "host:port" of a prefill worker; static mode: required
+  std::string decode_address;       // "host:port" of a decode worker; static mode: required
+  // Set: registry mode (the two addresses must then be empty). Default: unset (static).
+  std::optional<RegistryPlacement> registry;
   std::string model_id;             // id listed by /v1/models; required
   int context_length = 8192;        // prompt + completion tokens; Default: 8192
   bool use_kvstore = true;          // prefix lookup + publishing in the prefill; Default: true
@@ -36,6 +62,9 @@ struct WorkerBackendOptions {
 
 // What happened in the last completed request (for tests and logs).
 struct RequestTrace {
+  std::string prefill_worker;        // worker id (registry mode) or address (static)
+  std::string decode_worker;
+  int prefix_matched_blocks = 0;     // leading blocks the chosen decode worker was known to hold
   uint32_t reused_tokens = 0;
   uint64_t prompt_block_bytes = 0;   // serialised bytes of all prompt blocks moved to decode
   int prompt_blocks = 0;
@@ -46,7 +75,7 @@ struct RequestTrace {
 class WorkerCompletionBackend final : public router::CompletionBackend {
  public:
   // `tokenizer` is not owned and must outlive the backend.
-  // @return kInvalidArgument for missing options.
+  // @return kInvalidArgument for missing options (or addresses given in registry mode).
   static absl::StatusOr<std::unique_ptr<WorkerCompletionBackend>> Create(
       const WorkerBackendOptions& options, const model::Tokenizer* tokenizer);
   ~WorkerCompletionBackend() override;
