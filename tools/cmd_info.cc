@@ -20,10 +20,9 @@ namespace {
 
 absl::Status RunInfo(const std::string& model_arg) {
   OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(model_arg));
-  OSCARKV_ASSIGN_OR_RETURN(auto gguf, model::GgufFile::Open(path));
-  OSCARKV_ASSIGN_OR_RETURN(model::ModelConfig c, model::ModelConfig::FromGguf(*gguf));
+  // GGUF file or Hugging Face checkpoint directory (config.json); no weights are read.
   std::string name = "?";
-  if (const model::GgufValue* v = gguf->Find("general.name"); v != nullptr) name = v->s;
+  OSCARKV_ASSIGN_OR_RETURN(model::ModelConfig c, model::ReadModelConfig(path, &name));
   std::cout << absl::StrFormat(
       "file:           %s\nname:           %s\narchitecture:   %s\nlayers:         %d\n"
       "d_model:        %d\nq heads:        %d\nkv heads:       %d\nhead_dim:       %d\n"
@@ -52,7 +51,7 @@ absl::Status RunInfo(const std::string& model_arg) {
 void RegisterInfoCommand(CLI::App& app, CommandResult& result) {
   auto model_arg = std::make_shared<std::string>("default");
   CLI::App* cmd = app.add_subcommand("info", "Print a model's architecture and KV sizes");
-  cmd->add_option("--model", *model_arg, "GGUF path, or 'default'");
+  cmd->add_option("--model", *model_arg, "GGUF path, Hugging Face checkpoint directory (config.json + safetensors), or 'default'");
   cmd->callback([model_arg, &result] { result.status = RunInfo(*model_arg); });
 }
 
