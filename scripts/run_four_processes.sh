@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Starts the four-process topology on loopback (docs/TOPOLOGIES.md): oscarkv_kvstore,
-# oscarkv_prefill, oscarkv_decode (KV blocks between them over UCX) and the router
-# (`oscarkv serve --prefill_address --decode_address`, the OpenAI HTTP API). Waits until each is
-# ready, prints the URL, and stops all four (SIGTERM, drain) when this script exits (Ctrl-C).
+# Starts the four-process topology on loopback (docs/TOPOLOGIES.md): the router
+# (`oscarkv serve --router_only`, the OpenAI HTTP API and the worker registry), then
+# oscarkv_kvstore, oscarkv_prefill, oscarkv_decode (KV blocks between them over UCX), which
+# register with the router (--router_address) and heartbeat. Waits until each is ready and the
+# router has a prefill and a decode worker, prints the URL, and stops all four (SIGTERM, drain)
+# when this script exits (Ctrl-C).
 #
 #   bash scripts/run_four_processes.sh [--port 8000] [--codec oscar] [--calibration FILE]
 #                                      [--model default] [--build build]
@@ -17,18 +19,20 @@ while [ $# -gt 0 ]; do
     --calibration) CALIB=$2; shift 2 ;;
     --model) MODEL=$2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
-    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
 LOG_DIR=${LOG_DIR:-/tmp/oscarkv-four}
 mkdir -p "$LOG_DIR"
 KV_GRPC=50061; KV_METRICS=9461; PF_GRPC=50081; PF_METRICS=9481; DC_GRPC=50071; DC_METRICS=9471
+RT_GRPC=${RT_GRPC:-9000}
 for b in services/kvstore/oscarkv_kvstore services/prefill/oscarkv_prefill \
          services/decode/oscarkv_decode tools/oscarkv; do
   [ -x "$BUILD/$b" ] || { echo "missing $BUILD/$b: build first (bash scripts/build.sh)" >&2; exit 1; }
 done
-worker_flags=(--model "$MODEL" --codec "$CODEC" --transfer_backend ucx --metrics_host 127.0.0.1)
+worker_flags=(--model "$MODEL" --codec "$CODEC" --transfer_backend ucx --metrics_host 127.0.0.1
+              --router_address 127.0.0.1:$RT_GRPC)
 [ -n "$CALIB" ] && worker_flags+=(--calibration "$CALIB")
 
 pids=()
@@ -48,8 +52,14 @@ wait_ready() {  # name url
   echo "$1 did not become ready; see $LOG_DIR/$1.log" >&2; exit 1
 }
 
+router_flags=(serve --router_only --router_grpc_address 127.0.0.1:$RT_GRPC --host 127.0.0.1
+              --port "$PORT" --model "$MODEL" --codec "$CODEC")
+[ -n "$CALIB" ] && router_flags+=(--calibration "$CALIB")
+"$BUILD/tools/oscarkv" "${router_flags[@]}" >"$LOG_DIR/router.log" 2>&1 &
+pids+=($!)
 "$BUILD/services/kvstore/oscarkv_kvstore" --grpc_address 127.0.0.1:$KV_GRPC \
-  --metrics_host 127.0.0.1 --metrics_port $KV_METRICS >"$LOG_DIR/kvstore.log" 2>&1 &
+  --metrics_host 127.0.0.1 --metrics_port $KV_METRICS --router_address 127.0.0.1:$RT_GRPC \
+  >"$LOG_DIR/kvstore.log" 2>&1 &
 pids+=($!)
 wait_ready kvstore http://127.0.0.1:$KV_METRICS/readyz
 "$BUILD/services/prefill/oscarkv_prefill" --grpc_address 127.0.0.1:$PF_GRPC \
@@ -61,12 +71,10 @@ pids+=($!)
 pids+=($!)
 wait_ready prefill http://127.0.0.1:$PF_METRICS/readyz
 wait_ready decode http://127.0.0.1:$DC_METRICS/readyz
-router_flags=(serve --host 127.0.0.1 --port "$PORT" --model "$MODEL" --codec "$CODEC"
-              --prefill_address 127.0.0.1:$PF_GRPC --decode_address 127.0.0.1:$DC_GRPC)
-"$BUILD/tools/oscarkv" "${router_flags[@]}" >"$LOG_DIR/router.log" 2>&1 &
-pids+=($!)
-wait_ready router http://127.0.0.1:$PORT/v1/models
+# Ready once a prefill and a decode worker have registered and heartbeated.
+wait_ready router http://127.0.0.1:$PORT/readyz
 echo "oscarkv (four processes) ready at http://127.0.0.1:$PORT/v1"
 echo "  metrics: kvstore :$KV_METRICS  prefill :$PF_METRICS  decode :$DC_METRICS  router :$PORT"
+echo "  worker registry (gRPC): 127.0.0.1:$RT_GRPC"
 echo "Ctrl-C stops all four."
-wait "${pids[-1]}"
+wait "${pids[0]}"

@@ -1,6 +1,7 @@
 // The distributed service as four processes on loopback, KV blocks over UCX (issue 6):
-//   oscarkv_kvstore, oscarkv_prefill, oscarkv_decode, and the router (`oscarkv serve` in
-//   router-only mode, with --prefill_address/--decode_address).
+//   the router (`oscarkv serve --router_only`: OpenAI API + worker registry), then
+//   oscarkv_kvstore, oscarkv_prefill and oscarkv_decode, which register with it
+//   (--router_address) and are placed on per request (registry mode, no static addresses).
 // (a) a greedy completion through the router's OpenAI API equals, token for token, the same
 //     prompt run in this process through lib/engine's ServingEngine with the same codec, and
 //     the text `oscarkv generate --codec` prints;
@@ -9,6 +10,7 @@
 //     the answer still equals the no-reuse reference.
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -70,17 +72,35 @@ class FourProcessTest : public ::testing::Test {
     ASSERT_TRUE(e.ok()) << e.status();
     engine_ = e->release();
 
+    // The router first: workers register with it as they come up.
+    std::vector<std::string> rargs = {OSCARKV_BINARY, "serve", "--router_only",
+                                      "--router_grpc_address", "127.0.0.1:0",
+                                      "--heartbeat_interval_s", "0.5", "--host", "127.0.0.1",
+                                      "--port", "0", "--codec", codec_};
+    if (!calibration_.empty()) {
+      rargs.push_back("--calibration");
+      rargs.push_back(calibration_);
+    }
+    router_ = new Process;
+    auto rt = router_->Start(
+        rargs, "ready at http://127.0.0.1:([0-9]+)/v1 \\(worker registry on port ([0-9]+)\\)");
+    ASSERT_EQ(rt.size(), 2u) << router_->output();
+    router_port_ = std::stoi(rt[0]);
+    const std::string registry = "127.0.0.1:" + rt[1];
+
     const std::string ready = "serving gRPC on port ([0-9]+), metrics on port ([0-9]+)";
     kvstore_ = new Process;
     auto kv = kvstore_->Start({OSCARKV_KVSTORE_BINARY, "--grpc_address", "127.0.0.1:0",
                                "--metrics_host", "127.0.0.1", "--metrics_port", "0",
-                               "--capacity_bytes", "268435456", "--drain_seconds", "1"},
+                               "--capacity_bytes", "268435456", "--drain_seconds", "1",
+                               "--router_address", registry},
                               ready);
     ASSERT_EQ(kv.size(), 2u) << kvstore_->output();
     kv_metrics_ = std::stoi(kv[1]);
     const std::string kv_addr = "127.0.0.1:" + kv[0];
     std::vector<std::string> common = {"--metrics_host", "127.0.0.1", "--metrics_port", "0",
-                                       "--codec", codec_, "--drain_seconds", "1"};
+                                       "--codec", codec_, "--drain_seconds", "1",
+                                       "--router_address", registry};
     if (!calibration_.empty()) {
       common.push_back("--calibration");
       common.push_back(calibration_);
@@ -98,21 +118,22 @@ class FourProcessTest : public ::testing::Test {
     auto dc = decode_->Start(dargs, ready);
     ASSERT_EQ(dc.size(), 2u) << decode_->output();
     decode_metrics_ = std::stoi(dc[1]);
-    std::vector<std::string> rargs = {OSCARKV_BINARY, "serve", "--host", "127.0.0.1", "--port",
-                                      "0", "--codec", codec_, "--prefill_address",
-                                      "127.0.0.1:" + pf[0], "--decode_address",
-                                      "127.0.0.1:" + dc[0]};
-    router_ = new Process;
-    auto rt = router_->Start(rargs, "ready at http://127.0.0.1:([0-9]+)/v1");
-    ASSERT_EQ(rt.size(), 1u) << router_->output();
-    router_port_ = std::stoi(rt[0]);
+    // Ready once the prefill and decode workers have registered and heartbeated.
+    bool ready_router = false;
+    for (int i = 0; i < 200 && !ready_router; ++i) {
+      httplib::Client c("127.0.0.1", router_port_);
+      auto r = c.Get("/readyz");
+      ready_router = r && r->status == 200;
+      if (!ready_router) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_TRUE(ready_router) << router_->output();
     json models = json::parse(Get(router_port_, "/v1/models"));
     model_id_ = models["data"][0]["id"];
   }
 
   static void TearDownTestSuite() {
-    // Drain in reverse order; each must exit cleanly on SIGTERM.
-    for (Process* p : {router_, decode_, prefill_, kvstore_}) {
+    // Workers drain (and deregister) first, then the router; each must exit cleanly on SIGTERM.
+    for (Process* p : {decode_, prefill_, kvstore_, router_}) {
       if (p != nullptr) {
         EXPECT_EQ(p->Stop(), 0) << p->output();
         delete p;

@@ -1,0 +1,289 @@
+// WorkerCompletionBackend in registry mode, end to end over loopback gRPC: a RouterServer (worker
+// registry + prefix index + cost policy) built with CreateWithBackendFactory, fake prefill and
+// decode workers (real gRPC servers) that register through rpc::WorkerRegistration.
+//  - the request goes to the decode worker that reported the prompt's leading block keys;
+//  - router-side load is held while the request runs and released after;
+//  - the keys a prefill published land in the prefix index under the kvstore holder;
+//  - no registered decode worker: kUnavailable from the backend, HTTP 503 from the router.
+#include <atomic>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "lib/rpc/server_runner.h"
+#include "lib/rpc/worker_registration.h"
+#include "oscarkv/decode/v1/decode.grpc.pb.h"
+#include "oscarkv/prefill/v1/prefill.grpc.pb.h"
+#include "services/router/router_server.h"
+#include "services/router_backend/worker_completion_backend.h"
+
+namespace oscarkv::router_backend {
+namespace {
+
+namespace pv1 = ::oscarkv::prefill::v1;
+namespace dv1 = ::oscarkv::decode::v1;
+namespace cv1 = ::oscarkv::common::v1;
+
+constexpr int kBlockTokens = 4;  // small blocks: short prompts still have several keys
+
+kvformat::KeyChainParams KeyParams() {
+  kvformat::KeyChainParams p;
+  p.model_fingerprint = 0x1234;
+  p.block_tokens = kBlockTokens;
+  return p;
+}
+
+// Prefill: answers first token 7 and "publishes" the prompt's chain keys.
+class FakePrefill final : public pv1::PrefillService::Service {
+ public:
+  grpc::Status Prefill(grpc::ServerContext*, const pv1::PrefillRequest* req,
+                       pv1::PrefillResponse* resp) override {
+    calls.fetch_add(1);
+    std::vector<int32_t> ids(req->token_ids().begin(), req->token_ids().end());
+    for (const auto& k : kvformat::ComputeBlockKeys(KeyParams(), std::span<const int32_t>(ids))) {
+      auto* p = resp->add_published_keys();
+      p->set_lo(k.lo);
+      p->set_hi(k.hi);
+    }
+    resp->set_request_id(req->request_id());
+    resp->set_first_token(7);
+    return grpc::Status::OK;
+  }
+  std::atomic<int> calls{0};
+};
+
+// Decode: streams tokens 8, 9, ... up to max_new_tokens; can hold Generate until released.
+class FakeDecode final : public dv1::DecodeService::Service {
+ public:
+  grpc::Status StartSequence(grpc::ServerContext*, const dv1::StartSequenceRequest*,
+                             dv1::StartSequenceResponse* resp) override {
+    starts.fetch_add(1);
+    resp->set_sequence_id(41);
+    return grpc::Status::OK;
+  }
+  grpc::Status Generate(grpc::ServerContext*, const dv1::GenerateRequest* req,
+                        grpc::ServerWriter<dv1::GenerateResponse>* writer) override {
+    if (hold != nullptr) {
+      generating.Notify();
+      hold->WaitForNotification();
+    }
+    dv1::GenerateResponse msg;
+    for (uint32_t i = 0; i < req->max_new_tokens(); ++i) msg.add_token_ids(8 + i);
+    msg.set_finished(true);
+    msg.set_finish_reason("length");
+    writer->Write(msg);
+    return grpc::Status::OK;
+  }
+  grpc::Status EndTurn(grpc::ServerContext*, const dv1::EndTurnRequest*,
+                       dv1::EndTurnResponse*) override {
+    return grpc::Status::OK;
+  }
+  std::atomic<int> starts{0};
+  absl::Notification* hold = nullptr;  // not owned
+  absl::Notification generating;
+};
+
+// One fake worker: its gRPC server and its registration with the router.
+struct Worker {
+  std::unique_ptr<grpc::Service> service;
+  std::unique_ptr<rpc::ServerRunner> server;
+  std::unique_ptr<rpc::WorkerRegistration> registration;
+};
+
+// Tokenize as one token per byte (the backend's real tokenizer here is empty); the rest is the
+// backend under test.
+class ByteTokenized final : public router::CompletionBackend {
+ public:
+  explicit ByteTokenized(std::shared_ptr<router::CompletionBackend> inner) : inner_(inner) {}
+  std::vector<router::ModelInfo> Models() const override { return inner_->Models(); }
+  absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string&,
+                                                const router::PromptInput& p) override {
+    std::vector<int32_t> ids;
+    for (unsigned char c : p.text.value_or("")) ids.push_back(c);
+    return ids;
+  }
+  absl::StatusOr<router::CompletionOutcome> Complete(const router::CompletionRequest& r,
+                                                     const router::TokenCallback& cb) override {
+    return inner_->Complete(r, cb);
+  }
+  bool Ready() const override { return inner_->Ready(); }
+
+ private:
+  std::shared_ptr<router::CompletionBackend> inner_;
+};
+
+class PlacedBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tokenizer_ = model::Tokenizer::CreateEmpty();
+    router::RouterConfig c;
+    c.http_host = "127.0.0.1";
+    c.http_port = 0;
+    c.grpc_address = "127.0.0.1:0";
+    c.heartbeat_interval_s = 0.2;
+    c.block_tokens = kBlockTokens;
+    c.drain_timeout_s = 0;
+    auto r = router::RouterServer::CreateWithBackendFactory(
+        c, [this](router::RouterServer& s)
+               -> absl::StatusOr<std::shared_ptr<router::CompletionBackend>> {
+          WorkerBackendOptions o;
+          o.model_id = "fake-model";
+          o.context_length = 4096;
+          o.registry = RegistryPlacement{.workers = &s.workers(),
+                                         .prefix_index = &s.prefix_index(),
+                                         .policy = &s.placement(),
+                                         .key_params = KeyParams()};
+          auto b = WorkerCompletionBackend::Create(o, tokenizer_.get());
+          if (!b.ok()) return b.status();
+          backend_ = std::shared_ptr<WorkerCompletionBackend>(std::move(*b));
+          return std::make_shared<ByteTokenized>(backend_);
+        });
+    ASSERT_TRUE(r.ok()) << r.status();
+    router_ = *std::move(r);
+    router_address_ = "127.0.0.1:" + std::to_string(router_->grpc_port());
+  }
+
+  void TearDown() override {
+    for (auto& w : workers_) {
+      if (w->registration) w->registration->Stop();
+      w->server->Shutdown(std::chrono::milliseconds(0));
+    }
+    router_.reset();
+  }
+
+  template <typename Fake>
+  Fake* AddWorker(const std::string& id, cv1::WorkerRole role,
+                  std::vector<kvformat::BlockKey> held = {}) {
+    auto w = std::make_unique<Worker>();
+    auto fake = std::make_unique<Fake>();
+    Fake* raw = fake.get();
+    w->service = std::move(fake);
+    auto server = rpc::ServerRunner::Start({.listen_address = "127.0.0.1:0"}, {w->service.get()});
+    EXPECT_TRUE(server.ok()) << server.status();
+    w->server = *std::move(server);
+    rpc::WorkerRegistrationOptions o;
+    o.router_address = router_address_;
+    o.worker.set_worker_id(id);
+    o.worker.set_role(role);
+    o.worker.set_grpc_address(w->server->dial_address());
+    o.initial_backoff = absl::Milliseconds(50);
+    auto reg = rpc::WorkerRegistration::Start(o, [held] {
+      rpc::WorkerReport r;
+      r.held_keys = held;
+      return r;
+    });
+    EXPECT_TRUE(reg.ok()) << reg.status();
+    w->registration = *std::move(reg);
+    EXPECT_TRUE(w->registration->WaitForHeartbeats(1, absl::Seconds(5)));
+    workers_.push_back(std::move(w));
+    return raw;
+  }
+
+  router::CompletionRequest Request(const std::vector<int32_t>& prompt, int max_tokens = 3) {
+    router::CompletionRequest r;
+    r.request_id = "cmpl-test";
+    r.model = "fake-model";
+    r.prompt_token_ids = prompt;
+    r.max_tokens = max_tokens;
+    r.temperature = 0;
+    r.codec = "oscar";
+    r.deadline = absl::Now() + absl::Seconds(10);
+    return r;
+  }
+
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::shared_ptr<WorkerCompletionBackend> backend_;
+  std::unique_ptr<router::RouterServer> router_;
+  std::string router_address_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+std::vector<int32_t> Prompt(int n, int32_t base = 100) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(base + i);
+  return p;
+}
+
+TEST_F(PlacedBackendTest, PicksTheDecodeWorkerHoldingTheLongestPrefix) {
+  const std::vector<int32_t> prompt = Prompt(6 * kBlockTokens + 1);
+  const std::vector<kvformat::BlockKey> chain =
+      kvformat::ComputeBlockKeys(KeyParams(), std::span<const int32_t>(prompt));
+  ASSERT_EQ(chain.size(), 6u);
+  FakePrefill* pf = AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
+  // decode-a sorts first and would win a tie; decode-b holds the first 5 blocks.
+  FakeDecode* a = AddWorker<FakeDecode>("decode-a", cv1::WORKER_ROLE_DECODE);
+  FakeDecode* b = AddWorker<FakeDecode>(
+      "decode-b", cv1::WORKER_ROLE_DECODE,
+      std::vector<kvformat::BlockKey>(chain.begin(), chain.begin() + 5));
+  ASSERT_TRUE(backend_->Ready());
+
+  std::vector<int32_t> got;
+  auto out = backend_->Complete(Request(prompt), [&](const router::TokenEvent& e) {
+    got.push_back(e.token_id);
+    return true;
+  });
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(got, (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_EQ(pf->calls.load(), 1);
+  EXPECT_EQ(b->starts.load(), 1);
+  EXPECT_EQ(a->starts.load(), 0);
+  const RequestTrace t = backend_->last_trace();
+  EXPECT_EQ(t.prefill_worker, "prefill-0");
+  EXPECT_EQ(t.decode_worker, "decode-b");
+  EXPECT_EQ(t.prefix_matched_blocks, 5);
+
+  // A prompt neither holds goes to the tie winner, decode-a.
+  ASSERT_TRUE(backend_->Complete(Request(Prompt(3 * kBlockTokens, 500)),
+                                 [](const router::TokenEvent&) { return true; })
+                  .ok());
+  EXPECT_EQ(backend_->last_trace().decode_worker, "decode-a");
+  EXPECT_EQ(a->starts.load(), 1);
+}
+
+TEST_F(PlacedBackendTest, HoldsRouterSideLoadWhileRunningAndRecordsStoredKeys) {
+  AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
+  FakeDecode* d = AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
+  AddWorker<FakeDecode>("kvstore-0", cv1::WORKER_ROLE_KVSTORE);  // only its registration matters
+  absl::Notification release;
+  d->hold = &release;
+  const std::vector<int32_t> prompt = Prompt(2 * kBlockTokens + 2);
+  std::thread run([&] {
+    auto out = backend_->Complete(Request(prompt), [](const router::TokenEvent&) { return true; });
+    EXPECT_TRUE(out.ok()) << out.status();
+  });
+  ASSERT_TRUE(d->generating.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  // Prefill finished: its load is released; the decode worker's is held.
+  EXPECT_EQ(router_->workers().Get("prefill-0")->router_active_requests, 0);
+  EXPECT_EQ(router_->workers().Get("decode-0")->router_active_requests, 1);
+  EXPECT_GT(router_->workers().Get("decode-0")->router_decode_blocks, 0);
+  release.Notify();
+  run.join();
+  EXPECT_EQ(router_->workers().Get("decode-0")->router_active_requests, 0);
+  EXPECT_EQ(router_->workers().Get("decode-0")->router_decode_blocks, 0);
+  // The prefill's published keys are credited to the kvstore.
+  const auto chain = kvformat::ComputeBlockKeys(KeyParams(), std::span<const int32_t>(prompt));
+  EXPECT_EQ(router_->prefix_index().MatchedBlocks(router::kStoreHolder, chain), 2);
+}
+
+TEST_F(PlacedBackendTest, NoDecodeWorkerIsUnavailableAndHttp503) {
+  AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
+  EXPECT_FALSE(backend_->Ready());
+  auto out = backend_->Complete(Request(Prompt(5)), [](const router::TokenEvent&) { return true; });
+  ASSERT_TRUE(absl::IsUnavailable(out.status())) << out.status();
+  EXPECT_NE(out.status().message().find("no healthy decode worker"), std::string::npos)
+      << out.status();
+
+  httplib::Client c("127.0.0.1", router_->http_port());
+  auto r = c.Post("/v1/completions",
+                  R"({"model": "fake-model", "prompt": "hello there", "max_tokens": 4})",
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_NE(r->body.find("no healthy decode worker"), std::string::npos) << r->body;
+  auto ready = c.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+}
+
+}  // namespace
+}  // namespace oscarkv::router_backend
