@@ -171,7 +171,9 @@ absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
   if (has_rotation_ || windowed_) {
     OSCARKV_RETURN_IF_ERROR(k_rot_.Allocate(rows * kvdim * 4, "rotated K"));
     OSCARKV_RETURN_IF_ERROR(v_rot_.Allocate(rows * kvdim * 4, "rotated V"));
-    OSCARKV_RETURN_IF_ERROR(kv_tmp_bf16_.Allocate(rows * kvdim * 2, "demotion input"));
+    // Demotion input: a prefill's history, or 8 rows of each sequence in a decode step.
+    const int64_t demote_rows = std::max<int64_t>(rows, int64_t{kPageTokens} * options_.max_batch);
+    OSCARKV_RETURN_IF_ERROR(kv_tmp_bf16_.Allocate(demote_rows * kvdim * 2, "demotion input"));
   }
   OSCARKV_RETURN_IF_ERROR(gate_up_.Allocate(chunk * 2 * c.d_ff * 4, "FFN"));
   OSCARKV_RETURN_IF_ERROR(act_bf16_.Allocate(chunk * c.d_ff * 2, "FFN"));

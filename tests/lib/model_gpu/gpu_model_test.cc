@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -139,85 +140,143 @@ TEST_F(GpuModelTest, Bf16GreedyMatchesCpuTokenForToken) {
   }
 }
 
-TEST_F(GpuModelTest, OscarDecodeLogitsMatchCpuOscar) {
-  auto factory = Factory("oscar");
-  ASSERT_NE(factory, nullptr);
-  auto gpu = Gpu(*factory);
-  ASSERT_NE(gpu, nullptr);
-  const int vocab = model_->config().vocab_size;
-  std::vector<int32_t> ids = model_->tokenizer().Encode(ReadFixture(), true);
-  ASSERT_GT(ids.size(), 500u);
-  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 400);  // 80 history tokens
-  const std::vector<int32_t> forced(ids.begin() + 400, ids.begin() + 496);
-  auto cache = factory->NewCache();
-  ASSERT_TRUE(cache.ok());
-  auto seq = model_->NewSequence(std::move(*cache));
+// Teacher-forced decode on the GPU and the CPU with one codec: per step the relative L2 error of
+// the GPU logits against the CPU's, and whether their top-1 tokens agree.
+struct ForcedComparison {
+  std::vector<double> rel;
+  int agree = 0;
+  int int2_tokens = 0;
+};
+
+ForcedComparison CompareForced(const model::Model& m, const engine::KvCacheFactory& factory,
+                               GpuModel& gpu, int64_t id, std::span<const int32_t> prompt,
+                               std::span<const int32_t> forced) {
+  ForcedComparison r;
+  const int vocab = m.config().vocab_size;
+  auto cache = factory.NewCache();
+  EXPECT_TRUE(cache.ok());
+  auto seq = m.NewSequence(std::move(*cache));
   std::vector<float> cpu, gpu_l;
-  ASSERT_TRUE(model_->Prefill(*seq, prompt, false, &cpu).ok());
+  EXPECT_TRUE(m.Prefill(*seq, prompt, false, &cpu).ok());
   int32_t next = 0;
-  ASSERT_TRUE(gpu->AddSequence(1, prompt, 600, &next, &gpu_l).ok());
-  double worst_rel = 0, sum_rel = 0;
-  int agree = 0, steps = 0;
-  for (size_t t = 0; t <= forced.size(); ++t, ++steps) {
+  EXPECT_TRUE(gpu.AddSequence(id, prompt, prompt.size() + forced.size() + 1, &next, &gpu_l).ok());
+  for (size_t t = 0;; ++t) {
     double num = 0, den = 0;
     for (int v = 0; v < vocab; ++v) {
       num += (gpu_l[v] - cpu[v]) * double(gpu_l[v] - cpu[v]);
       den += double(cpu[v]) * cpu[v];
     }
-    const double rel = std::sqrt(num / den);
-    worst_rel = std::max(worst_rel, rel);
-    sum_rel += rel;
-    agree += Argmax(gpu_l.data(), vocab) == Argmax(cpu.data(), vocab);
+    r.rel.push_back(std::sqrt(num / den));
+    r.agree += Argmax(gpu_l.data(), vocab) == Argmax(cpu.data(), vocab);
     if (t == forced.size()) break;
     model::Sequence* s = seq.get();
-    ASSERT_TRUE(model_->DecodeStep({&s, 1}, {&forced[t], 1}, &cpu).ok());
+    EXPECT_TRUE(m.DecodeStep({&s, 1}, {&forced[t], 1}, &cpu).ok());
     std::vector<int32_t> out;
-    const int64_t one[] = {1};
-    ASSERT_TRUE(gpu->DecodeStep(one, {&forced[t], 1}, &out, &gpu_l).ok());
+    const int64_t one[] = {id};
+    EXPECT_TRUE(gpu.DecodeStep(one, {&forced[t], 1}, &out, &gpu_l).ok());
   }
-  std::printf("oscar: %d steps (INT2 history %d tokens at the end), logits rel err mean %.4f "
-              "worst %.4f, top-1 agreement %d/%d\n",
-              steps, gpu->pages().seq(1).int2_tokens, sum_rel / steps, worst_rel, agree, steps);
-  EXPECT_GT(gpu->pages().seq(1).int2_tokens, 100);
-  EXPECT_LT(worst_rel, 0.05);
-  EXPECT_GE(agree, steps * 9 / 10);
+  r.int2_tokens = gpu.pages().seq(id).int2_tokens;
+  gpu.RemoveSequence(id);
+  return r;
 }
 
-TEST_F(GpuModelTest, BatchedDecodeEqualsEachSequenceAlone) {
+double Mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s / v.size();
+}
+
+// OSCAR on the GPU matches OSCAR on the CPU about as closely as BF16 KV on the GPU matches BF16
+// KV on the CPU: the remaining difference is the GPU's bf16 activations, not the INT2 path.
+TEST_F(GpuModelTest, OscarDecodeLogitsMatchCpuOscar) {
+  const std::vector<int32_t> ids = model_->tokenizer().Encode(ReadFixture(), true);
+  ASSERT_GT(ids.size(), 500u);
+  const std::span<const int32_t> prompt(ids.data(), 400);       // 80 history tokens
+  const std::span<const int32_t> forced(ids.data() + 400, 96);  // + 96 steps, 12 demotions
+  auto bf16_factory = Factory("bf16");
+  auto bf16_gpu = Gpu(*bf16_factory);
+  const ForcedComparison bf16 = CompareForced(*model_, *bf16_factory, *bf16_gpu, 1, prompt, forced);
+  auto oscar_factory = Factory("oscar");
+  ASSERT_NE(oscar_factory, nullptr);
+  auto oscar_gpu = Gpu(*oscar_factory);
+  const ForcedComparison oscar =
+      CompareForced(*model_, *oscar_factory, *oscar_gpu, 1, prompt, forced);
+  const int steps = static_cast<int>(oscar.rel.size());
+  std::printf("teacher-forced GPU vs CPU logits, %d steps:\n"
+              "  bf16:  rel err mean %.4f max %.4f, top-1 agreement %d/%d\n"
+              "  oscar: rel err mean %.4f max %.4f, top-1 agreement %d/%d (INT2 history %d "
+              "tokens at the end)\n  per step (bf16 / oscar):",
+              steps, Mean(bf16.rel), *std::max_element(bf16.rel.begin(), bf16.rel.end()),
+              bf16.agree, steps, Mean(oscar.rel),
+              *std::max_element(oscar.rel.begin(), oscar.rel.end()), oscar.agree, steps,
+              oscar.int2_tokens);
+  for (int i = 0; i < steps; ++i) std::printf(" %.3f/%.3f", bf16.rel[i], oscar.rel[i]);
+  std::printf("\n");
+  EXPECT_GT(oscar.int2_tokens, 100);
+  EXPECT_LT(Mean(oscar.rel), 1.5 * Mean(bf16.rel) + 0.01);
+  EXPECT_GE(oscar.agree, steps * 9 / 10);
+}
+
+// Continuous batching: sequences of different lengths (one demoting during the run) stepped
+// together give the logits each gives stepped alone, fed the same tokens. (Not bit-identical:
+// the attention split plan depends on the batch, which changes the summation order.)
+TEST_F(GpuModelTest, BatchedDecodeMatchesEachSequenceAlone) {
   auto factory = Factory("oscar");
   ASSERT_NE(factory, nullptr);
   auto gpu = Gpu(*factory);
   ASSERT_NE(gpu, nullptr);
+  const int vocab = model_->config().vocab_size;
   const std::vector<int32_t> ids = model_->tokenizer().Encode(ReadFixture(), true);
   const std::vector<size_t> lengths = {30, 333, 520};
-  auto run = [&](bool together) {
-    std::vector<std::vector<int32_t>> out(lengths.size());
-    std::vector<int32_t> last(lengths.size());
+  const int steps = 24;
+  // logits[mode][seq][step]
+  std::vector<std::vector<std::vector<float>>> logits[2];
+  for (int together = 0; together < 2; ++together) {
+    logits[together].resize(lengths.size());
     for (size_t i = 0; i < lengths.size(); ++i) {
       const std::vector<int32_t> p(ids.begin(), ids.begin() + lengths[i]);
-      EXPECT_TRUE(gpu->AddSequence(100 + i, p, lengths[i] + 40, &last[i]).ok());
+      int32_t next = 0;
+      ASSERT_TRUE(gpu->AddSequence(100 + i, p, lengths[i] + steps + 1, &next).ok());
     }
-    for (int step = 0; step < 24; ++step) {
+    for (int step = 0; step < steps; ++step) {
+      // The next text token of each sequence (teacher forcing keeps both runs on one path).
+      std::vector<int32_t> tokens;
+      for (size_t i = 0; i < lengths.size(); ++i) tokens.push_back(ids[lengths[i] + step]);
       if (together) {
         const std::vector<int64_t> seqs = {100, 101, 102};
         std::vector<int32_t> next;
-        EXPECT_TRUE(gpu->DecodeStep(seqs, last, &next).ok());
-        for (size_t i = 0; i < 3; ++i) out[i].push_back(last[i] = next[i]);
+        std::vector<float> l;
+        ASSERT_TRUE(gpu->DecodeStep(seqs, tokens, &next, &l).ok());
+        for (size_t i = 0; i < 3; ++i) {
+          logits[1][i].emplace_back(l.begin() + i * vocab, l.begin() + (i + 1) * vocab);
+        }
       } else {
         for (size_t i = 0; i < 3; ++i) {
           const int64_t one[] = {static_cast<int64_t>(100 + i)};
           std::vector<int32_t> next;
-          EXPECT_TRUE(gpu->DecodeStep(one, {&last[i], 1}, &next).ok());
-          out[i].push_back(last[i] = next[0]);
+          std::vector<float> l;
+          ASSERT_TRUE(gpu->DecodeStep(one, {&tokens[i], 1}, &next, &l).ok());
+          logits[0][i].push_back(l);
         }
       }
     }
+    EXPECT_GT(gpu->pages().seq(101).int2_tokens, 8);  // seq 101 demoted during the run
     for (size_t i = 0; i < 3; ++i) gpu->RemoveSequence(100 + i);
-    return out;
-  };
-  const auto alone = run(false);
-  const auto batched = run(true);
-  EXPECT_EQ(alone, batched);
+  }
+  double worst = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    for (int step = 0; step < steps; ++step) {
+      double num = 0, den = 0;
+      for (int v = 0; v < vocab; ++v) {
+        const double d = logits[1][i][step][v] - logits[0][i][step][v];
+        num += d * d;
+        den += double(logits[0][i][step][v]) * logits[0][i][step][v];
+      }
+      worst = std::max(worst, std::sqrt(num / den));
+    }
+  }
+  std::printf("batched vs alone: worst logits rel err %.2e\n", worst);
+  EXPECT_LT(worst, 2e-3);
   EXPECT_EQ(gpu->pages().used_bytes(), 0);
 }
 
