@@ -2,6 +2,11 @@
 //   latency    batch-1 decode ms/token vs context length
 //   throughput decode tokens/s under a fixed KV byte budget, with the batch each codec can hold
 //   ttft       prefill (incl. cache writes and INT2 demotion) of one prompt
+//   quality    true-decode teacher forcing on real text with the real default model: windows of
+//              --contexts tokens decoded token by token through each codec's GPU cache (what
+//              quant.md E.0's decode-equivalent emulation emulates); per codec vs bf16: ΔNLL,
+//              token KL(p_bf16 || p_codec), top-1 agreement over t in [384, T-2] and t >= 1024,
+//              means over windows with 95% bootstrap intervals
 // --config qwen3-8b-like builds random bf16 weights of that shape (36 layers, 32/8 heads,
 // head_dim 128): SPEED ONLY, no checkpoint of that size is installable here. --config default
 // loads the real default model. latency and throughput fill the KV pages with random values
@@ -14,11 +19,16 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <cmath>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "lib/base/status_macros.h"
 #include "lib/engine/quant_kv_cache.h"
@@ -42,6 +52,8 @@ struct Flags {
   int output = 512;
   int steps = 32;
   int max_batch = 256;
+  std::string text;   // quality: comma-separated text files
+  int windows = 20;   // quality: windows per context
 };
 
 model::ModelConfig Qwen3_8bLike() {
@@ -233,14 +245,205 @@ absl::Status Ttft(const Flags& f) {
   return absl::OkStatus();
 }
 
+// Per-window sums of one codec against the reference, over the scored positions.
+struct WindowScore {
+  double kl = 0, dnll = 0, nll = 0, agree = 0, n = 0;        // t in [384, T-2]
+  double kl_late = 0, dnll_late = 0, agree_late = 0, n_late = 0;  // t >= 1024
+};
+
+// log-softmax of one row into out; returns nothing (rows are vocab floats).
+void LogSoftmax(const float* l, int vocab, std::vector<double>& out) {
+  double mx = l[0];
+  for (int v = 1; v < vocab; ++v) mx = std::max<double>(mx, l[v]);
+  double sum = 0;
+  for (int v = 0; v < vocab; ++v) sum += std::exp(l[v] - mx);
+  const double lse = mx + std::log(sum);
+  out.resize(vocab);
+  for (int v = 0; v < vocab; ++v) out[v] = l[v] - lse;
+}
+
+// Mean over windows and a 95% percentile bootstrap interval (2000 resamples, fixed seed).
+std::string MeanCi(const std::vector<double>& x) {
+  double mean = 0;
+  for (double v : x) mean += v;
+  mean /= x.size();
+  std::mt19937 rng(2026);
+  std::uniform_int_distribution<size_t> pick(0, x.size() - 1);
+  std::vector<double> means;
+  for (int r = 0; r < 2000; ++r) {
+    double m = 0;
+    for (size_t i = 0; i < x.size(); ++i) m += x[pick(rng)];
+    means.push_back(m / x.size());
+  }
+  std::sort(means.begin(), means.end());
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%.4f [%.4f, %.4f]", mean, means[49], means[1949]);
+  return buf;
+}
+
+absl::Status Quality(const Flags& f) {
+  if (f.config != "default") return absl::InvalidArgumentError("quality needs --config default");
+  if (f.text.empty()) return absl::InvalidArgumentError("quality needs --text FILE[,FILE...]");
+  std::vector<std::string> codecs = absl::StrSplit(f.codecs, ',', absl::SkipEmpty());
+  if (codecs.empty() || codecs[0] != "bf16") {
+    return absl::InvalidArgumentError("quality: the first codec must be bf16 (the reference)");
+  }
+  OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath("default"));
+  OSCARKV_ASSIGN_OR_RETURN(auto real, model::Model::Load(path));
+  const model::ModelConfig& config = real->config();
+  std::vector<std::vector<int32_t>> texts;
+  for (absl::string_view file : absl::StrSplit(f.text, ',', absl::SkipEmpty())) {
+    std::ifstream in{std::string(file)};
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", file));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    texts.push_back(real->tokenizer().Encode(ss.str(), /*add_special=*/false));
+  }
+  const int vocab = config.vocab_size;
+  for (int64_t ctx : ParseInts(f.contexts)) {
+    // Windows: round robin over the texts, evenly spaced inside each.
+    std::vector<std::vector<int32_t>> windows;
+    std::vector<std::string> where;
+    for (int w = 0; w < f.windows; ++w) {
+      const size_t ti = w % texts.size();
+      const int per_text = (f.windows - static_cast<int>(ti) + static_cast<int>(texts.size()) - 1) /
+                           static_cast<int>(texts.size());
+      const int k = w / static_cast<int>(texts.size());
+      const std::vector<int32_t>& t = texts[ti];
+      if (static_cast<int64_t>(t.size()) < ctx) continue;
+      const int64_t span = static_cast<int64_t>(t.size()) - ctx;
+      const int64_t at = span * (k + 1) / (per_text + 1);
+      windows.emplace_back(t.begin() + at, t.begin() + at + ctx);
+      where.push_back(absl::StrCat("text", ti, "@", at));
+    }
+    const int nw = static_cast<int>(windows.size());
+    if (nw == 0) return absl::InvalidArgumentError("texts shorter than the context");
+    // One GPU model per codec, all stepped in lockstep.
+    std::vector<std::unique_ptr<model_gpu::GpuModel>> models;
+    std::vector<std::string> used;
+    for (const std::string& codec : codecs) {
+      auto factory = engine::KvCacheFactory::Create(
+          config, codec, engine::ResolveCalibrationPath("", "default", codec));
+      if (!factory.ok()) {
+        std::fprintf(stderr, "skipping %s: %s\n", codec.c_str(), factory.status().ToString().c_str());
+        continue;
+      }
+      OSCARKV_ASSIGN_OR_RETURN(auto w, model_gpu::GpuWeights::Upload(config, real->weights()));
+      model_gpu::GpuModelOptions o;
+      o.max_batch = nw;
+      o.max_prompt_tokens = 64;
+      model_gpu::KvPageTableConfig pc;
+      pc.num_layers = config.num_layers;
+      pc.num_kv_heads = config.num_kv_heads;
+      pc.head_dim = config.head_dim;
+      pc.windowed = codec != "bf16";
+      const model_gpu::PageCount pages = model_gpu::PagesForTokens(pc, ctx + 1);
+      o.kv_budget_bytes = nw * (pages.bf16 * model_gpu::Bf16PageBytes(pc) +
+                                pages.int2 * model_gpu::Int2PageBytes(pc));
+      OSCARKV_ASSIGN_OR_RETURN(auto m, model_gpu::GpuModel::Create(config, std::move(w),
+                                                                   (*factory)->tier_config(), o));
+      models.push_back(std::move(m));
+      used.push_back(codec);
+    }
+    const int nc = static_cast<int>(models.size());
+    std::vector<std::vector<float>> logits(nc);
+    std::vector<int64_t> ids(nw);
+    for (int c = 0; c < nc; ++c) {
+      logits[c].resize(static_cast<size_t>(nw) * vocab);
+      for (int w = 0; w < nw; ++w) {
+        ids[w] = w + 1;
+        int32_t next = 0;
+        std::vector<float> l;
+        OSCARKV_RETURN_IF_ERROR(models[c]->AddSequence(w + 1, {windows[w].data(), 1}, ctx + 1,
+                                                       &next, &l));
+        std::copy(l.begin(), l.end(), logits[c].begin() + static_cast<size_t>(w) * vocab);
+      }
+    }
+    std::vector<std::vector<WindowScore>> score(nc, std::vector<WindowScore>(nw));
+    const auto t_start = Clock::now();
+    for (int64_t t = 0; t + 1 < ctx; ++t) {
+      // logits[c] predict token t + 1 of every window.
+      if (t >= 384) {
+#pragma omp parallel for schedule(dynamic)
+        for (int w = 0; w < nw; ++w) {
+          std::vector<double> ref, lp;
+          LogSoftmax(logits[0].data() + static_cast<size_t>(w) * vocab, vocab, ref);
+          const int32_t target = windows[w][t + 1];
+          const int ref_top = static_cast<int>(std::max_element(ref.begin(), ref.end()) - ref.begin());
+          for (int c = 0; c < nc; ++c) {
+            LogSoftmax(logits[c].data() + static_cast<size_t>(w) * vocab, vocab, lp);
+            double kl = 0;
+            for (int v = 0; v < vocab; ++v) kl += std::exp(ref[v]) * (ref[v] - lp[v]);
+            const double dnll = ref[target] - lp[target];
+            const double agree =
+                (std::max_element(lp.begin(), lp.end()) - lp.begin()) == ref_top ? 1.0 : 0.0;
+            WindowScore& s = score[c][w];
+            s.kl += kl;
+            s.dnll += dnll;
+            s.nll -= lp[target];
+            s.agree += agree;
+            s.n += 1;
+            if (t >= 1024) {
+              s.kl_late += kl;
+              s.dnll_late += dnll;
+              s.agree_late += agree;
+              s.n_late += 1;
+            }
+          }
+        }
+      }
+      if (t + 2 == ctx) break;
+      std::vector<int32_t> tokens(nw), next;
+      for (int w = 0; w < nw; ++w) tokens[w] = windows[w][t + 1];
+      for (int c = 0; c < nc; ++c) {
+        OSCARKV_RETURN_IF_ERROR(models[c]->DecodeStep(ids, tokens, &next, &logits[c]));
+      }
+      if ((t + 1) % 1024 == 0) {
+        const double el = std::chrono::duration<double>(Clock::now() - t_start).count();
+        std::fprintf(stderr, "context %lld: %lld/%lld steps, %.0f s, ETA %.0f s\n",
+                     static_cast<long long>(ctx), static_cast<long long>(t + 1),
+                     static_cast<long long>(ctx), el, el / (t + 1) * (ctx - t - 2));
+      }
+    }
+    std::printf("\n### context %lld, %d windows (%s), GPU true decode, scored t in [384, %lld]\n\n",
+                static_cast<long long>(ctx), nw, absl::StrJoin(where, " ").c_str(),
+                static_cast<long long>(ctx - 2));
+    std::printf("| codec | ΔNLL/token | token KL (nats) | top-1 agree | ppl | ΔNLL t≥1024 | "
+                "KL t≥1024 | top-1 t≥1024 |\n|---|---|---|---|---|---|---|---|\n");
+    for (int c = 0; c < nc; ++c) {
+      std::vector<double> kl, dnll, agree, kl_l, dnll_l, agree_l;
+      double nll = 0, n = 0;
+      for (const WindowScore& s : score[c]) {
+        kl.push_back(s.kl / s.n);
+        dnll.push_back(s.dnll / s.n);
+        agree.push_back(s.agree / s.n);
+        nll += s.nll;
+        n += s.n;
+        if (s.n_late > 0) {
+          kl_l.push_back(s.kl_late / s.n_late);
+          dnll_l.push_back(s.dnll_late / s.n_late);
+          agree_l.push_back(s.agree_late / s.n_late);
+        }
+      }
+      std::printf("| %s | %s | %s | %s | %.2f | %s | %s | %s |\n", used[c].c_str(),
+                  MeanCi(dnll).c_str(), MeanCi(kl).c_str(), MeanCi(agree).c_str(),
+                  std::exp(nll / n), kl_l.empty() ? "-" : MeanCi(dnll_l).c_str(),
+                  kl_l.empty() ? "-" : MeanCi(kl_l).c_str(),
+                  kl_l.empty() ? "-" : MeanCi(agree_l).c_str());
+    }
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 }  // namespace oscarkv::bench
 
 int main(int argc, char** argv) {
   oscarkv::bench::Flags f;
   CLI::App app{"GPU end-to-end benchmark: BF16 KV vs OSCAR INT2 KV (lib/model_gpu)"};
-  app.add_option("--mode", f.mode, "latency | throughput | ttft")
-      ->check(CLI::IsMember({"latency", "throughput", "ttft"}));
+  app.add_option("--mode", f.mode, "latency | throughput | ttft | quality")
+      ->check(CLI::IsMember({"latency", "throughput", "ttft", "quality"}));
   app.add_option("--config", f.config, "qwen3-8b-like (random weights, speed only) | default");
   app.add_option("--codecs", f.codecs, "comma-separated codecs (default bf16,oscar)");
   app.add_option("--contexts", f.contexts, "latency/ttft: comma-separated context lengths");
@@ -249,6 +452,8 @@ int main(int argc, char** argv) {
   app.add_option("--output", f.output, "throughput: output tokens per sequence (default 512)");
   app.add_option("--steps", f.steps, "decode steps timed (median reported; default 32)");
   app.add_option("--max-batch", f.max_batch, "throughput: most sequences per step (default 256)");
+  app.add_option("--text", f.text, "quality: comma-separated text files (held-out text)");
+  app.add_option("--windows", f.windows, "quality: windows per context (default 20)");
   CLI11_PARSE(app, argc, argv);
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -257,6 +462,7 @@ int main(int argc, char** argv) {
   }
   absl::Status st = f.mode == "latency"      ? oscarkv::bench::Latency(f)
                     : f.mode == "throughput" ? oscarkv::bench::Throughput(f)
+                    : f.mode == "quality"    ? oscarkv::bench::Quality(f)
                                              : oscarkv::bench::Ttft(f);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.ToString().c_str());

@@ -87,6 +87,19 @@ struct PageGatherParams {
   uint16_t* out_bf16 = nullptr;
 };
 
+// Rotation of rows by a per-layer matrix (the three-tier cache's basis change, quant.md A.3):
+// out[t][h][j] = sum_i in[t][h][i] * rotation[i][j], the sum taken in ascending i with a separate
+// float multiply and add per term, exactly as lib/quant's RotateRowToBf16 (before its bf16
+// rounding) and the CPU cache's query rotation do, so the GPU result is bit-identical.
+struct RotateRowsParams {
+  const float* in = nullptr;    // [tokens][heads][D], in_token_stride floats between tokens
+  int64_t in_token_stride = 0;  // >= heads * D
+  int64_t tokens = 0;
+  int heads = 0, head_dim = 0;  // head_dim 64 or 128
+  const float* rotation = nullptr;  // [D][D] f32 row-major
+  float* out = nullptr;             // [tokens][heads][D], packed
+};
+
 void EmbedRowsRef(const uint16_t* table_bf16, const int32_t* tokens, int64_t rows, int d_model,
                   float* x);
 void RmsNormToBf16Ref(const float* x, const float* weight, int64_t rows, int n, float eps,
@@ -98,6 +111,7 @@ void ArgmaxRowsRef(const float* logits, int rows, int vocab, int32_t* out);
 void PrefillAttentionRef(const PrefillAttentionParams& params);
 void WriteBf16PageRowsRef(const PageRowsParams& params);
 void GatherBf16PageRowsRef(const PageGatherParams& params);
+void RotateRowsRef(const RotateRowsParams& params);
 
 }  // namespace oscarkv::kernels
 

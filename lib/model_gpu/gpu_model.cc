@@ -124,20 +124,19 @@ absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
   OSCARKV_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   OSCARKV_CUBLAS_OK(cublasCreate(&cublas_));
   OSCARKV_CUBLAS_OK(cublasSetStream(cublas_, stream_));
-  // Exact f32 for the rotations (no TF32): they must match the CPU cache's rounding closely.
-  OSCARKV_CUBLAS_OK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   OSCARKV_CUDA_OK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount,
                                          options_.device));
 
-  // Rotations: [L][2][D][D]; identity where a layer has none.
+  // Rotations: [L][3][D][D] = R_K, R_V, R_V^T (the last rotates attention outputs back);
+  // identity where a layer has none.
   const int64_t d = c.head_dim, dd = d * d;
   has_rotation_ = !tiers.rotations.k.empty() || !tiers.rotations.v.empty();
   if (has_rotation_) {
-    std::vector<float> host(static_cast<size_t>(c.num_layers) * 2 * dd, 0.0f);
+    std::vector<float> host(static_cast<size_t>(c.num_layers) * 3 * dd, 0.0f);
     for (int l = 0; l < c.num_layers; ++l) {
       for (int kv = 0; kv < 2; ++kv) {
         const auto& list = kv == 0 ? tiers.rotations.k : tiers.rotations.v;
-        float* dst = host.data() + (static_cast<int64_t>(l) * 2 + kv) * dd;
+        float* dst = host.data() + (static_cast<int64_t>(l) * 3 + kv) * dd;
         if (!list.empty() && !list[l].empty()) {
           if (static_cast<int64_t>(list[l].size()) != dd) {
             return absl::InvalidArgumentError("rotation matrix of the wrong size");
@@ -146,6 +145,11 @@ absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
         } else {
           for (int64_t i = 0; i < d; ++i) dst[i * d + i] = 1.0f;
         }
+      }
+      const float* rv = host.data() + (static_cast<int64_t>(l) * 3 + 1) * dd;
+      float* rvt = host.data() + (static_cast<int64_t>(l) * 3 + 2) * dd;
+      for (int64_t i = 0; i < d; ++i) {
+        for (int64_t j = 0; j < d; ++j) rvt[i * d + j] = rv[j * d + i];
       }
     }
     OSCARKV_RETURN_IF_ERROR(rotations_.Allocate(host.size() * 4, "rotations"));
@@ -203,20 +207,16 @@ absl::Status GpuModel::Gemm(const uint16_t* x, const uint16_t* w, int64_t rows, 
 }
 
 absl::Status GpuModel::Rotate(const float* in, int64_t in_token_stride, int64_t tokens, int heads,
-                              const float* r, bool transpose_r, float* out) {
-  const int d = config_.head_dim;
-  const float alpha = 1.0f, beta = 0.0f;
-  // Per token: column-major Y (D x heads) = op(R_cm) X; R row-major read column-major is R^T, so
-  // op N gives X R and op T gives X R^T.
-  const cublasOperation_t op = transpose_r ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (in_token_stride == int64_t{heads} * d) {
-    OSCARKV_CUBLAS_OK(cublasSgemm(cublas_, op, CUBLAS_OP_N, d, static_cast<int>(tokens * heads),
-                                  d, &alpha, r, d, in, d, &beta, out, d));
-  } else {
-    OSCARKV_CUBLAS_OK(cublasSgemmStridedBatched(cublas_, op, CUBLAS_OP_N, d, heads, d, &alpha, r,
-                                                d, 0, in, d, in_token_stride, &beta, out, d,
-                                                int64_t{heads} * d, static_cast<int>(tokens)));
-  }
+                              const float* r, float* out) {
+  k::RotateRowsParams p;
+  p.in = in;
+  p.in_token_stride = in_token_stride;
+  p.tokens = tokens;
+  p.heads = heads;
+  p.head_dim = config_.head_dim;
+  p.rotation = r;
+  p.out = out;
+  OSCARKV_CUDA_OK(k::RotateRowsCuda(p, stream_));
   return absl::OkStatus();
 }
 
@@ -251,8 +251,9 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
     const GpuLayerWeights& w = weights_.layer(l);
     uint8_t* bf16_pool = bf16_pool_.as<uint8_t>() + l * bf16_layer_bytes;
     uint8_t* int2_pool = int2_pool_.as<uint8_t>() + l * int2_layer_bytes;
-    const float* r_k = has_rotation_ ? rotations_.as<float>() + (int64_t{l} * 2) * d * d : nullptr;
+    const float* r_k = has_rotation_ ? rotations_.as<float>() + (int64_t{l} * 3) * d * d : nullptr;
     const float* r_v = has_rotation_ ? r_k + int64_t{d} * d : nullptr;
+    const float* r_v_t = has_rotation_ ? r_k + 2 * int64_t{d} * d : nullptr;
 
     OSCARKV_CUDA_OK(k::RmsNormToBf16Cuda(x, w.attn_norm, rows, static_cast<int>(dm), eps, h,
                                          stream_));
@@ -288,8 +289,8 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
     const float* v_rows = qkv + qdim + kvdim;
     int64_t kv_stride = qkvdim;
     if (has_rotation_) {
-      OSCARKV_RETURN_IF_ERROR(Rotate(k_rows, qkvdim, rows, hkv, r_k, false, k_rot_.as<float>()));
-      OSCARKV_RETURN_IF_ERROR(Rotate(v_rows, qkvdim, rows, hkv, r_v, false, v_rot_.as<float>()));
+      OSCARKV_RETURN_IF_ERROR(Rotate(k_rows, qkvdim, rows, hkv, r_k, k_rot_.as<float>()));
+      OSCARKV_RETURN_IF_ERROR(Rotate(v_rows, qkvdim, rows, hkv, r_v, v_rot_.as<float>()));
       k_rows = k_rot_.as<float>();
       v_rows = v_rot_.as<float>();
       kv_stride = kvdim;
@@ -377,7 +378,7 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
       const float* q = qkv;
       int64_t q_stride = qkvdim;
       if (has_rotation_) {
-        OSCARKV_RETURN_IF_ERROR(Rotate(qkv, qkvdim, rows, hq, r_k, false, q_rot_.as<float>()));
+        OSCARKV_RETURN_IF_ERROR(Rotate(qkv, qkvdim, rows, hq, r_k, q_rot_.as<float>()));
         q = q_rot_.as<float>();
         q_stride = qdim;
       }
@@ -413,7 +414,7 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
       OSCARKV_CUDA_OK(k::DecodeAttentionCuda(ap, stream_));
       const float* o = attn_out_.as<float>();
       if (has_rotation_) {
-        OSCARKV_RETURN_IF_ERROR(Rotate(o, qdim, rows, hq, r_v, true, attn_out_rot_.as<float>()));
+        OSCARKV_RETURN_IF_ERROR(Rotate(o, qdim, rows, hq, r_v_t, attn_out_rot_.as<float>()));
         o = attn_out_rot_.as<float>();
       }
       OSCARKV_CUDA_OK(k::F32ToBf16Cuda(o, rows * qdim, attn_bf16, stream_));

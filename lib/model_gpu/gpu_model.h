@@ -112,10 +112,10 @@ class GpuModel {
   // y[rows, out] (f32) = x[rows, in] (bf16) W[out, in]^T (bf16) + beta * y.
   absl::Status Gemm(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t in, int64_t out,
                     float beta, float* y);
-  // out[rows][D] = in[rows][D] * R (transpose_r: R^T); in rows at in_stride floats per group of
-  // `heads` rows (one token), out packed [tokens][heads][D].
+  // out = in * R per row (kernels' RotateRowsCuda, bit-identical to the CPU cache's rotation);
+  // in rows at in_token_stride floats per token of `heads` rows, out packed [tokens][heads][D].
   absl::Status Rotate(const float* in, int64_t in_token_stride, int64_t tokens, int heads,
-                      const float* r, bool transpose_r, float* out);
+                      const float* r, float* out);
   // Runs the layers over rows of x (residual stream). Prefill when `prefill` (one sequence,
   // positions pos 0..rows-1) else a decode step (rows = B sequences). Writes the cache per
   // `plan_dev` (device copies of the step's metadata).
@@ -137,7 +137,7 @@ class GpuModel {
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
-  DeviceBuffer rotations_;  // [L][2][D][D] f32 (R_K, R_V) when the codec rotates
+  DeviceBuffer rotations_;  // [L][3][D][D] f32 (R_K, R_V, R_V^T) when the codec rotates
   bool has_rotation_ = false;
   DeviceBuffer bf16_pool_, int2_pool_;
   // Scratch (rows = max(max_prompt_tokens, max_batch)).

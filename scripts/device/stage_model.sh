@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Here (the build machine): prepares what the GPU machine lacks for end-to-end runs
 # (ARCHITECTURE.md §7), in three carry folders that stay under 64 MiB with the working tree:
-#   .carry/stage1, .carry/stage2: the first two thirds of the default model (+ the calibration)
+#   .carry/stage1, .carry/stage2: the first two thirds of the default model (+ the calibration
+#                  and the held-out evaluation texts)
 #   .carry/stage3: the last third of the model + the stripped binaries (model_gpu_test,
 #                  gpu_e2e_bench, oscarkv) and the shared libraries ldd lists (minus libc, libm,
 #                  libstdc++, libgcc_s, the loader and the CUDA runtime/cuBLAS, which the GPU
@@ -9,7 +10,7 @@
 # Then, back to back (the machine keeps the scratch folder 30 s after a call):
 #   run(carry=[.carry/stage1], "bash scripts/device/model.sh stage .carry/stage1")
 #   run(carry=[.carry/stage2], "bash scripts/device/model.sh stage .carry/stage2")
-#   run(carry=[.carry/stage3], "bash scripts/device/model.sh run .carry/stage3 [--bench]")
+#   run(carry=[.carry/stage3], "bash scripts/device/model.sh run .carry/stage3 [--bench] [--quality]")
 # Usage: bash scripts/device/stage_model.sh [build-dir]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,6 +24,10 @@ split -n 3 -d -a 1 "$model" .carry/pack/model.part
 for i in 1 2 3; do mv ".carry/pack/model.part$((i - 1))" ".carry/stage$i/model.part$i"; done
 sha256sum "$model" | cut -d' ' -f1 > .carry/stage3/model.sha256
 cp data/calibration/smollm2-135m-oscar.cal .carry/stage1/
+# Held-out evaluation text for --quality (the default calibration is made from other novels).
+for t in data/text/austen/emma.txt data/text/austen/persuasion.txt data/text/moby/mobydick.txt; do
+  [ -f "$t" ] && cp "$t" .carry/stage1/
+done
 for b in "${bins[@]}"; do
   strip -o ".carry/pack/bin/$(basename "$b")" "$BUILD/$b"
   ldd "$BUILD/$b" | awk '/=> \//{print $3}' ; done | sort -u \

@@ -392,6 +392,40 @@ void TestPages(bool small) {
   }
 }
 
+void TestRotateRows(bool small) {
+  for (int d : {64, 128}) {
+    for (int64_t tokens : {int64_t{1}, int64_t{3}, small ? int64_t{40} : int64_t{1500}}) {
+      const int heads = d == 64 ? 3 : 8;
+      const int64_t stride = int64_t{heads} * d + 2 * d;  // strided like the fused QKV buffer
+      const std::vector<float> in = Normal(static_cast<size_t>(tokens * stride), 77 + d);
+      const std::vector<float> rot = Normal(static_cast<size_t>(d) * d, 78 + d, 0.1f);
+      std::vector<float> ref(static_cast<size_t>(tokens * heads * d));
+      RotateRowsParams p;
+      p.in_token_stride = stride;
+      p.tokens = tokens;
+      p.heads = heads;
+      p.head_dim = d;
+      RotateRowsParams hp = p;
+      hp.in = in.data();
+      hp.rotation = rot.data();
+      hp.out = ref.data();
+      RotateRowsRef(hp);
+      float* d_in = ToDevice(in);
+      float* d_rot = ToDevice(rot);
+      float* d_out = DeviceAlloc<float>(ref.size());
+      GPU_CHECK(cudaMemset(d_out, 0xff, ref.size() * sizeof(float)));  // NaN poison
+      p.in = d_in;
+      p.rotation = d_rot;
+      p.out = d_out;
+      GPU_CHECK(RotateRowsCuda(p, nullptr));
+      GPU_CHECK(cudaDeviceSynchronize());
+      CheckExact("RotateRows d=" + std::to_string(d) + " tokens=" + std::to_string(tokens),
+                 ToHost(d_out, ref.size()), ref);
+      for (float* ptr : {d_in, d_rot, d_out}) GPU_CHECK(cudaFree(ptr));
+    }
+  }
+}
+
 struct AttnCase {
   int t, hq, hkv, d;
 };
@@ -495,6 +529,7 @@ int main(int argc, char** argv) {
   TestArgmax(small);
   TestPages(small);
   TestPrefillAttention(small);
+  TestRotateRows(small);
   TestInvalidArguments();
   std::printf("%s: %d failure(s)\n", g_failures == 0 ? "PASSED" : "FAILED", g_failures);
   return g_failures == 0 ? 0 : 1;

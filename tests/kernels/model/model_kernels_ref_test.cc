@@ -14,6 +14,7 @@
 #include "kernels/attention/decode_attention.h"
 #include "lib/kvformat/float16.h"
 #include "lib/model/forward_cpu.h"
+#include "lib/quant/three_tier_cache.h"
 
 namespace oscarkv::kernels {
 namespace {
@@ -337,6 +338,43 @@ TEST_P(PrefillAttentionTest, MatchesLibModelAndFloat64) {
 INSTANTIATE_TEST_SUITE_P(Shapes, PrefillAttentionTest,
                          ::testing::Values(AttnCase{1, 2, 1, 64}, AttnCase{37, 9, 3, 64},
                                            AttnCase{70, 8, 2, 128}));
+
+// The GPU's rotation must store exactly the rows the CPU cache stores: RotateRowsRef rounded to
+// bf16 equals lib/quant's RotateRowToBf16 bit for bit, and matches a float64 product closely.
+TEST(ModelKernelsRef, RotateRowsIsTheCpuCacheRotation) {
+  for (int d : {64, 128}) {
+    std::mt19937 rng(31 + d);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const int tokens = 5, heads = 3;
+    const int64_t stride = int64_t{heads} * d + 7;
+    std::vector<float> in(tokens * stride), rot(d * d), out(tokens * heads * d);
+    for (auto& x : in) x = dist(rng);
+    for (auto& x : rot) x = 0.1f * dist(rng);
+    RotateRowsParams p;
+    p.in = in.data();
+    p.in_token_stride = stride;
+    p.tokens = tokens;
+    p.heads = heads;
+    p.head_dim = d;
+    p.rotation = rot.data();
+    p.out = out.data();
+    RotateRowsRef(p);
+    std::vector<float> cpu(d);
+    for (int t = 0; t < tokens; ++t) {
+      for (int h = 0; h < heads; ++h) {
+        const float* x = in.data() + t * stride + h * d;
+        quant::RotateRowToBf16(x, rot.data(), d, cpu.data());
+        for (int j = 0; j < d; ++j) {
+          const float got = out[(t * heads + h) * d + j];
+          ASSERT_EQ(kvformat::RoundToBf16(got), cpu[j]) << "d=" << d << " t=" << t << " j=" << j;
+          double exact = 0;
+          for (int i = 0; i < d; ++i) exact += double(x[i]) * rot[i * d + j];
+          EXPECT_NEAR(got, exact, 1e-5 * (1 + std::abs(exact)));
+        }
+      }
+    }
+  }
+}
 
 TEST(ModelKernelsRef, PageWriteGatherRoundTrip) {
   const int heads = 3, d = 64, tokens = 21, num_pages = 5;

@@ -144,6 +144,7 @@ TEST_F(GpuModelTest, Bf16GreedyMatchesCpuTokenForToken) {
 // the GPU logits against the CPU's, and whether their top-1 tokens agree.
 struct ForcedComparison {
   std::vector<double> rel;
+  std::vector<std::vector<float>> cpu_logits;  // per step
   int agree = 0;
   int int2_tokens = 0;
 };
@@ -167,6 +168,7 @@ ForcedComparison CompareForced(const model::Model& m, const engine::KvCacheFacto
       den += double(cpu[v]) * cpu[v];
     }
     r.rel.push_back(std::sqrt(num / den));
+    r.cpu_logits.push_back(cpu);
     r.agree += Argmax(gpu_l.data(), vocab) == Argmax(cpu.data(), vocab);
     if (t == forced.size()) break;
     model::Sequence* s = seq.get();
@@ -186,8 +188,10 @@ double Mean(const std::vector<double>& v) {
   return s / v.size();
 }
 
-// OSCAR on the GPU matches OSCAR on the CPU about as closely as BF16 KV on the GPU matches BF16
-// KV on the CPU: the remaining difference is the GPU's bf16 activations, not the INT2 path.
+// OSCAR on the GPU reproduces OSCAR on the CPU. Tolerance: mean relative L2 error of the logits
+// <= 0.05 and top-1 agreement >= 90%, and well below what the codec itself changes (CPU oscar vs
+// CPU bf16). It cannot be as tight as bf16's GPU-vs-CPU error: the GPU's bf16 activations move
+// K/V rows slightly, and a row that crosses an INT2 rounding boundary moves by a whole step.
 TEST_F(GpuModelTest, OscarDecodeLogitsMatchCpuOscar) {
   const std::vector<int32_t> ids = model_->tokenizer().Encode(ReadFixture(), true);
   ASSERT_GT(ids.size(), 500u);
@@ -211,9 +215,21 @@ TEST_F(GpuModelTest, OscarDecodeLogitsMatchCpuOscar) {
               *std::max_element(oscar.rel.begin(), oscar.rel.end()), oscar.agree, steps,
               oscar.int2_tokens);
   for (int i = 0; i < steps; ++i) std::printf(" %.3f/%.3f", bf16.rel[i], oscar.rel[i]);
-  std::printf("\n");
+  std::vector<double> codec_effect;
+  for (int i = 0; i < steps; ++i) {
+    double num = 0, den = 0;
+    for (size_t v = 0; v < bf16.cpu_logits[i].size(); ++v) {
+      const double d = oscar.cpu_logits[i][v] - bf16.cpu_logits[i][v];
+      num += d * d;
+      den += double(bf16.cpu_logits[i][v]) * bf16.cpu_logits[i][v];
+    }
+    codec_effect.push_back(std::sqrt(num / den));
+  }
+  std::printf("\n  codec effect on the CPU (oscar vs bf16 logits): rel err mean %.4f max %.4f\n",
+              Mean(codec_effect), *std::max_element(codec_effect.begin(), codec_effect.end()));
   EXPECT_GT(oscar.int2_tokens, 100);
-  EXPECT_LT(Mean(oscar.rel), 1.5 * Mean(bf16.rel) + 0.01);
+  EXPECT_LT(Mean(oscar.rel), 0.05);
+  EXPECT_LT(Mean(oscar.rel), 0.5 * Mean(codec_effect));
   EXPECT_GE(oscar.agree, steps * 9 / 10);
 }
 
