@@ -11,15 +11,22 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;
 
-// Block: D threads, one output column each, for kRowsPerBlock rows; the rows sit in shared
-// memory (broadcast reads) and each thread streams its column of R (coalesced across threads,
-// L1/L2-resident: 64 KB at D = 128). Ascending i per output keeps the CPU's summation order.
+// Block: D threads, one output column each, for kRowsPerBlock rows. R (64 KB at D = 128) is first
+// copied to shared memory with all its loads in flight at once: in a decode step R is cold (the
+// weights stream evicts it from L2) and there are only a few blocks, so streaming R's column
+// term by term would pay one DRAM round trip per batch of terms (~20 us per call, measured).
+// The rows sit in shared memory too; ascending i per output keeps the CPU's summation order.
 template <int D>
 __global__ void RotateRowsKernel(RotateRowsParams p) {
-  __shared__ float xs[kRowsPerBlock][D];
+  extern __shared__ float4 smem4[];
+  float* rs = reinterpret_cast<float*>(smem4);  // [D][D]
+  float* xs = rs + D * D;                         // [kRowsPerBlock][D]
+  const int j = threadIdx.x;
+  const float4* r4 = reinterpret_cast<const float4*>(p.rotation);
+#pragma unroll 8
+  for (int i = j; i < D * D / 4; i += D) smem4[i] = __ldg(r4 + i);
   const int64_t total = p.tokens * p.heads;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
-  const int j = threadIdx.x;
   for (int r = 0; r < kRowsPerBlock; ++r) {
     const int64_t row = row0 + r;
     float v = 0.0f;
@@ -28,32 +35,33 @@ __global__ void RotateRowsKernel(RotateRowsParams p) {
       const int h = static_cast<int>(row % p.heads);
       v = p.in[t * p.in_token_stride + static_cast<int64_t>(h) * D + j];
     }
-    xs[r][j] = v;
+    xs[r * D + j] = v;
   }
   __syncthreads();
   float acc[kRowsPerBlock];
 #pragma unroll
   for (int r = 0; r < kRowsPerBlock; ++r) acc[r] = 0.0f;
-  // R's column in batches of 16 independent loads: a decode step has only a few blocks, so
-  // one dependent L2 round trip per term would dominate (128 per row at D = 128).
-  constexpr int kBatch = 16;
-  for (int i0 = 0; i0 < D; i0 += kBatch) {
-    float w[kBatch];
+#pragma unroll 4
+  for (int i = 0; i < D; ++i) {
+    const float w = rs[i * D + j];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) w[u] = __ldg(p.rotation + (i0 + u) * D + j);
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-#pragma unroll
-      for (int r = 0; r < kRowsPerBlock; ++r) {
-        acc[r] = __fadd_rn(acc[r], __fmul_rn(xs[r][i0 + u], w[u]));
-      }
-    }
+    for (int r = 0; r < kRowsPerBlock; ++r) acc[r] = __fadd_rn(acc[r], __fmul_rn(xs[r * D + i], w));
   }
 #pragma unroll
   for (int r = 0; r < kRowsPerBlock; ++r) {
     const int64_t row = row0 + r;
     if (row < total) p.out[row * D + j] = acc[r];
   }
+}
+
+template <int D>
+cudaError_t LaunchRotateRows(const RotateRowsParams& p, int64_t blocks, cudaStream_t stream) {
+  constexpr int kSmem = (D * D + kRowsPerBlock * D) * static_cast<int>(sizeof(float));
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(RotateRowsKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) return attr;
+  RotateRowsKernel<D><<<static_cast<unsigned>(blocks), D, kSmem, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -68,12 +76,9 @@ cudaError_t RotateRowsCuda(const RotateRowsParams& p, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  if (p.head_dim == 128) {
-    RotateRowsKernel<128><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
-  } else {
-    RotateRowsKernel<64><<<static_cast<unsigned>(blocks), 64, 0, stream>>>(p);
-  }
-  return cudaGetLastError();
+  if (reinterpret_cast<uintptr_t>(p.rotation) % 16 != 0) return cudaErrorInvalidValue;
+  return p.head_dim == 128 ? LaunchRotateRows<128>(p, blocks, stream)
+                           : LaunchRotateRows<64>(p, blocks, stream);
 }
 
 }  // namespace oscarkv::kernels
