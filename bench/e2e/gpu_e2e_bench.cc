@@ -321,12 +321,22 @@ absl::Status Quality(const Flags& f) {
     // One GPU model per codec, all stepped in lockstep.
     std::vector<std::unique_ptr<model_gpu::GpuModel>> models;
     std::vector<std::string> used;
-    for (const std::string& codec : codecs) {
+    for (const std::string& spec : codecs) {
+      // "codec" or "codec@K/V": clip ratios overriding the codec's (the clipping lever).
+      const std::vector<std::string> parts = absl::StrSplit(spec, '@');
+      const std::string& codec = parts[0];
       auto factory = engine::KvCacheFactory::Create(
           config, codec, engine::ResolveCalibrationPath("", "default", codec));
       if (!factory.ok()) {
-        std::fprintf(stderr, "skipping %s: %s\n", codec.c_str(), factory.status().ToString().c_str());
+        std::fprintf(stderr, "skipping %s: %s\n", spec.c_str(), factory.status().ToString().c_str());
         continue;
+      }
+      quant::ThreeTierCacheConfig tiers = (*factory)->tier_config();
+      if (parts.size() == 2) {
+        const std::vector<std::string> kv = absl::StrSplit(parts[1], '/');
+        if (kv.size() != 2) return absl::InvalidArgumentError("clip spec is codec@K/V: " + spec);
+        tiers.k_clip_ratio = std::stof(kv[0]);
+        tiers.v_clip_ratio = std::stof(kv[1]);
       }
       OSCARKV_ASSIGN_OR_RETURN(auto w, model_gpu::GpuWeights::Upload(config, real->weights()));
       model_gpu::GpuModelOptions o;
@@ -340,10 +350,9 @@ absl::Status Quality(const Flags& f) {
       const model_gpu::PageCount pages = model_gpu::PagesForTokens(pc, ctx + 1);
       o.kv_budget_bytes = nw * (pages.bf16 * model_gpu::Bf16PageBytes(pc) +
                                 pages.int2 * model_gpu::Int2PageBytes(pc));
-      OSCARKV_ASSIGN_OR_RETURN(auto m, model_gpu::GpuModel::Create(config, std::move(w),
-                                                                   (*factory)->tier_config(), o));
+      OSCARKV_ASSIGN_OR_RETURN(auto m, model_gpu::GpuModel::Create(config, std::move(w), tiers, o));
       models.push_back(std::move(m));
-      used.push_back(codec);
+      used.push_back(spec);
     }
     const int nc = static_cast<int>(models.size());
     std::vector<std::vector<float>> logits(nc);
@@ -445,7 +454,9 @@ int main(int argc, char** argv) {
   app.add_option("--mode", f.mode, "latency | throughput | ttft | quality")
       ->check(CLI::IsMember({"latency", "throughput", "ttft", "quality"}));
   app.add_option("--config", f.config, "qwen3-8b-like (random weights, speed only) | default");
-  app.add_option("--codecs", f.codecs, "comma-separated codecs (default bf16,oscar)");
+  app.add_option("--codecs", f.codecs,
+                 "comma-separated codecs (default bf16,oscar); quality also takes codec@K/V "
+                 "to override the clip ratios, e.g. oscar@0.90/0.84");
   app.add_option("--contexts", f.contexts, "latency/ttft: comma-separated context lengths");
   app.add_option("--budgets-gib", f.budgets_gib, "throughput: KV budgets in GiB (default 16,64)");
   app.add_option("--prompt", f.prompt, "throughput: prompt tokens per sequence (default 32768)");

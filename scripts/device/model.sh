@@ -2,10 +2,11 @@
 # On the GPU machine: end-to-end runs of lib/model_gpu with the real default model, staged by
 # scripts/device/stage_model.sh in three back-to-back calls (ARCHITECTURE.md §7).
 #   bash scripts/device/model.sh stage DIR          copy DIR's files to the scratch folder
-#   bash scripts/device/model.sh run DIR [--bench] [--quality]  copy DIR's files, reassemble the
+#   bash scripts/device/model.sh run DIR [--bench] [--quality] [--clip]  copy DIR's files, reassemble the
 #        model, check its sha256, unpack the binaries; run the GPU-vs-CPU tests and `oscarkv
 #        generate --device cuda`; with --bench also the end-to-end benchmarks; with --quality the
-#        true-decode quality grid (20 windows at 2k and 8k, held-out text). Logs in $OUT.
+#        true-decode quality grid (20 windows at 2k and 8k, held-out text); with --clip the
+#        clipping lever at 8k. Logs in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
@@ -37,9 +38,10 @@ for codec in bf16 oscar; do
     --prompt "The three most important things to know about the ocean are" 2>&1 \
     | tee "$OUT/generate_$codec.log" || status=1
 done
-bench=0; quality=0
+bench=0; quality=0; clip=0
 for a in "${@:3}"; do
-  case "$a" in --bench) bench=1 ;; --quality) quality=1 ;; *) echo "unknown $a" >&2; exit 2 ;; esac
+  case "$a" in --bench) bench=1 ;; --quality) quality=1 ;; --clip) clip=1 ;;
+    *) echo "unknown $a" >&2; exit 2 ;; esac
 done
 if [ $quality = 1 ]; then
   echo "== quality (true decode on the GPU, held-out text)"
@@ -47,6 +49,13 @@ if [ $quality = 1 ]; then
     --text "$SCRATCH/emma.txt,$SCRATCH/persuasion.txt,$SCRATCH/mobydick.txt" \
     --codecs bf16,oscar,oscar-gram,oscar-hadamard,oscar-norot --contexts 2048,8192 --windows 20 \
     2>&1 | tee "$OUT/quality.log" || status=1
+fi
+if [ $clip = 1 ]; then
+  echo "== quality: the clipping lever at 8k"
+  OMP_NUM_THREADS=16 "$BIN"/gpu_e2e_bench --mode quality --config default \
+    --text "$SCRATCH/emma.txt,$SCRATCH/persuasion.txt,$SCRATCH/mobydick.txt" \
+    --codecs bf16,oscar@0.90/0.84,oscar@0.84/0.75,oscar-hadamard@0.90/0.84 --contexts 8192 \
+    --windows 20 2>&1 | tee "$OUT/quality_clip.log" || status=1
 fi
 if [ $bench = 1 ]; then
   E="$BIN"/gpu_e2e_bench

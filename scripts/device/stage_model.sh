@@ -10,7 +10,7 @@
 # Then, back to back (the machine keeps the scratch folder 30 s after a call):
 #   run(carry=[.carry/stage1], "bash scripts/device/model.sh stage .carry/stage1")
 #   run(carry=[.carry/stage2], "bash scripts/device/model.sh stage .carry/stage2")
-#   run(carry=[.carry/stage3], "bash scripts/device/model.sh run .carry/stage3 [--bench] [--quality]")
+#   run(carry=[.carry/stage3], "bash scripts/device/model.sh run .carry/stage3 [--bench] [--quality] [--clip]")
 # Usage: bash scripts/device/stage_model.sh [build-dir]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
