@@ -7,6 +7,7 @@
 //              quant.md E.0's decode-equivalent emulation emulates); per codec vs bf16: ΔNLL,
 //              token KL(p_bf16 || p_codec), top-1 agreement over t in [384, T-2] and t >= 1024,
 //              means over windows with 95% bootstrap intervals
+//   greedy     greedy agreement vs bf16 (first divergence, token agreement) on real prompts
 // --config qwen3-8b-like builds random bf16 weights of that shape (36 layers, 32/8 heads,
 // head_dim 128): SPEED ONLY, no checkpoint of that size is installable here. --config default
 // loads the real default model. latency and throughput fill the KV pages with random values
@@ -281,6 +282,79 @@ std::string MeanCi(const std::vector<double>& x) {
   return buf;
 }
 
+// Tokenized text files (comma-separated paths).
+absl::StatusOr<std::vector<std::vector<int32_t>>> LoadTexts(const std::string& files,
+                                                             const model::Model& m) {
+  std::vector<std::vector<int32_t>> texts;
+  for (absl::string_view file : absl::StrSplit(files, ',', absl::SkipEmpty())) {
+    std::ifstream in{std::string(file)};
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", file));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    texts.push_back(m.tokenizer().Encode(ss.str(), /*add_special=*/false));
+  }
+  return texts;
+}
+
+// `count` windows of `len` tokens: round robin over the texts, evenly spaced inside each;
+// `where` gets "text<i>@<offset>" per window.
+std::vector<std::vector<int32_t>> PickWindows(const std::vector<std::vector<int32_t>>& texts,
+                                              int64_t len, int count,
+                                              std::vector<std::string>* where) {
+  std::vector<std::vector<int32_t>> windows;
+  const int nt = static_cast<int>(texts.size());
+  for (int w = 0; w < count; ++w) {
+    const int ti = w % nt;
+    const int per_text = (count - ti + nt - 1) / nt;
+    const int k = w / nt;
+    const std::vector<int32_t>& t = texts[ti];
+    if (static_cast<int64_t>(t.size()) < len) continue;
+    const int64_t span = static_cast<int64_t>(t.size()) - len;
+    const int64_t at = span * (k + 1) / (per_text + 1);
+    windows.emplace_back(t.begin() + at, t.begin() + at + len);
+    where->push_back(absl::StrCat("text", ti, "@", at));
+  }
+  return windows;
+}
+
+// Codec spec "name" or "name@K/V" (clip ratios overriding the codec's) -> cache config.
+absl::StatusOr<quant::ThreeTierCacheConfig> TiersFor(const model::ModelConfig& config,
+                                                     const std::string& spec) {
+  const std::vector<std::string> parts = absl::StrSplit(spec, '@');
+  const std::string& codec = parts[0];
+  OSCARKV_ASSIGN_OR_RETURN(auto factory,
+                           engine::KvCacheFactory::Create(
+                               config, codec, engine::ResolveCalibrationPath("", "default", codec)));
+  quant::ThreeTierCacheConfig tiers = factory->tier_config();
+  if (parts.size() == 2) {
+    const std::vector<std::string> kv = absl::StrSplit(parts[1], '/');
+    if (kv.size() != 2) return absl::InvalidArgumentError("clip spec is codec@K/V: " + spec);
+    tiers.k_clip_ratio = std::stof(kv[0]);
+    tiers.v_clip_ratio = std::stof(kv[1]);
+  }
+  return tiers;
+}
+
+// A GPU model of the real weights for `nseq` sequences of up to `tokens` tokens each.
+absl::StatusOr<std::unique_ptr<model_gpu::GpuModel>> RealModelFor(
+    const model::Model& real, const quant::ThreeTierCacheConfig& tiers, int nseq, int64_t tokens,
+    int64_t max_prompt) {
+  const model::ModelConfig& config = real.config();
+  OSCARKV_ASSIGN_OR_RETURN(auto w, model_gpu::GpuWeights::Upload(config, real.weights()));
+  model_gpu::GpuModelOptions o;
+  o.max_batch = nseq;
+  o.max_prompt_tokens = max_prompt;
+  model_gpu::KvPageTableConfig pc;
+  pc.num_layers = config.num_layers;
+  pc.num_kv_heads = config.num_kv_heads;
+  pc.head_dim = config.head_dim;
+  pc.windowed = tiers.codec != kvformat::CodecId::kBf16;
+  const model_gpu::PageCount pages = model_gpu::PagesForTokens(pc, tokens);
+  o.kv_budget_bytes = nseq * (pages.bf16 * model_gpu::Bf16PageBytes(pc) +
+                              pages.int2 * model_gpu::Int2PageBytes(pc));
+  return model_gpu::GpuModel::Create(config, std::move(w), tiers, o);
+}
+
 absl::Status Quality(const Flags& f) {
   if (f.config != "default") return absl::InvalidArgumentError("quality needs --config default");
   if (f.text.empty()) return absl::InvalidArgumentError("quality needs --text FILE[,FILE...]");
@@ -291,66 +365,23 @@ absl::Status Quality(const Flags& f) {
   OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath("default"));
   OSCARKV_ASSIGN_OR_RETURN(auto real, model::Model::Load(path));
   const model::ModelConfig& config = real->config();
-  std::vector<std::vector<int32_t>> texts;
-  for (absl::string_view file : absl::StrSplit(f.text, ',', absl::SkipEmpty())) {
-    std::ifstream in{std::string(file)};
-    if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", file));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    texts.push_back(real->tokenizer().Encode(ss.str(), /*add_special=*/false));
-  }
+  OSCARKV_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> texts, LoadTexts(f.text, *real));
   const int vocab = config.vocab_size;
   for (int64_t ctx : ParseInts(f.contexts)) {
-    // Windows: round robin over the texts, evenly spaced inside each.
-    std::vector<std::vector<int32_t>> windows;
     std::vector<std::string> where;
-    for (int w = 0; w < f.windows; ++w) {
-      const size_t ti = w % texts.size();
-      const int per_text = (f.windows - static_cast<int>(ti) + static_cast<int>(texts.size()) - 1) /
-                           static_cast<int>(texts.size());
-      const int k = w / static_cast<int>(texts.size());
-      const std::vector<int32_t>& t = texts[ti];
-      if (static_cast<int64_t>(t.size()) < ctx) continue;
-      const int64_t span = static_cast<int64_t>(t.size()) - ctx;
-      const int64_t at = span * (k + 1) / (per_text + 1);
-      windows.emplace_back(t.begin() + at, t.begin() + at + ctx);
-      where.push_back(absl::StrCat("text", ti, "@", at));
-    }
+    const std::vector<std::vector<int32_t>> windows = PickWindows(texts, ctx, f.windows, &where);
     const int nw = static_cast<int>(windows.size());
     if (nw == 0) return absl::InvalidArgumentError("texts shorter than the context");
     // One GPU model per codec, all stepped in lockstep.
     std::vector<std::unique_ptr<model_gpu::GpuModel>> models;
     std::vector<std::string> used;
     for (const std::string& spec : codecs) {
-      // "codec" or "codec@K/V": clip ratios overriding the codec's (the clipping lever).
-      const std::vector<std::string> parts = absl::StrSplit(spec, '@');
-      const std::string& codec = parts[0];
-      auto factory = engine::KvCacheFactory::Create(
-          config, codec, engine::ResolveCalibrationPath("", "default", codec));
-      if (!factory.ok()) {
-        std::fprintf(stderr, "skipping %s: %s\n", spec.c_str(), factory.status().ToString().c_str());
+      absl::StatusOr<quant::ThreeTierCacheConfig> tiers = TiersFor(config, spec);
+      if (!tiers.ok()) {
+        std::fprintf(stderr, "skipping %s: %s\n", spec.c_str(), tiers.status().ToString().c_str());
         continue;
       }
-      quant::ThreeTierCacheConfig tiers = (*factory)->tier_config();
-      if (parts.size() == 2) {
-        const std::vector<std::string> kv = absl::StrSplit(parts[1], '/');
-        if (kv.size() != 2) return absl::InvalidArgumentError("clip spec is codec@K/V: " + spec);
-        tiers.k_clip_ratio = std::stof(kv[0]);
-        tiers.v_clip_ratio = std::stof(kv[1]);
-      }
-      OSCARKV_ASSIGN_OR_RETURN(auto w, model_gpu::GpuWeights::Upload(config, real->weights()));
-      model_gpu::GpuModelOptions o;
-      o.max_batch = nw;
-      o.max_prompt_tokens = 64;
-      model_gpu::KvPageTableConfig pc;
-      pc.num_layers = config.num_layers;
-      pc.num_kv_heads = config.num_kv_heads;
-      pc.head_dim = config.head_dim;
-      pc.windowed = codec != "bf16";
-      const model_gpu::PageCount pages = model_gpu::PagesForTokens(pc, ctx + 1);
-      o.kv_budget_bytes = nw * (pages.bf16 * model_gpu::Bf16PageBytes(pc) +
-                                pages.int2 * model_gpu::Int2PageBytes(pc));
-      OSCARKV_ASSIGN_OR_RETURN(auto m, model_gpu::GpuModel::Create(config, std::move(w), tiers, o));
+      OSCARKV_ASSIGN_OR_RETURN(auto m, RealModelFor(*real, *tiers, nw, ctx + 1, 64));
       models.push_back(std::move(m));
       used.push_back(spec);
     }
@@ -445,26 +476,91 @@ absl::Status Quality(const Flags& f) {
   return absl::OkStatus();
 }
 
+
+// Greedy agreement (quant.md E): `windows` prompts of --prompt tokens from the texts,
+// --output greedy tokens with each codec (all prompts in one batch); per prompt the first
+// position where a codec's tokens leave bf16's and the fraction of positions that agree.
+absl::Status Greedy(const Flags& f) {
+  if (f.config != "default") return absl::InvalidArgumentError("greedy needs --config default");
+  std::vector<std::string> codecs = absl::StrSplit(f.codecs, ',', absl::SkipEmpty());
+  if (codecs.empty() || codecs[0] != "bf16") {
+    return absl::InvalidArgumentError("greedy: the first codec must be bf16 (the reference)");
+  }
+  OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath("default"));
+  OSCARKV_ASSIGN_OR_RETURN(auto real, model::Model::Load(path));
+  OSCARKV_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> texts, LoadTexts(f.text, *real));
+  std::vector<std::string> where;
+  const std::vector<std::vector<int32_t>> prompts = PickWindows(texts, f.prompt, f.windows, &where);
+  const int np = static_cast<int>(prompts.size());
+  std::vector<std::vector<std::vector<int32_t>>> out;  // [codec][prompt][token]
+  std::vector<std::string> used;
+  for (const std::string& spec : codecs) {
+    absl::StatusOr<quant::ThreeTierCacheConfig> tiers = TiersFor(real->config(), spec);
+    if (!tiers.ok()) {
+      std::fprintf(stderr, "skipping %s: %s\n", spec.c_str(), tiers.status().ToString().c_str());
+      continue;
+    }
+    OSCARKV_ASSIGN_OR_RETURN(auto m, RealModelFor(*real, *tiers, np, f.prompt + f.output + 1,
+                                                  f.prompt));
+    std::vector<std::vector<int32_t>> tokens(np);
+    std::vector<int64_t> ids(np);
+    std::vector<int32_t> last(np);
+    for (int p = 0; p < np; ++p) {
+      ids[p] = p + 1;
+      OSCARKV_RETURN_IF_ERROR(m->AddSequence(p + 1, prompts[p], f.prompt + f.output + 1, &last[p]));
+      tokens[p].push_back(last[p]);
+    }
+    for (int step = 1; step < f.output; ++step) {
+      std::vector<int32_t> next;
+      OSCARKV_RETURN_IF_ERROR(m->DecodeStep(ids, last, &next));
+      for (int p = 0; p < np; ++p) tokens[p].push_back(last[p] = next[p]);
+    }
+    out.push_back(std::move(tokens));
+    used.push_back(spec);
+  }
+  std::printf("\n### greedy agreement vs bf16: %d prompts of %d tokens (%s), %d new tokens, GPU\n\n"
+              "| codec | first divergence (mean position) | prompts identical to the end | "
+              "token agreement |\n|---|---|---|---|\n",
+              np, f.prompt, absl::StrJoin(where, " ").c_str(), f.output);
+  for (size_t c = 0; c < out.size(); ++c) {
+    std::vector<double> first, agree;
+    int identical = 0;
+    for (int p = 0; p < np; ++p) {
+      int d = 0;
+      while (d < f.output && out[c][p][d] == out[0][p][d]) ++d;
+      identical += d == f.output;
+      first.push_back(d);
+      int same = 0;
+      for (int i = 0; i < f.output; ++i) same += out[c][p][i] == out[0][p][i];
+      agree.push_back(static_cast<double>(same) / f.output);
+    }
+    std::printf("| %s | %s | %d/%d | %s |\n", used[c].c_str(), MeanCi(first).c_str(), identical,
+                np, MeanCi(agree).c_str());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 }  // namespace oscarkv::bench
 
 int main(int argc, char** argv) {
   oscarkv::bench::Flags f;
   CLI::App app{"GPU end-to-end benchmark: BF16 KV vs OSCAR INT2 KV (lib/model_gpu)"};
-  app.add_option("--mode", f.mode, "latency | throughput | ttft | quality")
-      ->check(CLI::IsMember({"latency", "throughput", "ttft", "quality"}));
+  app.add_option("--mode", f.mode, "latency | throughput | ttft | quality | greedy")
+      ->check(CLI::IsMember({"latency", "throughput", "ttft", "quality", "greedy"}));
   app.add_option("--config", f.config, "qwen3-8b-like (random weights, speed only) | default");
   app.add_option("--codecs", f.codecs,
                  "comma-separated codecs (default bf16,oscar); quality also takes codec@K/V "
                  "to override the clip ratios, e.g. oscar@0.90/0.84");
   app.add_option("--contexts", f.contexts, "latency/ttft: comma-separated context lengths");
   app.add_option("--budgets-gib", f.budgets_gib, "throughput: KV budgets in GiB (default 16,64)");
-  app.add_option("--prompt", f.prompt, "throughput: prompt tokens per sequence (default 32768)");
-  app.add_option("--output", f.output, "throughput: output tokens per sequence (default 512)");
+  app.add_option("--prompt", f.prompt,
+                 "throughput/greedy: prompt tokens per sequence (default 32768)");
+  app.add_option("--output", f.output, "throughput/greedy: output tokens per sequence (default 512)");
   app.add_option("--steps", f.steps, "decode steps timed (median reported; default 32)");
   app.add_option("--max-batch", f.max_batch, "throughput: most sequences per step (default 256)");
-  app.add_option("--text", f.text, "quality: comma-separated text files (held-out text)");
-  app.add_option("--windows", f.windows, "quality: windows per context (default 20)");
+  app.add_option("--text", f.text, "quality/greedy: comma-separated text files (held-out text)");
+  app.add_option("--windows", f.windows, "quality: windows per context; greedy: prompts (default 20)");
   CLI11_PARSE(app, argc, argv);
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -474,6 +570,7 @@ int main(int argc, char** argv) {
   absl::Status st = f.mode == "latency"      ? oscarkv::bench::Latency(f)
                     : f.mode == "throughput" ? oscarkv::bench::Throughput(f)
                     : f.mode == "quality"    ? oscarkv::bench::Quality(f)
+                    : f.mode == "greedy"     ? oscarkv::bench::Greedy(f)
                                              : oscarkv::bench::Ttft(f);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.ToString().c_str());

@@ -56,6 +56,24 @@ Offsets Plan(const model::ModelConfig& c, bool has_output, bool has_rope_freqs,
   return o;
 }
 
+GpuLayerWeights LayerPointers(const uint8_t* base, const LayerOffsets& lo) {
+  auto f32 = [&](size_t at) {
+    return at == kNone ? nullptr : reinterpret_cast<const float*>(base + at);
+  };
+  auto bf16 = [&](size_t at) { return reinterpret_cast<const uint16_t*>(base + at); };
+  GpuLayerWeights gl;
+  gl.attn_norm = f32(lo.attn_norm);
+  gl.wqkv = bf16(lo.wqkv);
+  gl.bqkv = f32(lo.bqkv);
+  gl.q_norm = f32(lo.q_norm);
+  gl.k_norm = f32(lo.k_norm);
+  gl.wo = bf16(lo.wo);
+  gl.ffn_norm = f32(lo.ffn_norm);
+  gl.w_gate_up = bf16(lo.w_gate_up);
+  gl.w_down = bf16(lo.w_down);
+  return gl;
+}
+
 }  // namespace
 
 absl::StatusOr<GpuWeights> GpuWeights::Upload(const model::ModelConfig& c,
@@ -108,17 +126,7 @@ absl::StatusOr<GpuWeights> GpuWeights::Upload(const model::ModelConfig& c,
     OSCARKV_RETURN_IF_ERROR(put_f32(lo.ffn_norm, {&lw.ffn_norm}));
     OSCARKV_RETURN_IF_ERROR(put_bf16(lo.w_gate_up, {&lw.w_gate, &lw.w_up}));
     OSCARKV_RETURN_IF_ERROR(put_bf16(lo.w_down, {&lw.w_down}));
-    GpuLayerWeights gl;
-    gl.attn_norm = reinterpret_cast<const float*>(base + lo.attn_norm);
-    gl.wqkv = reinterpret_cast<const uint16_t*>(base + lo.wqkv);
-    gl.bqkv = lo.bqkv == kNone ? nullptr : reinterpret_cast<const float*>(base + lo.bqkv);
-    gl.q_norm = lo.q_norm == kNone ? nullptr : reinterpret_cast<const float*>(base + lo.q_norm);
-    gl.k_norm = lo.k_norm == kNone ? nullptr : reinterpret_cast<const float*>(base + lo.k_norm);
-    gl.wo = reinterpret_cast<const uint16_t*>(base + lo.wo);
-    gl.ffn_norm = reinterpret_cast<const float*>(base + lo.ffn_norm);
-    gl.w_gate_up = reinterpret_cast<const uint16_t*>(base + lo.w_gate_up);
-    gl.w_down = reinterpret_cast<const uint16_t*>(base + lo.w_down);
-    g.layers_.push_back(gl);
+    g.layers_.push_back(LayerPointers(base, lo));
   }
   return g;
 }
@@ -166,17 +174,7 @@ absl::StatusOr<GpuWeights> GpuWeights::Random(const model::ModelConfig& c, uint6
     OSCARKV_RETURN_IF_ERROR(ones(lo.ffn_norm, dm));
     OSCARKV_RETURN_IF_ERROR(mat(lo.w_gate_up, 2 * dff, dm));
     OSCARKV_RETURN_IF_ERROR(mat(lo.w_down, dm, dff));
-    GpuLayerWeights gl;
-    gl.attn_norm = reinterpret_cast<const float*>(base + lo.attn_norm);
-    gl.wqkv = reinterpret_cast<const uint16_t*>(base + lo.wqkv);
-    gl.bqkv = lo.bqkv == kNone ? nullptr : reinterpret_cast<const float*>(base + lo.bqkv);
-    gl.q_norm = lo.q_norm == kNone ? nullptr : reinterpret_cast<const float*>(base + lo.q_norm);
-    gl.k_norm = lo.k_norm == kNone ? nullptr : reinterpret_cast<const float*>(base + lo.k_norm);
-    gl.wo = reinterpret_cast<const uint16_t*>(base + lo.wo);
-    gl.ffn_norm = reinterpret_cast<const float*>(base + lo.ffn_norm);
-    gl.w_gate_up = reinterpret_cast<const uint16_t*>(base + lo.w_gate_up);
-    gl.w_down = reinterpret_cast<const uint16_t*>(base + lo.w_down);
-    g.layers_.push_back(gl);
+    g.layers_.push_back(LayerPointers(base, lo));
   }
   OSCARKV_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "random weights"));
   return g;

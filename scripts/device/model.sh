@@ -6,7 +6,7 @@
 #        model, check its sha256, unpack the binaries; run the GPU-vs-CPU tests and `oscarkv
 #        generate --device cuda`; with --bench also the end-to-end benchmarks; with --quality the
 #        true-decode quality grid (20 windows at 2k and 8k, held-out text); with --clip the
-#        clipping lever at 8k. Logs in $OUT.
+#        clipping lever at 8k and greedy agreement (50 prompts x 128 tokens). Logs in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
@@ -56,6 +56,11 @@ if [ $clip = 1 ]; then
     --text "$SCRATCH/emma.txt,$SCRATCH/persuasion.txt,$SCRATCH/mobydick.txt" \
     --codecs bf16,oscar@0.90/0.84,oscar@0.84/0.75,oscar-hadamard@0.90/0.84 --contexts 8192 \
     --windows 20 2>&1 | tee "$OUT/quality_clip.log" || status=1
+  echo "== greedy agreement: 50 prompts of 1024 tokens, 128 new tokens"
+  "$BIN"/gpu_e2e_bench --mode greedy --config default --prompt 1024 --output 128 --windows 50 \
+    --text "$SCRATCH/emma.txt,$SCRATCH/persuasion.txt,$SCRATCH/mobydick.txt" \
+    --codecs bf16,oscar,oscar-hadamard,oscar-norot,oscar@0.90/0.84 2>&1 \
+    | tee "$OUT/greedy.log" || status=1
 fi
 if [ $bench = 1 ]; then
   E="$BIN"/gpu_e2e_bench

@@ -296,5 +296,65 @@ TEST_F(GpuModelTest, BatchedDecodeMatchesEachSequenceAlone) {
   EXPECT_EQ(gpu->pages().used_bytes(), 0);
 }
 
+
+// Continuous batching: sequences join and leave between steps without changing what the others
+// compute. B runs 24 teacher-forced steps alone; then again while A leaves after step 8, C joins
+// at step 8 and leaves after step 16. B's logits must be the same.
+TEST_F(GpuModelTest, SequencesJoinAndLeaveBetweenSteps) {
+  auto factory = Factory("oscar");
+  ASSERT_NE(factory, nullptr);
+  auto gpu = Gpu(*factory);
+  ASSERT_NE(gpu, nullptr);
+  const int vocab = model_->config().vocab_size;
+  const std::vector<int32_t> ids = model_->tokenizer().Encode(ReadFixture(), true);
+  auto add = [&](int64_t id, size_t len) {
+    const std::vector<int32_t> p(ids.begin(), ids.begin() + len);
+    int32_t next = 0;
+    ASSERT_TRUE(gpu->AddSequence(id, p, len + 30, &next).ok());
+  };
+  const size_t len_a = 30, len_b = 333, len_c = 520;
+  std::vector<std::vector<float>> alone, mixed;
+  for (int pass = 0; pass < 2; ++pass) {
+    add(2, len_b);
+    if (pass == 1) add(1, len_a);
+    for (int step = 0; step < 24; ++step) {
+      if (pass == 1 && step == 8) {
+        gpu->RemoveSequence(1);
+        add(3, len_c);
+      }
+      if (pass == 1 && step == 16) gpu->RemoveSequence(3);
+      std::vector<int64_t> seqs = {2};
+      std::vector<int32_t> tokens = {ids[len_b + step]};
+      if (pass == 1 && step < 8) {
+        seqs.push_back(1);
+        tokens.push_back(ids[len_a + step]);
+      } else if (pass == 1 && step < 16) {
+        seqs.insert(seqs.begin(), 3);  // B second in the batch this time
+        tokens.insert(tokens.begin(), ids[len_c + step - 8]);
+      }
+      std::vector<int32_t> next;
+      std::vector<float> l;
+      ASSERT_TRUE(gpu->DecodeStep(seqs, tokens, &next, &l).ok());
+      const size_t b_row = (pass == 1 && step >= 8 && step < 16) ? 1 : 0;
+      (pass == 0 ? alone : mixed)
+          .emplace_back(l.begin() + b_row * vocab, l.begin() + (b_row + 1) * vocab);
+    }
+    gpu->RemoveSequence(2);
+  }
+  double worst = 0;
+  for (int step = 0; step < 24; ++step) {
+    double num = 0, den = 0;
+    for (int v = 0; v < vocab; ++v) {
+      const double d = mixed[step][v] - alone[step][v];
+      num += d * d;
+      den += double(alone[step][v]) * alone[step][v];
+    }
+    worst = std::max(worst, std::sqrt(num / den));
+  }
+  std::printf("join/leave vs alone: worst logits rel err %.2e\n", worst);
+  EXPECT_LT(worst, 2e-3);
+  EXPECT_EQ(gpu->pages().used_bytes(), 0);
+}
+
 }  // namespace
 }  // namespace oscarkv::model_gpu
