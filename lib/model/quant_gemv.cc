@@ -1,97 +1,344 @@
 #include "lib/model/quant_gemv.h"
 
-#include <vector>
-
+#include <cblas.h>
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <memory>
+#include <mutex>
 
+#include "lib/base/log.h"
 #include "lib/kvformat/float16.h"
 #include "lib/model/gguf_file.h"
+#include "lib/model/thread_pool.h"
+
+// GCC 12 reports its own intrinsics (_mm512_undefined_*: `__m512i __Y = __Y;`) as maybe
+// uninitialized when they are inlined into target-attributed functions: a false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace oscarkv::model {
 namespace {
 
-// One hardware conversion (F16C), not the portable bit-twiddling of float16.h: it runs twice
-// per 32 weights on the decode hot path.
-__attribute__((target("f16c"))) inline float Half(const uint8_t* p) {
+constexpr int64_t kQ4_1Bytes = 20;  // {fp16 d, fp16 m, u8 qs[16]}: low nibbles 0-15, high 16-31
+constexpr int64_t kQ8_0Bytes = 34;  // {fp16 d, i8 qs[32]}
+
+bool IsQ4_1(const QuantMatrix& m) { return m.type == static_cast<uint32_t>(GgmlType::kQ4_1); }
+
+// The portable fp16 conversion for the scalar kernel (it must run on any x86-64).
+inline float HalfPortable(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return kvformat::HalfBitsToFloat(h);
+}
+
+// ---- scalar kernels: the fallback, and the reference the SIMD ones are tested against -------
+
+float DotQ4_1Scalar(const uint8_t* row, const int8_t* xq, const float* xd, const float* xs,
+                    int64_t blocks) {
+  float acc = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = row + b * kQ4_1Bytes;
+    const int8_t* q = xq + b * 32;
+    int32_t isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      isum += (blk[4 + j] & 0xF) * q[j] + (blk[4 + j] >> 4) * q[j + 16];
+    }
+    acc += HalfPortable(blk) * xd[b] * static_cast<float>(isum) + HalfPortable(blk + 2) * xs[b];
+  }
+  return acc;
+}
+
+float DotQ8_0Scalar(const uint8_t* row, const int8_t* xq, const float* xd, const float* /*xs*/,
+                    int64_t blocks) {
+  float acc = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = row + b * kQ8_0Bytes;
+    const int8_t* q = xq + b * 32;
+    int32_t isum = 0;
+    for (int j = 0; j < 32; ++j) isum += static_cast<int8_t>(blk[2 + j]) * q[j];
+    acc += HalfPortable(blk) * xd[b] * static_cast<float>(isum);
+  }
+  return acc;
+}
+
+// ---- AVX-VNNI (256-bit) kernels: one block per step ------------------------------------------
+
+#define OSCARKV_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+
+OSCARKV_AVXVNNI inline float Half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
 }
 
-// Q4_1 block {fp16 d, fp16 m, u8 qs[16]}: x[j] = d * q[j] + m, so
-// dot = d * sum_j q[j] x[j] + m * sum_j x[j].
-// `xsum[b]` = sum of x over block b (the min term m * sum(x) needs it once per call, not per row).
-__attribute__((target("avx512f,f16c"))) float DotQ4_1(const uint8_t* row, const float* x,
-                                                 const float* xsum, int64_t blocks) {
-  __m512 acc_q = _mm512_setzero_ps();
-  float acc_m = 0;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = row + b * 20;
-    const float d = Half(blk), m = Half(blk + 2);
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
-    const __m512i w = _mm512_cvtepu8_epi32(bytes);
-    const __m512i lo = _mm512_and_si512(w, _mm512_set1_epi32(0xF));
-    const __m512i hi = _mm512_srli_epi32(w, 4);
-    const __m512 x0 = _mm512_loadu_ps(x + b * 32);
-    const __m512 x1 = _mm512_loadu_ps(x + b * 32 + 16);
-    __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(lo), x0);
-    s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), x1, s);
-    acc_q = _mm512_fmadd_ps(_mm512_set1_ps(d), s, acc_q);
-    acc_m += m * xsum[b];
-  }
-  return _mm512_reduce_add_ps(acc_q) + acc_m;
+OSCARKV_AVXVNNI inline float HorizontalSum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
 }
 
-// Q8_0 block {fp16 d, i8 qs[32]}: x[j] = d * q[j].
-__attribute__((target("avx512f,f16c"))) float DotQ8_0(const uint8_t* row, const float* x,
-                                                 int64_t blocks) {
-  __m512 acc = _mm512_setzero_ps();
+OSCARKV_AVXVNNI float DotQ4_1AvxVnni(const uint8_t* row, const int8_t* xq, const float* xd,
+                                     const float* xs, int64_t blocks) {
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  float acc_m = 0;
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = row + b * 34;
-    const float d = Half(blk);
-    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
-    __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)),
-                             _mm512_loadu_ps(x + b * 32));
-    s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)),
-                        _mm512_loadu_ps(x + b * 32 + 16), s);
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(d), s, acc);
+    const uint8_t* blk = row + b * kQ4_1Bytes;
+    const __m128i nib = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
+    // [c_0..c_15 | c_16..c_31]: the low nibbles are elements 0-15, the high ones 16-31.
+    const __m256i c = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(nib, 4), low4),
+                                       _mm_and_si128(nib, low4));
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));
+    const __m256i dot = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), c, x);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(Half(blk) * xd[b]), acc);
+    acc_m += Half(blk + 2) * xs[b];
   }
-  return _mm512_reduce_add_ps(acc);
+  return HorizontalSum256(acc) + acc_m;
+}
+
+OSCARKV_AVXVNNI float DotQ8_0AvxVnni(const uint8_t* row, const int8_t* xq, const float* xd,
+                                     const float* /*xs*/, int64_t blocks) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = row + b * kQ8_0Bytes;
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));
+    // vpdpbusd multiplies unsigned by signed bytes: |w| * (x * sign(w)) = w * x.
+    const __m256i dot = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w),
+                                                _mm256_sign_epi8(x, w));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(Half(blk) * xd[b]), acc);
+  }
+  return HorizontalSum256(acc);
+}
+
+// ---- AVX-512 VNNI kernels: two blocks (64 weights) per step ----------------------------------
+
+#define OSCARKV_AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
+
+OSCARKV_AVX512VNNI inline float Half512(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Lanes 0-7 hold block b's partial sums and lanes 8-15 block b+1's: scale them by s0 and s1.
+OSCARKV_AVX512VNNI inline __m512 PairScale(float s0, float s1) {
+  return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
+}
+
+OSCARKV_AVX512VNNI float DotQ4_1Avx512Vnni(const uint8_t* row, const int8_t* xq,
+                                           const float* xd, const float* xs, int64_t blocks) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m512 acc = _mm512_setzero_ps();
+  float acc_m = 0;
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    const uint8_t* b0 = row + b * kQ4_1Bytes;
+    const uint8_t* b1 = b0 + kQ4_1Bytes;
+    const __m256i nib = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 4))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 4)), 1);
+    const __m256i lo = _mm256_and_si256(nib, low4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(nib, 4), low4);
+    // 128-bit lanes [lo0, lo1, hi0, hi1] -> [lo0, hi0, lo1, hi1], the order of x's two blocks.
+    __m512i c = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    c = _mm512_shuffle_i64x2(c, c, _MM_SHUFFLE(3, 1, 2, 0));
+    const __m512i x = _mm512_loadu_si512(xq + b * 32);
+    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c, x);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                          PairScale(Half512(b0) * xd[b], Half512(b1) * xd[b + 1]), acc);
+    acc_m += Half512(b0 + 2) * xs[b] + Half512(b1 + 2) * xs[b + 1];
+  }
+  float tail = 0;
+  if (b < blocks) tail = DotQ4_1Scalar(row + b * kQ4_1Bytes, xq + b * 32, xd + b, xs + b, 1);
+  return _mm512_reduce_add_ps(acc) + acc_m + tail;
+}
+
+OSCARKV_AVX512VNNI float DotQ8_0Avx512Vnni(const uint8_t* row, const int8_t* xq,
+                                           const float* xd, const float* xs, int64_t blocks) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    const uint8_t* b0 = row + b * kQ8_0Bytes;
+    const uint8_t* b1 = b0 + kQ8_0Bytes;
+    const __m512i w = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)), 1);
+    const __m512i x = _mm512_loadu_si512(xq + b * 32);
+    // |w| * (x negated where w < 0) = w * x; x is in [-127, 127], so negation cannot overflow.
+    const __m512i sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), sx);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                          PairScale(Half512(b0) * xd[b], Half512(b1) * xd[b + 1]), acc);
+  }
+  float tail = 0;
+  if (b < blocks) tail = DotQ8_0Scalar(row + b * kQ8_0Bytes, xq + b * 32, xd + b, xs + b, 1);
+  return _mm512_reduce_add_ps(acc) + tail;
+}
+
+using DotFn = float (*)(const uint8_t*, const int8_t*, const float*, const float*, int64_t);
+
+DotFn PickDot(DotKernel k, bool q4_1) {
+  switch (k) {
+    case DotKernel::kAvx512Vnni:
+      return q4_1 ? DotQ4_1Avx512Vnni : DotQ8_0Avx512Vnni;
+    case DotKernel::kAvxVnni:
+      return q4_1 ? DotQ4_1AvxVnni : DotQ8_0AvxVnni;
+    case DotKernel::kScalar:
+      break;
+  }
+  return q4_1 ? DotQ4_1Scalar : DotQ8_0Scalar;
+}
+
+// ---- the pool -------------------------------------------------------------------------------
+
+// One pool per process, sized to the OpenBLAS thread count (what SetCpuThreads and --threads
+// set). `mu` admits one GEMV at a time; a concurrent caller computes alone instead of waiting.
+struct SharedPool {
+  std::mutex mu;
+  std::unique_ptr<ThreadPool> pool;  // guarded by mu
+};
+
+SharedPool& Shared() {
+  static SharedPool* shared = new SharedPool();
+  return *shared;
+}
+
+// Below this many weights a job stays on the calling thread (handing it over costs ~1 us).
+constexpr int64_t kMinParallelWeights = 1 << 15;
+
+struct GemvJob {
+  std::span<const QuantMatrix* const> ms;
+  std::span<float* const> ys;
+  const Q8Activations* x;
+  DotKernel kernel;
+  int64_t total_rows;
+};
+
+// Worker `w` of `n` takes a contiguous slice of the concatenated rows of all matrices; slice
+// ends are multiples of 16 rows so two workers never write one cache line of y.
+void RunGemvSlice(const GemvJob& job, int w, int n) {
+  const auto bound = [&](int i) {
+    const int64_t r = job.total_rows * i / n;
+    return i == n ? job.total_rows : r / 16 * 16;
+  };
+  int64_t lo = bound(w), hi = bound(w + 1);
+  int64_t base = 0;
+  for (size_t j = 0; j < job.ms.size() && lo < hi; ++j) {
+    const QuantMatrix& m = *job.ms[j];
+    const int64_t r0 = std::max<int64_t>(lo - base, 0);
+    const int64_t r1 = std::min<int64_t>(hi - base, m.rows);
+    if (r0 < r1) QuantDotRows(job.kernel, m, *job.x, r0, r1, job.ys[j] + r0);
+    base += m.rows;
+  }
 }
 
 }  // namespace
 
+void QuantizeActivations(const float* x, int64_t n, Q8Activations* out) {
+  const int64_t blocks = n / 32;
+  out->q.resize(n);
+  out->d.resize(blocks);
+  out->sum.resize(blocks);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0, sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      amax = std::max(amax, std::fabs(xb[j]));
+      sum += xb[j];
+    }
+    const float d = amax / 127.0f;
+    const float id = d > 0 ? 1.0f / d : 0.0f;
+    int8_t* q = out->q.data() + b * 32;
+    for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+    out->d[b] = d;
+    out->sum[b] = sum;
+  }
+}
+
+bool DotKernelAvailable(DotKernel k) {
+  switch (k) {
+    case DotKernel::kAvx512Vnni: {
+      static const bool ok = __builtin_cpu_supports("avx512f") &&
+                             __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl") &&
+                             __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
+      return ok;
+    }
+    case DotKernel::kAvxVnni: {
+      static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avxvnni");
+      return ok;
+    }
+    case DotKernel::kScalar:
+      return true;
+  }
+  return false;
+}
+
+DotKernel BestDotKernel() {
+  static const DotKernel best = DotKernelAvailable(DotKernel::kAvx512Vnni) ? DotKernel::kAvx512Vnni
+                                : DotKernelAvailable(DotKernel::kAvxVnni) ? DotKernel::kAvxVnni
+                                                                           : DotKernel::kScalar;
+  return best;
+}
+
+void QuantDotRows(DotKernel k, const QuantMatrix& m, const Q8Activations& x, int64_t r0,
+                  int64_t r1, float* y) {
+  const bool q4_1 = IsQ4_1(m);
+  const DotFn dot = PickDot(k, q4_1);
+  const int64_t blocks = m.cols / 32;
+  const int64_t row_bytes = blocks * (q4_1 ? kQ4_1Bytes : kQ8_0Bytes);
+  for (int64_t r = r0; r < r1; ++r) {
+    y[r - r0] = dot(m.data + r * row_bytes, x.q.data(), x.d.data(), x.sum.data(), blocks);
+  }
+}
+
 bool QuantGemvSupported(const QuantMatrix& m) {
-  static const bool avx512 =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
-  if (!avx512 || m.data == nullptr || m.cols % 32 != 0) return false;
+  if (m.data == nullptr || m.cols % 32 != 0) return false;
   return m.type == static_cast<uint32_t>(GgmlType::kQ4_1) ||
          m.type == static_cast<uint32_t>(GgmlType::kQ8_0);
 }
 
 void QuantGemv(const QuantMatrix& m, const float* x, float* y) {
-  const int64_t blocks = m.cols / 32;
-  // Rows are independent: split them over the cores (decode is memory-bound, one core does not
-  // saturate the memory bus). Small matrices stay on one thread (fork/join costs ~µs).
-  const bool parallel = m.rows * m.cols >= (1 << 16);
-  if (m.type == static_cast<uint32_t>(GgmlType::kQ4_1)) {
-    std::vector<float> xsum(blocks);
-    for (int64_t b = 0; b < blocks; ++b) {
-      float sum = 0;
-      for (int j = 0; j < 32; ++j) sum += x[b * 32 + j];
-      xsum[b] = sum;
-    }
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t r = 0; r < m.rows; ++r) {
-      y[r] = DotQ4_1(m.data + r * blocks * 20, x, xsum.data(), blocks);
-    }
-  } else {
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t r = 0; r < m.rows; ++r) y[r] = DotQ8_0(m.data + r * blocks * 34, x, blocks);
+  const QuantMatrix* ms[1] = {&m};
+  float* ys[1] = {y};
+  QuantGemvMulti(ms, x, ys);
+}
+
+void QuantGemvMulti(std::span<const QuantMatrix* const> ms, const float* x,
+                    std::span<float* const> ys) {
+  CHECK(!ms.empty() && ms.size() == ys.size());
+  const int64_t cols = ms[0]->cols;
+  int64_t total_rows = 0;
+  for (const QuantMatrix* m : ms) {
+    DCHECK(m->cols == cols);
+    total_rows += m->rows;
   }
+  thread_local Q8Activations xq;
+  QuantizeActivations(x, cols, &xq);
+  const GemvJob job{ms, ys, &xq, BestDotKernel(), total_rows};
+  const auto run = [&job](int w, int n) { RunGemvSlice(job, w, n); };
+  if (total_rows * cols < kMinParallelWeights) {
+    run(0, 1);
+    return;
+  }
+  SharedPool& shared = Shared();
+  std::unique_lock<std::mutex> lock(shared.mu, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    run(0, 1);
+    return;
+  }
+  const int threads = std::max(1, openblas_get_num_threads());
+  if (shared.pool == nullptr || shared.pool->size() != threads) {
+    shared.pool.reset();
+    shared.pool = std::make_unique<ThreadPool>(threads);
+  }
+  shared.pool->RunFor(run);
 }
 
 }  // namespace oscarkv::model

@@ -1,10 +1,23 @@
 // Matrix-vector products straight from ggml-quantized weights (Q4_1, Q8_0), for decode: reading
 // 5-8.5 bits per weight instead of 32 makes the memory-bound decode step several times faster.
-// The result equals the float32 product of the dequantized weights up to summation order.
+//
+// As in llama.cpp, the activation vector x is first quantized to int8 per 32-element block
+// (Q8Activations: x[i] ~= d[b] * q[i], |error| <= d[b] / 2), and each weight block is multiplied
+// in integers (AVX-512 VNNI `vpdpbusd`, or AVX-VNNI, or a scalar loop on other CPUs):
+//   Q4_1 (w = d_w * c + m_w, c in [0, 15]):
+//     sum_i w_i x_i ~= d_w * d_x * sum_i c_i q_i + m_w * sum_i x_i   (exact float block sum)
+//   Q8_0 (w = d_w * c, c in [-128, 127]):
+//     sum_i w_i x_i ~= d_w * d_x * sum_i c_i q_i
+// The only approximation is x's rounding to int8 (the integer sums are exact), so the result
+// is the float product of the dequantized weights within sum_b (d_x[b] / 2) * sum_{i in b} |w_i|
+// plus float summation error. The rows are split over a persistent ThreadPool whose size follows
+// the OpenBLAS thread count (SetCpuThreads / --threads).
 #ifndef OSCARKV_LIB_MODEL_QUANT_GEMV_H_
 #define OSCARKV_LIB_MODEL_QUANT_GEMV_H_
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 namespace oscarkv::model {
 
@@ -16,11 +29,41 @@ struct QuantMatrix {
   int64_t cols = 0;
 };
 
-// True when QuantGemv handles `m` on this CPU (Q4_1 or Q8_0, AVX-512F present).
+// x quantized per 32-element block (ggml's Q8_1, with float scales): x[i] ~= d[i / 32] * q[i].
+struct Q8Activations {
+  std::vector<int8_t> q;    // [n], in [-127, 127]
+  std::vector<float> d;     // [n / 32]: max |x| over the block / 127 (0 for an all-zero block)
+  std::vector<float> sum;   // [n / 32]: the float sum of x over the block (Q4_1's min term)
+};
+
+// Fills `out` from x[n]; n must be a multiple of 32.
+void QuantizeActivations(const float* x, int64_t n, Q8Activations* out);
+
+// The integer dot-product implementations; all give the same result up to float summation order.
+enum class DotKernel { kScalar, kAvxVnni, kAvx512Vnni };
+
+// The fastest kernel this CPU runs (kAvx512Vnni > kAvxVnni > kScalar).
+DotKernel BestDotKernel();
+// Whether this CPU can run `k` (kScalar: always).
+bool DotKernelAvailable(DotKernel k);
+
+// y[r - r0] = row r of `m` times x, for r in [r0, r1), single-threaded, with kernel `k`
+// (which must be available). Requires QuantGemvSupported(m) and x quantized from m.cols values.
+void QuantDotRows(DotKernel k, const QuantMatrix& m, const Q8Activations& x, int64_t r0,
+                  int64_t r1, float* y);
+
+// True when QuantGemv handles `m` (Q4_1 or Q8_0, cols a multiple of 32, data present).
 bool QuantGemvSupported(const QuantMatrix& m);
 
-// y[rows] = W x, x [cols]. Requires QuantGemvSupported(m).
+// y[rows] = W x, x [cols]. Requires QuantGemvSupported(m). Thread-safe: concurrent callers share
+// the pool one at a time and a caller that finds it busy computes alone.
 void QuantGemv(const QuantMatrix& m, const float* x, float* y);
+
+// ys[j][m_j.rows] = W_j x for matrices with the same cols (Q/K/V, gate/up): x is quantized once
+// and all rows go to the pool in one job. Requires QuantGemvSupported for each; ms.size() ==
+// ys.size(). Thread-safe as QuantGemv.
+void QuantGemvMulti(std::span<const QuantMatrix* const> ms, const float* x,
+                    std::span<float* const> ys);
 
 }  // namespace oscarkv::model
 

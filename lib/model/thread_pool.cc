@@ -1,0 +1,70 @@
+#include "lib/model/thread_pool.h"
+
+#include <immintrin.h>
+
+#include <chrono>
+
+namespace oscarkv::model {
+namespace {
+
+// How long an idle worker spins before it sleeps. Decode hands out a job every few to few
+// hundred microseconds, so workers spin through a token; after a millisecond without work
+// (between requests) they sleep and cost nothing.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(1000);
+
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) {
+  // generation_ starts at 0, the generation every worker has seen.
+  for (int w = 1; w < threads; ++w) threads_.emplace_back([this, w] { WorkerLoop(w); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  generation_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void ThreadPool::Run(JobFn fn, const void* ctx) {
+  const int n = size();
+  if (n == 1) {
+    fn(ctx, 0, 1);
+    return;
+  }
+  fn_ = fn;
+  ctx_ = ctx;
+  pending_.store(n - 1, std::memory_order_relaxed);
+  // seq_cst pairs with the worker's sleepers_ increment: either the worker sees the new
+  // generation before it sleeps, or we see it asleep and wake it.
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
+  fn(ctx, 0, n);
+  while (pending_.load(std::memory_order_acquire) > 0) _mm_pause();
+}
+
+void ThreadPool::WorkerLoop(int worker) {
+  using Clock = std::chrono::steady_clock;
+  // Not generation_.load(): the first Run may bump it before this thread starts.
+  uint32_t seen = 0;
+  while (true) {
+    uint32_t g;
+    auto spin_start = Clock::now();
+    int spins = 0;
+    while ((g = generation_.load(std::memory_order_acquire)) == seen) {
+      _mm_pause();
+      if (++spins % 256 == 0 && Clock::now() - spin_start > kSpinBeforeSleep) {
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        generation_.wait(seen, std::memory_order_seq_cst);  // returns at once if it moved
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        spin_start = Clock::now();
+      }
+    }
+    seen = g;
+    if (stop_.load(std::memory_order_relaxed)) return;
+    fn_(ctx_, worker, size());
+    pending_.fetch_sub(1, std::memory_order_release);
+  }
+}
+
+}  // namespace oscarkv::model
