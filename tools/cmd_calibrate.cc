@@ -38,6 +38,7 @@ absl::Status RunCalibrate(const CalibrateFlags& f) {
   OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(f.model));
   // One thread: the same text gives a byte-identical file on this machine.
   OSCARKV_ASSIGN_OR_RETURN(auto m, model::Model::Load(path, {.threads = 1}));
+  OSCARKV_RETURN_IF_ERROR(RequireTokenizer(*m, "calibrate"));
   engine::CalibrateOptions options;
   options.text_files = f.text;
   options.max_tokens = f.tokens;

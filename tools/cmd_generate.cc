@@ -99,6 +99,7 @@ absl::Status RunGenerate(const GenerateFlags& f) {
   model::ModelOptions opts;
   opts.threads = f.threads;
   OSCARKV_ASSIGN_OR_RETURN(auto m, model::Model::Load(path, opts));
+  OSCARKV_RETURN_IF_ERROR(RequireTokenizer(*m, "generate"));
   OSCARKV_ASSIGN_OR_RETURN(
       auto engine,
       engine::ServingEngine::Create(

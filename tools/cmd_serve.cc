@@ -70,6 +70,7 @@ absl::Status RunServe(const ServeFlags& f) {
   model::ModelOptions mo;
   mo.threads = f.threads;
   OSCARKV_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::Model::Load(path, mo));
+  OSCARKV_RETURN_IF_ERROR(RequireTokenizer(*m, "serve"));
   // The id /v1/models lists: the file name up to its first dot
   // ("SmolLM2-135M-Instruct.Q4_1.gguf" → "SmolLM2-135M-Instruct"), else the GGUF's general.name.
   std::string model_id = std::filesystem::path(path).filename().string();

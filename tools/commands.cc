@@ -1,6 +1,18 @@
 #include "tools/commands.h"
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "lib/model/model.h"
+
 namespace oscarkv::tools {
+
+absl::Status RequireTokenizer(const model::Model& m, std::string_view command) {
+  if (m.has_tokenizer()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "oscarkv ", std::string(command), " needs a tokenizer: the model has none (a Hugging Face ",
+      "checkpoint needs tokenizer.json next to config.json)"));
+}
 
 std::vector<CommandRegistrar>& CommandRegistry() {
   static auto* registry = new std::vector<CommandRegistrar>();

@@ -6,12 +6,16 @@
 #define OSCARKV_TOOLS_COMMANDS_H_
 
 #include <functional>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 
 namespace CLI {
 class App;
+}
+namespace oscarkv::model {
+class Model;
 }
 
 namespace oscarkv::tools {
@@ -21,6 +25,10 @@ struct CommandResult {
 };
 
 using CommandRegistrar = std::function<void(CLI::App&, CommandResult&)>;
+
+// kFailedPrecondition naming `command` when `m` has no tokenizer (a Hugging Face checkpoint
+// without tokenizer.json loads for token-id use only): commands that turn text into ids need one.
+absl::Status RequireTokenizer(const model::Model& m, std::string_view command);
 
 // All registered subcommands, in registration order.
 std::vector<CommandRegistrar>& CommandRegistry();
