@@ -1,10 +1,5 @@
 #include "lib/model/gguf_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -255,34 +250,12 @@ bool GgufValue::IsFloat() const {
   return type == GgufValueType::kFloat32 || type == GgufValueType::kFloat64;
 }
 
-GgufFile::~GgufFile() {
-  if (mapping_ != nullptr) munmap(mapping_, size_);
-}
-
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("cannot open GGUF file '", path, "': ",
-                                            std::strerror(errno)));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    ::close(fd);
-    return absl::NotFoundError(absl::StrCat("cannot stat '", path, "'"));
-  }
+  OSCARKV_ASSIGN_OR_RETURN(FileBytes bytes, FileBytes::Map(path, "GGUF"));
   std::unique_ptr<GgufFile> file(new GgufFile());
-  file->size_ = static_cast<size_t>(st.st_size);
-  if (file->size_ > 0) {
-    void* m = mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (m == MAP_FAILED) {
-      return absl::InternalError(absl::StrCat("mmap of '", path, "' failed: ", std::strerror(errno)));
-    }
-    file->mapping_ = m;
-    file->base_ = static_cast<const uint8_t*>(m);
-  } else {
-    ::close(fd);
-  }
+  file->bytes_ = std::move(bytes);
+  file->base_ = file->bytes_.data();
+  file->size_ = file->bytes_.size();
   absl::Status s = file->Parse();
   if (!s.ok()) return Annotate(s, path);
   return file;
@@ -290,9 +263,9 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
 
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::string_view bytes) {
   std::unique_ptr<GgufFile> file(new GgufFile());
-  file->owned_.assign(bytes.data(), bytes.size());
-  file->base_ = reinterpret_cast<const uint8_t*>(file->owned_.data());
-  file->size_ = file->owned_.size();
+  file->bytes_ = FileBytes::Own(bytes);
+  file->base_ = file->bytes_.data();
+  file->size_ = file->bytes_.size();
   OSCARKV_RETURN_IF_ERROR(file->Parse());
   return file;
 }

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/model/file_bytes.h"
 
 namespace oscarkv::model {
 
@@ -97,7 +98,7 @@ class GgufFile {
   // Parses an in-memory image (copied). Same errors as Open.
   static absl::StatusOr<std::unique_ptr<GgufFile>> FromBytes(std::string_view bytes);
 
-  ~GgufFile();
+  ~GgufFile() = default;
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
@@ -124,10 +125,9 @@ class GgufFile {
   GgufFile() = default;
   absl::Status Parse();
 
-  const uint8_t* base_ = nullptr;
-  size_t size_ = 0;
-  void* mapping_ = nullptr;  // mmap'd region, or nullptr when `owned_` holds the bytes
-  std::string owned_;
+  FileBytes bytes_;
+  const uint8_t* base_ = nullptr;  // bytes_.data()
+  size_t size_ = 0;                // bytes_.size()
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   std::map<std::string, GgufValue> metadata_;

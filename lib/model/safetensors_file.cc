@@ -1,9 +1,6 @@
 #include "lib/model/safetensors_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -51,31 +48,12 @@ bool IsFile(const std::string& p) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open safetensors file '", path, "': ", std::strerror(errno)));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    ::close(fd);
-    return absl::NotFoundError(absl::StrCat("cannot stat '", path, "'"));
-  }
+  OSCARKV_ASSIGN_OR_RETURN(FileBytes bytes, FileBytes::Map(path, "safetensors"));
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->label_ = path;
-  file->size_ = static_cast<size_t>(st.st_size);
-  if (file->size_ > 0) {
-    void* m = mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (m == MAP_FAILED) {
-      return absl::InternalError(
-          absl::StrCat("mmap of '", path, "' failed: ", std::strerror(errno)));
-    }
-    file->mapping_ = m;
-    file->base_ = static_cast<const uint8_t*>(m);
-  } else {
-    ::close(fd);
-  }
+  file->bytes_ = std::move(bytes);
+  file->base_ = file->bytes_.data();
+  file->size_ = file->bytes_.size();
   absl::Status s = file->Parse();
   if (!s.ok()) return Annotate(s, path);
   return file;
@@ -83,16 +61,12 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromBytes(std::string_view bytes) {
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
-  file->owned_.assign(bytes.data(), bytes.size());
-  file->base_ = reinterpret_cast<const uint8_t*>(file->owned_.data());
-  file->size_ = file->owned_.size();
+  file->bytes_ = FileBytes::Own(bytes);
+  file->base_ = file->bytes_.data();
+  file->size_ = file->bytes_.size();
   file->label_ = "<memory>";
   OSCARKV_RETURN_IF_ERROR(file->Parse());
   return file;
-}
-
-SafetensorsFile::~SafetensorsFile() {
-  if (mapping_ != nullptr) munmap(mapping_, size_);
 }
 
 absl::Status SafetensorsFile::Parse() {

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/model/file_bytes.h"
 
 namespace oscarkv::model {
 
@@ -48,7 +49,7 @@ class SafetensorsFile {
   // Parses an in-memory image (copied). Same errors as Open.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> FromBytes(std::string_view bytes);
 
-  ~SafetensorsFile();
+  ~SafetensorsFile() = default;
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
@@ -63,10 +64,9 @@ class SafetensorsFile {
   SafetensorsFile() = default;
   absl::Status Parse();
 
-  const uint8_t* base_ = nullptr;
-  size_t size_ = 0;
-  void* mapping_ = nullptr;  // mmap'd region, or nullptr when `owned_` holds the bytes
-  std::string owned_;
+  FileBytes bytes_;
+  const uint8_t* base_ = nullptr;  // bytes_.data()
+  size_t size_ = 0;                // bytes_.size()
   std::string label_;  // path, for messages
   std::vector<SafetensorsTensor> tensors_;
   std::map<std::string, std::string> metadata_;
