@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <random>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/log.h"
@@ -97,6 +99,45 @@ void Lin(const std::vector<float>& w, const QuantMatrix& qm, const std::vector<f
     return;
   }
   Linear(x, w.data(), bias.empty() ? nullptr : bias.data(), rows, in, out, y);
+}
+
+// Several linear layers reading the same input (Q/K/V, gate/up). In decode they run as one
+// QuantGemvMulti: the input is quantized once and all rows go to the thread pool in one job.
+struct LinTerm {
+  const std::vector<float>& w;
+  const QuantMatrix& qm;
+  const std::vector<float>& bias;
+  int64_t out;
+  float* y;
+};
+void LinShared(std::initializer_list<LinTerm> terms, const float* x, int64_t rows, int64_t in,
+               bool allow_quant) {
+  bool quant = allow_quant && rows <= kQuantGemvMaxRows && terms.size() <= 4;
+  for (const LinTerm& t : terms) {
+    quant = quant && t.qm.rows == t.out && t.qm.cols == in && QuantGemvSupported(t.qm);
+  }
+  if (!quant) {
+    for (const LinTerm& t : terms) Lin(t.w, t.qm, t.bias, x, rows, in, t.out, t.y, allow_quant);
+    return;
+  }
+  const QuantMatrix* ms[4];
+  float* ys[4];
+  const size_t n = terms.size();
+  for (int64_t r = 0; r < rows; ++r) {
+    size_t i = 0;
+    for (const LinTerm& t : terms) {
+      ms[i] = &t.qm;
+      ys[i] = t.y + r * t.out;
+      ++i;
+    }
+    QuantGemvMulti(std::span(ms, n), x + r * in, std::span(ys, n));
+  }
+  for (const LinTerm& t : terms) {
+    if (t.bias.empty()) continue;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < t.out; ++j) t.y[r * t.out + j] += t.bias[j];
+    }
+  }
 }
 
 int32_t Argmax(const float* x, int n) {
@@ -285,9 +326,10 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
     RmsNormTo(x.data(), w.attn_norm.data(), rows, dm, eps, h.data());
-    Lin(w.wq, w.q_wq, w.bq, h.data(), rows, dm, qdim, q.data(), !prompt_mode);
-    Lin(w.wk, w.q_wk, w.bk, h.data(), rows, dm, kvdim, k.data(), !prompt_mode);
-    Lin(w.wv, w.q_wv, w.bv, h.data(), rows, dm, kvdim, v.data(), !prompt_mode);
+    LinShared({{w.wq, w.q_wq, w.bq, qdim, q.data()},
+               {w.wk, w.q_wk, w.bk, kvdim, k.data()},
+               {w.wv, w.q_wv, w.bv, kvdim, v.data()}},
+              h.data(), rows, dm, !prompt_mode);
     if (c.qk_norm) {
       RmsNorm(q.data(), w.q_norm.data(), rows * hq, hd, eps);
       RmsNorm(k.data(), w.k_norm.data(), rows * hkv, hd, eps);
@@ -338,8 +380,9 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
     Lin(w.wo, w.q_wo, kNoBias, attn.data(), rows, qdim, dm, tmp.data(), !prompt_mode);
     for (int64_t i = 0; i < rows * dm; ++i) x[i] += tmp[i];
     RmsNormTo(x.data(), w.ffn_norm.data(), rows, dm, eps, h.data());
-    Lin(w.w_gate, w.q_gate, kNoBias, h.data(), rows, dm, dff, gate.data(), !prompt_mode);
-    Lin(w.w_up, w.q_up, kNoBias, h.data(), rows, dm, dff, up.data(), !prompt_mode);
+    LinShared({{w.w_gate, w.q_gate, kNoBias, dff, gate.data()},
+               {w.w_up, w.q_up, kNoBias, dff, up.data()}},
+              h.data(), rows, dm, !prompt_mode);
     SiluMul(gate.data(), up.data(), rows * dff);
     Lin(w.w_down, w.q_down, kNoBias, gate.data(), rows, dff, dm, tmp.data(), !prompt_mode);
     for (int64_t i = 0; i < rows * dm; ++i) x[i] += tmp[i];

@@ -24,6 +24,8 @@ namespace {
 
 constexpr int64_t kQ4_1Bytes = 20;  // {fp16 d, fp16 m, u8 qs[16]}: low nibbles 0-15, high 16-31
 constexpr int64_t kQ8_0Bytes = 34;  // {fp16 d, i8 qs[32]}
+// x is rounded to int16 codes in [-kActivationMax, kActivationMax] per block.
+constexpr float kActivationMax = 32767.0f;
 
 bool IsQ4_1(const QuantMatrix& m) { return m.type == static_cast<uint32_t>(GgmlType::kQ4_1); }
 
@@ -35,13 +37,14 @@ inline float HalfPortable(const uint8_t* p) {
 }
 
 // ---- scalar kernels: the fallback, and the reference the SIMD ones are tested against -------
+// Integer block sums fit int32: |c| * |q| * 32 <= 128 * 32767 * 32 < 2^31.
 
-float DotQ4_1Scalar(const uint8_t* row, const int8_t* xq, const float* xd, const float* xs,
+float DotQ4_1Scalar(const uint8_t* row, const int16_t* xq, const float* xd, const float* xs,
                     int64_t blocks) {
   float acc = 0;
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* blk = row + b * kQ4_1Bytes;
-    const int8_t* q = xq + b * 32;
+    const int16_t* q = xq + b * 32;
     int32_t isum = 0;
     for (int j = 0; j < 16; ++j) {
       isum += (blk[4 + j] & 0xF) * q[j] + (blk[4 + j] >> 4) * q[j + 16];
@@ -51,12 +54,12 @@ float DotQ4_1Scalar(const uint8_t* row, const int8_t* xq, const float* xd, const
   return acc;
 }
 
-float DotQ8_0Scalar(const uint8_t* row, const int8_t* xq, const float* xd, const float* /*xs*/,
+float DotQ8_0Scalar(const uint8_t* row, const int16_t* xq, const float* xd, const float* /*xs*/,
                     int64_t blocks) {
   float acc = 0;
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* blk = row + b * kQ8_0Bytes;
-    const int8_t* q = xq + b * 32;
+    const int16_t* q = xq + b * 32;
     int32_t isum = 0;
     for (int j = 0; j < 32; ++j) isum += static_cast<int8_t>(blk[2 + j]) * q[j];
     acc += HalfPortable(blk) * xd[b] * static_cast<float>(isum);
@@ -64,7 +67,7 @@ float DotQ8_0Scalar(const uint8_t* row, const int8_t* xq, const float* xd, const
   return acc;
 }
 
-// ---- AVX-VNNI (256-bit) kernels: one block per step ------------------------------------------
+// ---- AVX-VNNI (256-bit) kernels: one block per step, vpdpwssd on 16-bit pairs ----------------
 
 #define OSCARKV_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
@@ -81,7 +84,7 @@ OSCARKV_AVXVNNI inline float HorizontalSum256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-OSCARKV_AVXVNNI float DotQ4_1AvxVnni(const uint8_t* row, const int8_t* xq, const float* xd,
+OSCARKV_AVXVNNI float DotQ4_1AvxVnni(const uint8_t* row, const int16_t* xq, const float* xd,
                                      const float* xs, int64_t blocks) {
   const __m128i low4 = _mm_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps();
@@ -89,33 +92,44 @@ OSCARKV_AVXVNNI float DotQ4_1AvxVnni(const uint8_t* row, const int8_t* xq, const
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* blk = row + b * kQ4_1Bytes;
     const __m128i nib = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
-    // [c_0..c_15 | c_16..c_31]: the low nibbles are elements 0-15, the high ones 16-31.
-    const __m256i c = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(nib, 4), low4),
-                                       _mm_and_si128(nib, low4));
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));
-    const __m256i dot = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), c, x);
+    // The low nibbles are elements 0-15, the high ones 16-31.
+    const __m256i lo = _mm256_cvtepu8_epi16(_mm_and_si128(nib, low4));
+    const __m256i hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(nib, 4), low4));
+    const __m256i* x = reinterpret_cast<const __m256i*>(xq + b * 32);
+    __m256i dot = _mm256_dpwssd_avx_epi32(_mm256_setzero_si256(), lo, _mm256_loadu_si256(x));
+    dot = _mm256_dpwssd_avx_epi32(dot, hi, _mm256_loadu_si256(x + 1));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(Half(blk) * xd[b]), acc);
     acc_m += Half(blk + 2) * xs[b];
   }
   return HorizontalSum256(acc) + acc_m;
 }
 
-OSCARKV_AVXVNNI float DotQ8_0AvxVnni(const uint8_t* row, const int8_t* xq, const float* xd,
+OSCARKV_AVXVNNI float DotQ8_0AvxVnni(const uint8_t* row, const int16_t* xq, const float* xd,
                                      const float* /*xs*/, int64_t blocks) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* blk = row + b * kQ8_0Bytes;
-    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));
-    // vpdpbusd multiplies unsigned by signed bytes: |w| * (x * sign(w)) = w * x.
-    const __m256i dot = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w),
-                                                _mm256_sign_epi8(x, w));
+    const __m128i* w = reinterpret_cast<const __m128i*>(blk + 2);
+    const __m256i* x = reinterpret_cast<const __m256i*>(xq + b * 32);
+    __m256i dot = _mm256_dpwssd_avx_epi32(_mm256_setzero_si256(),
+                                          _mm256_cvtepi8_epi16(_mm_loadu_si128(w)),
+                                          _mm256_loadu_si256(x));
+    dot = _mm256_dpwssd_avx_epi32(dot, _mm256_cvtepi8_epi16(_mm_loadu_si128(w + 1)),
+                                  _mm256_loadu_si256(x + 1));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(Half(blk) * xd[b]), acc);
   }
   return HorizontalSum256(acc);
 }
 
-// ---- AVX-512 VNNI kernels: two blocks (64 weights) per step ----------------------------------
+// ---- AVX-512 VNNI kernels: a block (32 weights as 16-bit) per vpdpwssd, two accumulators -----
+
+// Decode streams ~100 MB of weights per token, more than this VM's share of L3, so the loops
+// are DRAM-bound; prefetching this far ahead in the (contiguous) rows keeps more lines in flight
+// than the hardware prefetcher does on its own.
+#ifndef OSCARKV_QUANT_GEMV_PREFETCH
+#define OSCARKV_QUANT_GEMV_PREFETCH 2048
+#endif
+constexpr int64_t kPrefetchBytes = OSCARKV_QUANT_GEMV_PREFETCH;
 
 #define OSCARKV_AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
 
@@ -125,62 +139,77 @@ OSCARKV_AVX512VNNI inline float Half512(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// Lanes 0-7 hold block b's partial sums and lanes 8-15 block b+1's: scale them by s0 and s1.
-OSCARKV_AVX512VNNI inline __m512 PairScale(float s0, float s1) {
-  return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
+// The 32 codes of Q4_1 block `blk` widened to int16, in element order.
+OSCARKV_AVX512VNNI inline __m512i Q4_1Codes(const uint8_t* blk) {
+  const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4)));
+  const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi16(0x0F));
+  const __m256i hi = _mm256_srli_epi16(v, 4);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-OSCARKV_AVX512VNNI float DotQ4_1Avx512Vnni(const uint8_t* row, const int8_t* xq,
+OSCARKV_AVX512VNNI float DotQ4_1Avx512Vnni(const uint8_t* row, const int16_t* xq,
                                            const float* xd, const float* xs, int64_t blocks) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  __m512 acc = _mm512_setzero_ps();
+  // Two accumulators: the fmadd latency (4 cycles) would otherwise bound the loop.
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   float acc_m = 0;
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
     const uint8_t* b0 = row + b * kQ4_1Bytes;
     const uint8_t* b1 = b0 + kQ4_1Bytes;
-    const __m256i nib = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 4))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 4)), 1);
-    const __m256i lo = _mm256_and_si256(nib, low4);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(nib, 4), low4);
-    // 128-bit lanes [lo0, lo1, hi0, hi1] -> [lo0, hi0, lo1, hi1], the order of x's two blocks.
-    __m512i c = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    c = _mm512_shuffle_i64x2(c, c, _MM_SHUFFLE(3, 1, 2, 0));
-    const __m512i x = _mm512_loadu_si512(xq + b * 32);
-    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c, x);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                          PairScale(Half512(b0) * xd[b], Half512(b1) * xd[b + 1]), acc);
+    if (kPrefetchBytes > 0) _mm_prefetch(reinterpret_cast<const char*>(b0) + kPrefetchBytes, _MM_HINT_T0);
+    const __m512i d0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), Q4_1Codes(b0),
+                                           _mm512_loadu_si512(xq + b * 32));
+    const __m512i d1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), Q4_1Codes(b1),
+                                           _mm512_loadu_si512(xq + b * 32 + 32));
+    acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_set1_ps(Half512(b0) * xd[b]), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_set1_ps(Half512(b1) * xd[b + 1]), acc1);
     acc_m += Half512(b0 + 2) * xs[b] + Half512(b1 + 2) * xs[b + 1];
   }
   float tail = 0;
   if (b < blocks) tail = DotQ4_1Scalar(row + b * kQ4_1Bytes, xq + b * 32, xd + b, xs + b, 1);
-  return _mm512_reduce_add_ps(acc) + acc_m + tail;
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + acc_m + tail;
 }
 
-OSCARKV_AVX512VNNI float DotQ8_0Avx512Vnni(const uint8_t* row, const int8_t* xq,
+OSCARKV_AVX512VNNI float DotQ8_0Avx512Vnni(const uint8_t* row, const int16_t* xq,
                                            const float* xd, const float* xs, int64_t blocks) {
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
     const uint8_t* b0 = row + b * kQ8_0Bytes;
     const uint8_t* b1 = b0 + kQ8_0Bytes;
-    const __m512i w = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)), 1);
-    const __m512i x = _mm512_loadu_si512(xq + b * 32);
-    // |w| * (x negated where w < 0) = w * x; x is in [-127, 127], so negation cannot overflow.
-    const __m512i sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
-    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), sx);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                          PairScale(Half512(b0) * xd[b], Half512(b1) * xd[b + 1]), acc);
+    if (kPrefetchBytes > 0) _mm_prefetch(reinterpret_cast<const char*>(b0) + kPrefetchBytes, _MM_HINT_T0);
+    const __m512i w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2)));
+    const __m512i w1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)));
+    const __m512i d0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(xq + b * 32));
+    const __m512i d1 =
+        _mm512_dpwssd_epi32(_mm512_setzero_si512(), w1, _mm512_loadu_si512(xq + b * 32 + 32));
+    acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_set1_ps(Half512(b0) * xd[b]), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_set1_ps(Half512(b1) * xd[b + 1]), acc1);
   }
   float tail = 0;
   if (b < blocks) tail = DotQ8_0Scalar(row + b * kQ8_0Bytes, xq + b * 32, xd + b, xs + b, 1);
-  return _mm512_reduce_add_ps(acc) + tail;
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + tail;
 }
 
-using DotFn = float (*)(const uint8_t*, const int8_t*, const float*, const float*, int64_t);
+// QuantizeActivations for AVX-512 CPUs: the same q and d as the scalar loop (round to nearest
+// even in both), the block sum in another order.
+OSCARKV_AVX512VNNI void QuantizeActivationsAvx512(const float* x, int64_t blocks,
+                                                  QuantizedActivations* out) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    const float d = amax / kActivationMax;
+    const __m512 id = _mm512_set1_ps(d > 0 ? 1.0f / d : 0.0f);
+    const __m256i q0 = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)));
+    const __m256i q1 = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out->q.data() + b * 32), q0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out->q.data() + b * 32 + 16), q1);
+    out->d[b] = d;
+    out->sum[b] = _mm512_reduce_add_ps(_mm512_add_ps(x0, x1));
+  }
+}
+
+using DotFn = float (*)(const uint8_t*, const int16_t*, const float*, const float*, int64_t);
 
 DotFn PickDot(DotKernel k, bool q4_1) {
   switch (k) {
@@ -214,7 +243,7 @@ constexpr int64_t kMinParallelWeights = 1 << 15;
 struct GemvJob {
   std::span<const QuantMatrix* const> ms;
   std::span<float* const> ys;
-  const Q8Activations* x;
+  const QuantizedActivations* x;
   DotKernel kernel;
   int64_t total_rows;
 };
@@ -239,11 +268,15 @@ void RunGemvSlice(const GemvJob& job, int w, int n) {
 
 }  // namespace
 
-void QuantizeActivations(const float* x, int64_t n, Q8Activations* out) {
+void QuantizeActivations(const float* x, int64_t n, QuantizedActivations* out) {
   const int64_t blocks = n / 32;
   out->q.resize(n);
   out->d.resize(blocks);
   out->sum.resize(blocks);
+  if (DotKernelAvailable(DotKernel::kAvx512Vnni)) {
+    QuantizeActivationsAvx512(x, blocks, out);
+    return;
+  }
   for (int64_t b = 0; b < blocks; ++b) {
     const float* xb = x + b * 32;
     float amax = 0, sum = 0;
@@ -251,10 +284,10 @@ void QuantizeActivations(const float* x, int64_t n, Q8Activations* out) {
       amax = std::max(amax, std::fabs(xb[j]));
       sum += xb[j];
     }
-    const float d = amax / 127.0f;
+    const float d = amax / kActivationMax;
     const float id = d > 0 ? 1.0f / d : 0.0f;
-    int8_t* q = out->q.data() + b * 32;
-    for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+    int16_t* q = out->q.data() + b * 32;
+    for (int j = 0; j < 32; ++j) q[j] = static_cast<int16_t>(std::nearbyint(xb[j] * id));
     out->d[b] = d;
     out->sum[b] = sum;
   }
@@ -287,7 +320,7 @@ DotKernel BestDotKernel() {
   return best;
 }
 
-void QuantDotRows(DotKernel k, const QuantMatrix& m, const Q8Activations& x, int64_t r0,
+void QuantDotRows(DotKernel k, const QuantMatrix& m, const QuantizedActivations& x, int64_t r0,
                   int64_t r1, float* y) {
   const bool q4_1 = IsQ4_1(m);
   const DotFn dot = PickDot(k, q4_1);
@@ -319,7 +352,7 @@ void QuantGemvMulti(std::span<const QuantMatrix* const> ms, const float* x,
     DCHECK(m->cols == cols);
     total_rows += m->rows;
   }
-  thread_local Q8Activations xq;
+  thread_local QuantizedActivations xq;
   QuantizeActivations(x, cols, &xq);
   const GemvJob job{ms, ys, &xq, BestDotKernel(), total_rows};
   const auto run = [&job](int w, int n) { RunGemvSlice(job, w, n); };
