@@ -77,4 +77,13 @@ void BlockIndex::AddTotals(const BlockMeta& meta, int sign) {
   t.bf16_equivalent_bytes += sign * static_cast<int64_t>(meta.bf16_equivalent_bytes);
 }
 
+std::vector<kvformat::BlockKey> BlockIndex::CommittedKeys() const {
+  std::vector<kvformat::BlockKey> keys;
+  keys.reserve(committed_);
+  for (const auto& [key, entry] : entries_) {
+    if (entry.state == EntryState::kCommitted) keys.push_back(key);
+  }
+  return keys;
+}
+
 }  // namespace oscarkv::kvstore

@@ -73,6 +73,8 @@ class BlockIndex {
   // Keys of reservations whose time ran out at `now`.
   std::vector<kvformat::BlockKey> ExpiredReservations(absl::Time now) const;
 
+  // Keys of every committed block, in no particular order.
+  std::vector<kvformat::BlockKey> CommittedKeys() const;
   size_t committed_blocks() const { return committed_; }
   size_t reserved_blocks() const { return entries_.size() - committed_; }
   // Committed blocks, serialised bytes and BF16-equivalent bytes, per codec id.

@@ -302,6 +302,11 @@ BlockStore::ReleaseResult BlockStore::Release(const std::string& session,
   return result;
 }
 
+std::vector<kvformat::BlockKey> BlockStore::CommittedKeys() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.CommittedKeys();
+}
+
 StoreStats BlockStore::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   StoreStats s;

@@ -121,6 +121,9 @@ class BlockStore {
   void Sweep();
 
   StoreStats Stats() const;
+  // Keys of the committed blocks (what the kvstore reports to the router's prefix index in its
+  // heartbeats, so evictions reach placement). O(blocks) under the lock.
+  std::vector<kvformat::BlockKey> CommittedKeys() const;
   // Where remote peers reach the pool (for BlockLocation).
   const transfer::RegisteredMemory& registration() const { return pool_->registration(); }
 

@@ -115,8 +115,9 @@ absl::StatusOr<std::unique_ptr<KvStoreServer>> KvStoreServer::Create(const KvSto
     info.set_role(oscarkv::common::v1::WORKER_ROLE_KVSTORE);
     info.set_transfer_backend(s->backend_->capabilities().name);
     info.set_kv_capacity_bytes(config.capacity_bytes);
-    // Held keys: none from here. BlockStore cannot list its committed keys; the router records
-    // the keys prefill workers publish (router_backend) under the "kvstore" holder instead.
+    // Held keys: the committed blocks, so the router's prefix index (holder "kvstore") learns
+    // of evictions; the router also records what prefill publishes, for the time until the next
+    // heartbeat.
     OSCARKV_ASSIGN_OR_RETURN(
         s->registration_,
         rpc::StartWorkerRegistration(
@@ -126,6 +127,7 @@ absl::StatusOr<std::unique_ptr<KvStoreServer>> KvStoreServer::Create(const KvSto
               const StoreStats st = server->store_->Stats();
               r.load.set_kv_used_bytes(st.used_bytes);
               r.load.set_kv_capacity_bytes(st.capacity_bytes);
+              r.held_keys = server->store_->CommittedKeys();
               return r;
             }));
   }

@@ -1,7 +1,9 @@
 // BlockStore with real serialised blocks written into its pool through a (fake) transfer backend.
 #include "services/kvstore/block_store.h"
 
+#include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "lib/base/status_macros.h"
@@ -97,6 +99,26 @@ TEST_F(BlockStoreTest, PrefixLookupReturnsCommittedBlocksWithLocations) {
   EXPECT_EQ(s.lookup_block_hits, 3u + 2u);
   EXPECT_EQ(s.lookup_block_misses, 1u + 1u);
   EXPECT_DOUBLE_EQ(s.hit_rate, 5.0 / 7.0);
+}
+
+TEST_F(BlockStoreTest, CommittedKeysListStoredBlocksOnly) {
+  MakeStore(4 * kSlot);
+  for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(Store(i).ok());
+  // A reservation that is not committed is not listed.
+  const std::vector<std::byte> pending = Block(9);
+  ASSERT_TRUE(store_->Reserve(std::vector{MetaOf(pending)}, absl::ZeroDuration()).ok());
+  auto sorted = [](std::vector<BlockKey> v) {
+    std::sort(v.begin(), v.end(), [](const BlockKey& a, const BlockKey& b) {
+      return std::tie(a.hi, a.lo) < std::tie(b.hi, b.lo);
+    });
+    return v;
+  };
+  EXPECT_EQ(sorted(store_->CommittedKeys()), sorted({K(1), K(2), K(3)}));
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_EQ(store_->Abort(std::vector{MetaOf(pending).key}), 1u);
+  ASSERT_TRUE(Store(4).ok());
+  ASSERT_TRUE(Store(5).ok());  // full: evicts the least recently used (1)
+  EXPECT_EQ(sorted(store_->CommittedKeys()), sorted({K(2), K(3), K(4), K(5)}));
 }
 
 TEST_F(BlockStoreTest, CapacityLimitEvictsLeastRecentlyUsed) {
