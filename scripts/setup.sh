@@ -77,24 +77,30 @@ if [ ! -s "$MODEL" ]; then
 fi
 say "default model: $MODEL"
 
-# The default model's OSCAR calibration (R_K, R_V per layer), from Austen novels that the quality
+# The default model's OSCAR calibrations (R_K, R_V per layer), from Austen novels that the quality
 # evaluation does not score (it scores Emma, Persuasion and Moby Dick). Deterministic on one
 # machine: the same text and binary give the same bytes; the expected checksum is recorded.
 if [ "${1:-}" = "--after-build" ]; then
   BIN=${OSCARKV_BUILD_DIR:-build}/tools/oscarkv
-  CAL=data/calibration/smollm2-135m-oscar.cal
-  if [ ! -s "$CAL" ]; then
-    say "calibrating the default model -> $CAL (about a minute)"
-    mkdir -p data/calibration
-    "$BIN" calibrate --model default --text "$DATA/austen/prideprejudice.txt" \
-      "$DATA/austen/sensesensibility.txt" --tokens 8192 --out "$CAL.tmp"
-    mv "$CAL.tmp" "$CAL"
-  fi
-  want=$(cat scripts/default_calibration.sha256 2>/dev/null || true)
-  have=$(sha256sum "$CAL" | cut -d' ' -f1)
-  if [ -n "$want" ] && [ "$want" != "$have" ]; then
-    echo "[setup] WARNING: $CAL has sha256 $have, recorded $want (another CPU's float rounding?)" >&2
-  else
-    say "default calibration: $CAL (sha256 $have)"
-  fi
+  mkdir -p data/calibration
+  # oscar (M6): R from C_Q / attention-weighted V; oscar-gram (M5): from K^T K / V^T V.
+  for objective in oscar oscar-gram; do
+    CAL=data/calibration/smollm2-135m-$objective.cal
+    SUM=scripts/default_calibration.sha256
+    [ "$objective" = oscar-gram ] && SUM=scripts/default_gram_calibration.sha256
+    if [ ! -s "$CAL" ]; then
+      say "calibrating the default model ($objective) -> $CAL (about a minute)"
+      "$BIN" calibrate --model default --text "$DATA/austen/prideprejudice.txt" \
+        "$DATA/austen/sensesensibility.txt" --tokens 8192 --objective "$objective" \
+        --out "$CAL.tmp"
+      mv "$CAL.tmp" "$CAL"
+    fi
+    want=$(cat "$SUM" 2>/dev/null || true)
+    have=$(sha256sum "$CAL" | cut -d' ' -f1)
+    if [ -n "$want" ] && [ "$want" != "$have" ]; then
+      echo "[setup] WARNING: $CAL has sha256 $have, recorded $want (another CPU's float rounding?)" >&2
+    else
+      say "default calibration: $CAL (sha256 $have)"
+    fi
+  done
 fi

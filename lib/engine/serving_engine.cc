@@ -178,10 +178,9 @@ std::string ResolveCalibrationPath(const std::string& flag, const std::string& m
                                    const std::string& codec) {
   if (!flag.empty()) return flag;
   auto spec = quant::FindCodec(codec);
-  if (model_spec == "default" && spec.ok() && (*spec)->needs_calibration &&
-      (*spec)->k_objective == "qqt") {
-    return kDefaultCalibrationPath;
-  }
+  if (model_spec != "default" || !spec.ok() || !(*spec)->needs_calibration) return "";
+  if ((*spec)->k_objective == "qqt") return kDefaultCalibrationPath;
+  if ((*spec)->k_objective == "ktk") return kDefaultGramCalibrationPath;
   return "";
 }
 

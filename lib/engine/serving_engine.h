@@ -37,9 +37,13 @@ namespace oscarkv::engine {
 // The default model's calibration for `oscar`, written by scripts/setup.sh (relative to the
 // repository root, where the README's commands run).
 inline constexpr char kDefaultCalibrationPath[] = "data/calibration/smollm2-135m-oscar.cal";
+// The same for oscar-gram (M5: rotations from K^T K / V^T V).
+inline constexpr char kDefaultGramCalibrationPath[] =
+    "data/calibration/smollm2-135m-oscar-gram.cal";
 
 // The calibration file to use: `flag` when given; else, for the default model and a codec that
-// needs one, kDefaultCalibrationPath; else empty.
+// needs one, kDefaultCalibrationPath (oscar) or kDefaultGramCalibrationPath (oscar-gram), both
+// made by scripts/setup.sh; else empty.
 std::string ResolveCalibrationPath(const std::string& flag, const std::string& model_spec,
                                    const std::string& codec);
 

@@ -22,7 +22,7 @@ if [ "$(sha256sum "$SCRATCH"/model.gguf | cut -d' ' -f1)" != "$(cat "$SCRATCH"/m
   echo "model sha256 mismatch: stage again" >&2; exit 1
 fi
 tar -C "$SCRATCH" -xJf "$SCRATCH"/bins.tar.xz
-mkdir -p data/calibration && cp "$SCRATCH"/smollm2-135m-oscar.cal data/calibration/
+mkdir -p data/calibration && cp "$SCRATCH"/smollm2-135m-oscar*.cal data/calibration/
 cublas=$(dirname "$(find / -name 'libcublas.so.13*' -not -path '*/proc/*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH="$SCRATCH/lib:$cublas:${LD_LIBRARY_PATH:-}"
 export OSCARKV_DEFAULT_MODEL="$SCRATCH/model.gguf"

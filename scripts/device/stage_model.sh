@@ -32,7 +32,7 @@ mkdir -p .carry/stage1 .carry/stage2 .carry/stage3 .carry/pack/bin .carry/pack/l
 split -n 3 -d -a 1 "$model" .carry/pack/model.part
 for i in 1 2 3; do mv ".carry/pack/model.part$((i - 1))" ".carry/stage$i/model.part$i"; done
 sha256sum "$model" | cut -d' ' -f1 > .carry/stage3/model.sha256
-cp data/calibration/smollm2-135m-oscar.cal .carry/stage1/
+cp data/calibration/smollm2-135m-oscar.cal data/calibration/smollm2-135m-oscar-gram.cal .carry/stage1/
 # Held-out evaluation text for --quality (the default calibration is made from other novels).
 for t in data/text/austen/emma.txt data/text/austen/persuasion.txt data/text/moby/mobydick.txt; do
   [ -f "$t" ] && cp "$t" .carry/stage1/
