@@ -35,7 +35,7 @@ struct ServeFlags {
   int port = 8000;                  // HTTP port (0 = any free port); Default: 8000
   std::string model = "default";    // GGUF path or "default"; Default: default
   std::string codec = "oscar";      // KV codec; Default: oscar
-  std::string calibration;          // Default: data/calibration/smollm2-135m-oscar.cal if needed
+  std::string calibration;          // Default: the codec's default file if needed
   int threads = 0;                  // CPU threads (0 = OpenBLAS default); Default: 0
   int chunk_tokens = 256;           // prefill chunk; Default: 256
   int max_batch = 32;               // decode batch; Default: 32
@@ -198,7 +198,7 @@ void RegisterServeCommand(CLI::App& app, CommandResult& result) {
       ->capture_default_str();
   cmd->add_option("--codec", f->codec, "KV codec (oscar, bf16, kivi2, ...)")->capture_default_str();
   cmd->add_option("--calibration", f->calibration,
-                  "calibration file (default: data/calibration/smollm2-135m-oscar.cal if needed)");
+                  "calibration file (default: data/calibration/smollm2-135m-<codec>.cal for oscar/oscar-gram)");
   cmd->add_option("--threads", f->threads, "CPU threads (0 = OpenBLAS default)")
       ->capture_default_str();
   cmd->add_option("--chunk_tokens", f->chunk_tokens, "prefill chunk (multiple of 64)")

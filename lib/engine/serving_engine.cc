@@ -1,11 +1,14 @@
 #include "lib/engine/serving_engine.h"
 
+#include <filesystem>
+
 #include <cblas.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
@@ -174,14 +177,51 @@ class StoredPrefixAttention : public model::ChunkAttention {
 
 }  // namespace
 
-std::string ResolveCalibrationPath(const std::string& flag, const std::string& model_spec,
-                                   const std::string& codec) {
-  if (!flag.empty()) return flag;
+std::string DefaultCalibrationFor(const std::string& codec) {
   auto spec = quant::FindCodec(codec);
-  if (model_spec != "default" || !spec.ok() || !(*spec)->needs_calibration) return "";
+  if (!spec.ok() || !(*spec)->needs_calibration) return "";
   if ((*spec)->k_objective == "qqt") return kDefaultCalibrationPath;
   if ((*spec)->k_objective == "ktk") return kDefaultGramCalibrationPath;
   return "";
+}
+
+std::string ResolveCalibrationPath(const std::string& flag, const std::string& model_spec,
+                                   const std::string& codec) {
+  if (!flag.empty()) return flag;
+  return model_spec == "default" ? DefaultCalibrationFor(codec) : "";
+}
+
+std::string ResolveWorkerCalibrationPath(const std::string& flag, const std::string& codec,
+                                         const std::string& source_dir) {
+  if (!flag.empty()) return flag;
+  const std::string def = DefaultCalibrationFor(codec);
+  if (def.empty()) return "";
+  std::error_code ec;
+  if (std::filesystem::exists(def, ec)) return def;
+  if (!source_dir.empty()) {
+    const std::string in_tree = absl::StrCat(source_dir, "/", def);
+    if (std::filesystem::exists(in_tree, ec)) return in_tree;
+  }
+  return "";
+}
+
+absl::StatusOr<std::unique_ptr<ServingEngine>> LoadWorkerServingEngine(
+    const model::Model* model, const std::string& codec, const std::string& calibration,
+    int chunk_tokens, const std::string& source_dir) {
+  ServingEngineOptions o;
+  o.codec = codec;
+  o.chunk_tokens = chunk_tokens;
+  o.calibration_path = ResolveWorkerCalibrationPath(calibration, codec, source_dir);
+  absl::StatusOr<std::unique_ptr<ServingEngine>> e = ServingEngine::Create(model, o);
+  if (!e.ok() && o.calibration_path.empty() && absl::IsFailedPrecondition(e.status())) {
+    const std::string def = DefaultCalibrationFor(codec);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "codec '", codec, "' needs a calibration file: pass --calibration FILE",
+        def.empty() ? "" : absl::StrCat(", or create the default ", def,
+                                        " (scripts/setup.sh does)"),
+        ", or use --codec bf16 (", e.status().message(), ")"));
+  }
+  return e;
 }
 
 absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(

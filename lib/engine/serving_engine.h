@@ -41,11 +41,21 @@ inline constexpr char kDefaultCalibrationPath[] = "data/calibration/smollm2-135m
 inline constexpr char kDefaultGramCalibrationPath[] =
     "data/calibration/smollm2-135m-oscar-gram.cal";
 
-// The calibration file to use: `flag` when given; else, for the default model and a codec that
-// needs one, kDefaultCalibrationPath (oscar) or kDefaultGramCalibrationPath (oscar-gram), both
-// made by scripts/setup.sh; else empty.
+// The default model's calibration file for `codec` ("" when the codec needs none or is
+// unknown): kDefaultCalibrationPath (objectives qqt/sst) or kDefaultGramCalibrationPath
+// (ktk/vtv), both made by scripts/setup.sh.
+std::string DefaultCalibrationFor(const std::string& codec);
+
+// The calibration file to use: `flag` when given; else, for the default model,
+// DefaultCalibrationFor(codec); else empty.
 std::string ResolveCalibrationPath(const std::string& flag, const std::string& model_spec,
                                    const std::string& codec);
+
+// What a worker (or `oscarkv serve`) loads: `flag` when given; else DefaultCalibrationFor(codec)
+// when that file exists in the working directory or under `source_dir` (the build's source
+// tree, so tests find it from any directory; "" = not tried); else "".
+std::string ResolveWorkerCalibrationPath(const std::string& flag, const std::string& codec,
+                                         const std::string& source_dir = "");
 
 struct ServingEngineOptions {
   std::string codec = "oscar";    // lib/quant codec name; Default: oscar
@@ -120,6 +130,13 @@ class ServingEngine {
   std::unique_ptr<KvCacheFactory> factory_;
   uint64_t model_fingerprint_ = 0;
 };
+
+// A worker's ServingEngine for `codec` with ResolveWorkerCalibrationPath(calibration, codec,
+// source_dir). @return errors of ServingEngine::Create; kFailedPrecondition saying how to make
+// the file when the codec needs a calibration and none was found.
+absl::StatusOr<std::unique_ptr<ServingEngine>> LoadWorkerServingEngine(
+    const model::Model* model, const std::string& codec, const std::string& calibration,
+    int chunk_tokens, const std::string& source_dir = "");
 
 }  // namespace oscarkv::engine
 

@@ -26,7 +26,7 @@ struct DecodeConfig {
   std::string model = "default";  // Default: "default"
   // KV codec of this worker (lib/quant name); requests for another codec are refused.
   std::string codec = "oscar";  // Default: "oscar"
-  // Calibration file for calibrated codecs; empty = data/calibration/smollm2-135m-oscar.cal
+  // Calibration file; empty = the codec's default file (engine::DefaultCalibrationFor)
   // when the codec needs one and that file exists.
   std::string calibration;  // Default: "" (see above)
   // Prefill chunk size the blocks were made with (ServingEngine). Default: 256.

@@ -1,6 +1,5 @@
 #include "services/decode/decode_server.h"
 
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/log.h"
@@ -18,8 +17,6 @@
 
 namespace oscarkv::decode {
 namespace {
-
-constexpr char kDefaultCalibration[] = "data/calibration/smollm2-135m-oscar.cal";
 
 absl::StatusOr<std::unique_ptr<transfer::TransferBackend>> MakeBackend(const DecodeConfig& c) {
   if (c.transfer_backend == "local") {
@@ -51,32 +48,19 @@ void FillModelIdentity(const engine::ServingEngine& e, oscarkv::common::v1::Mode
 
 }  // namespace
 
-std::string ResolveCalibrationPath(const std::string& calibration) {
-  if (!calibration.empty()) return calibration;
-  std::error_code ec;
-  if (std::filesystem::exists(kDefaultCalibration, ec)) return kDefaultCalibration;
-#ifdef OSCARKV_SOURCE_DIR
-  const std::string in_tree = absl::StrCat(OSCARKV_SOURCE_DIR, "/", kDefaultCalibration);
-  if (std::filesystem::exists(in_tree, ec)) return in_tree;
+#ifndef OSCARKV_SOURCE_DIR
+#define OSCARKV_SOURCE_DIR ""
 #endif
-  return "";
+
+std::string ResolveCalibrationPath(const std::string& calibration, const std::string& codec) {
+  return engine::ResolveWorkerCalibrationPath(calibration, codec, OSCARKV_SOURCE_DIR);
 }
 
 absl::StatusOr<std::unique_ptr<engine::ServingEngine>> LoadServingEngine(
     const model::Model* model, const std::string& codec, const std::string& calibration,
     int chunk_tokens) {
-  engine::ServingEngineOptions o;
-  o.codec = codec;
-  o.chunk_tokens = chunk_tokens;
-  o.calibration_path = ResolveCalibrationPath(calibration);
-  absl::StatusOr<std::unique_ptr<engine::ServingEngine>> e = engine::ServingEngine::Create(model, o);
-  if (!e.ok() && o.calibration_path.empty() && absl::IsFailedPrecondition(e.status())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "codec '", codec, "' needs a calibration file: pass --calibration FILE, or create the "
-        "default ", kDefaultCalibration, " (scripts/setup.sh does), or use --codec bf16 (",
-        e.status().message(), ")"));
-  }
-  return e;
+  return engine::LoadWorkerServingEngine(model, codec, calibration, chunk_tokens,
+                                         OSCARKV_SOURCE_DIR);
 }
 
 absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(const DecodeConfig& config,

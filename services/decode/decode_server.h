@@ -40,15 +40,15 @@ struct DecodeServerDeps {
   const engine::ServingEngine* engine = nullptr;    // not owned; replaces model/codec flags
 };
 
-// Loads `model_spec` and builds a ServingEngine for `codec`. An empty `calibration` means the
-// default file (data/calibration/smollm2-135m-oscar.cal, relative to the working directory or
-// the source tree) when the codec needs one. @return model/codec errors, kFailedPrecondition
-// with a clear message when a needed calibration is missing.
+// engine::LoadWorkerServingEngine with this build's source tree as the fallback location of the
+// default calibration files (so `oscarkv serve` and the tests find them from any directory).
 absl::StatusOr<std::unique_ptr<engine::ServingEngine>> LoadServingEngine(
     const model::Model* model, const std::string& codec, const std::string& calibration,
     int chunk_tokens);
-// The calibration path LoadServingEngine uses for `calibration` (empty → default if present).
-std::string ResolveCalibrationPath(const std::string& calibration);
+// The calibration path LoadServingEngine uses for `calibration` and `codec` (empty → the codec's
+// default file if present).
+std::string ResolveCalibrationPath(const std::string& calibration,
+                                   const std::string& codec = "oscar");
 
 // Thread-safe: Shutdown may be called from any thread, more than once.
 class DecodeServer {

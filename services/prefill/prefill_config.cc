@@ -21,7 +21,7 @@ void PrefillConfig::AddFlags(CLI::App& app, PrefillConfig& c) {
   app.add_option("--model", c.model, "GGUF path or 'default'")->capture_default_str();
   app.add_option("--codec", c.codec, "KV codec (bf16, oscar, kivi2, ...)")->capture_default_str();
   app.add_option("--calibration", c.calibration,
-                 "calibration file (default: data/calibration/smollm2-135m-oscar.cal if needed)")
+                 "calibration file (default: data/calibration/smollm2-135m-<codec>.cal for oscar/oscar-gram)")
       ->capture_default_str();
   app.add_option("--chunk_tokens", c.chunk_tokens, "prefill chunk (multiple of 64)")
       ->capture_default_str();

@@ -2,6 +2,7 @@
 // nothing, and decode from blocks equal to decode after prefill.
 #include "lib/engine/serving_engine.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -61,6 +62,33 @@ class ServingEngineTest : public ::testing::Test {
   static model::Model* model_;
 };
 model::Model* ServingEngineTest::model_ = nullptr;
+
+// Each calibrated codec resolves to the default file of its own objective; a worker falls back to
+// the source tree and leaves the path empty when neither place has the file.
+TEST(CalibrationPathTest, DefaultFileFollowsTheCodecsObjective) {
+  EXPECT_EQ(DefaultCalibrationFor("oscar"), kDefaultCalibrationPath);
+  EXPECT_EQ(DefaultCalibrationFor("oscar-gram"), kDefaultGramCalibrationPath);
+  EXPECT_EQ(DefaultCalibrationFor("bf16"), "");
+  EXPECT_EQ(DefaultCalibrationFor("oscar-hadamard"), "");
+  EXPECT_EQ(DefaultCalibrationFor("no-such-codec"), "");
+  EXPECT_EQ(ResolveCalibrationPath("", "default", "oscar-gram"), kDefaultGramCalibrationPath);
+  EXPECT_EQ(ResolveCalibrationPath("", "/some/model.gguf", "oscar"), "");
+  EXPECT_EQ(ResolveCalibrationPath("x.cal", "default", "bf16"), "x.cal");
+
+  const std::filesystem::path root = std::filesystem::temp_directory_path() / "oscarkv_cal_root";
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root / "data/calibration");
+  std::ofstream(root / kDefaultGramCalibrationPath) << "x";
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(std::filesystem::temp_directory_path());  // no data/ here
+  EXPECT_EQ(ResolveWorkerCalibrationPath("", "oscar-gram", root.string()),
+            (root / kDefaultGramCalibrationPath).string());
+  EXPECT_EQ(ResolveWorkerCalibrationPath("", "oscar", root.string()), "");  // file absent
+  EXPECT_EQ(ResolveWorkerCalibrationPath("", "bf16", root.string()), "");
+  EXPECT_EQ(ResolveWorkerCalibrationPath("mine.cal", "oscar", root.string()), "mine.cal");
+  std::filesystem::current_path(cwd);
+  std::filesystem::remove_all(root);
+}
 
 TEST_F(ServingEngineTest, PrefixHitIsBitIdenticalToColdPrefill) {
   auto engine = ServingEngine::Create(model_, {.codec = "oscar-hadamard"});
