@@ -7,31 +7,18 @@
 #include "lib/metrics/metrics_http_server.h"
 #include "lib/rpc/server_runner.h"
 #include "lib/rpc/worker_registration.h"
-#include "lib/transfer/local/local_backend.h"
+#include "lib/transfer/backend_factory.h"
 #include "services/decode/decode_engine.h"
 #include "services/decode/decode_metrics.h"
 #include "services/decode/decode_service.h"
-#ifdef OSCARKV_HAVE_UCX
-#include "lib/transfer/ucx/ucx_backend.h"
-#endif
 
 namespace oscarkv::decode {
 namespace {
 
 absl::StatusOr<std::unique_ptr<transfer::TransferBackend>> MakeBackend(const DecodeConfig& c) {
-  if (c.transfer_backend == "local") {
-    OSCARKV_ASSIGN_OR_RETURN(auto backend, transfer::LocalBackend::Create());
-    return std::unique_ptr<transfer::TransferBackend>(std::move(backend));
-  }
-#ifdef OSCARKV_HAVE_UCX
-  OSCARKV_ASSIGN_OR_RETURN(
-      auto backend, transfer::UcxBackend::Create({.transports = c.ucx_transports,
-                                                  .peer_failure_detection =
-                                                      c.ucx_peer_failure_detection}));
-  return std::unique_ptr<transfer::TransferBackend>(std::move(backend));
-#else
-  return absl::FailedPreconditionError("this build has no UCX backend; use --transfer_backend local");
-#endif
+  return transfer::CreateBackend({.name = c.transfer_backend,
+                                  .ucx_transports = c.ucx_transports,
+                                  .ucx_peer_failure_detection = c.ucx_peer_failure_detection});
 }
 
 // What the router learns about this worker's model (blocks are exchangeable only when it matches).
