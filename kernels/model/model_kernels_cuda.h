@@ -52,6 +52,11 @@ cudaError_t WriteBf16PageRowsCuda(const PageRowsParams& params, cudaStream_t str
 // Reads rows out of BF16 page units into a contiguous bf16 buffer (PageGatherParams).
 cudaError_t GatherBf16PageRowsCuda(const PageGatherParams& params, cudaStream_t stream);
 
+// Packs / unpacks a list of pages (PagePackParams in model_kernels_ref.h); page_pack.cu.
+// The page list is a device pointer.
+cudaError_t PackPagesCuda(const PagePackParams& params, cudaStream_t stream);
+cudaError_t UnpackPagesCuda(const PagePackParams& params, cudaStream_t stream);
+
 // Rotates rows by a D x D matrix (RotateRowsParams), bit-identical to RotateRowsRef; rotation
 // must be 16-byte aligned (cudaErrorInvalidValue otherwise). Small and
 // large row counts alike (a decode step's few rows, a prefill's K/V); out must not alias in.

@@ -216,4 +216,30 @@ void RotateRowsRef(const RotateRowsParams& p) {
   }
 }
 
+namespace {
+// The byte offsets of page i of layer l in the pool and in the packed buffer.
+int64_t PoolChunk(const PagePackParams& p, int l, int64_t i) {
+  return (int64_t{l} * p.pool_pages + p.pages[i]) * p.chunk_bytes;
+}
+int64_t PackedChunk(const PagePackParams& p, int l, int64_t i) {
+  return (int64_t{l} * p.num_pages + i) * p.chunk_bytes;
+}
+}  // namespace
+
+void PackPagesRef(const PagePackParams& p) {
+  for (int l = 0; l < p.layers; ++l) {
+    for (int64_t i = 0; i < p.num_pages; ++i) {
+      std::memcpy(p.packed + PackedChunk(p, l, i), p.pool + PoolChunk(p, l, i), p.chunk_bytes);
+    }
+  }
+}
+
+void UnpackPagesRef(const PagePackParams& p) {
+  for (int l = 0; l < p.layers; ++l) {
+    for (int64_t i = 0; i < p.num_pages; ++i) {
+      std::memcpy(p.pool + PoolChunk(p, l, i), p.packed + PackedChunk(p, l, i), p.chunk_bytes);
+    }
+  }
+}
+
 }  // namespace oscarkv::kernels

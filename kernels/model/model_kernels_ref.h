@@ -100,6 +100,21 @@ struct RotateRowsParams {
   float* out = nullptr;             // [tokens][heads][D], packed
 };
 
+// Packing a sequence's KV pages into one contiguous buffer, the form in which they cross between
+// GPUs (prefill worker -> decode worker), and back. A pool is [layers][pool_pages][chunk_bytes]
+// (one chunk = one page's bytes of one layer, all KV heads); the packed buffer is
+// [layers][num_pages][chunk_bytes] with page i = pool page pages[i]. chunk_bytes must be a
+// multiple of 16 and both buffers 16-byte aligned (the page units are).
+struct PagePackParams {
+  uint8_t* pool = nullptr;
+  int64_t pool_pages = 0;
+  int64_t chunk_bytes = 0;
+  int layers = 0;
+  const int32_t* pages = nullptr;  // [num_pages], each in [0, pool_pages)
+  int64_t num_pages = 0;
+  uint8_t* packed = nullptr;       // [layers][num_pages][chunk_bytes]
+};
+
 void EmbedRowsRef(const uint16_t* table_bf16, const int32_t* tokens, int64_t rows, int d_model,
                   float* x);
 void RmsNormToBf16Ref(const float* x, const float* weight, int64_t rows, int n, float eps,
@@ -112,6 +127,8 @@ void PrefillAttentionRef(const PrefillAttentionParams& params);
 void WriteBf16PageRowsRef(const PageRowsParams& params);
 void GatherBf16PageRowsRef(const PageGatherParams& params);
 void RotateRowsRef(const RotateRowsParams& params);
+void PackPagesRef(const PagePackParams& params);    // packed <- pool
+void UnpackPagesRef(const PagePackParams& params);  // pool <- packed
 
 }  // namespace oscarkv::kernels
 

@@ -115,6 +115,7 @@ absl::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const model::ModelCon
 }
 
 GpuModel::~GpuModel() {
+  for (cudaEvent_t e : cache_events_) cudaEventDestroy(e);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -122,6 +123,8 @@ GpuModel::~GpuModel() {
 absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
   const model::ModelConfig& c = config_;
   OSCARKV_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  cache_events_.resize(2 * c.num_layers);
+  for (cudaEvent_t& e : cache_events_) OSCARKV_CUDA_OK(cudaEventCreate(&e));
   OSCARKV_CUBLAS_OK(cublasCreate(&cublas_));
   OSCARKV_CUBLAS_OK(cublasSetStream(cublas_, stream_));
   OSCARKV_CUDA_OK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount,
@@ -285,6 +288,7 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
     OSCARKV_CUDA_OK(k::QkvPostCuda(post, stream_));
 
     // Cache rows in the tier basis (rotated by R_K / R_V), f32; rounded to bf16 when stored.
+    if (prefill) OSCARKV_CUDA_OK(cudaEventRecord(cache_events_[2 * l], stream_));
     const float* k_rows = qkv + qdim;
     const float* v_rows = qkv + qdim + kvdim;
     int64_t kv_stride = qkvdim;
@@ -359,6 +363,7 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
         OSCARKV_CUDA_OK(k::DemoteToPagesCuda(qp, target, stream_));
       }
     }
+    if (prefill) OSCARKV_CUDA_OK(cudaEventRecord(cache_events_[2 * l + 1], stream_));
 
     uint16_t* attn_bf16 = attn_bf16_.as<uint16_t>();
     if (prefill) {
@@ -540,7 +545,87 @@ absl::Status GpuModel::AddSequence(int64_t id, std::span<const int32_t> prompt,
   }
   last_prefill_.forward_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  last_prefill_.cache_write_seconds = 0;
+  for (int l = 0; l < config_.num_layers; ++l) {
+    float ms = 0;
+    OSCARKV_CUDA_OK(cudaEventElapsedTime(&ms, cache_events_[2 * l], cache_events_[2 * l + 1]));
+    last_prefill_.cache_write_seconds += ms * 1e-3;
+  }
   return absl::OkStatus();
+}
+
+PackedKvLayout GpuModel::PackedLayout(int64_t length) const {
+  const KvPageTableConfig& pc = pages_.config();
+  const PageCount n = PagesHeld(pc, length);
+  PackedKvLayout layout;
+  layout.length = length;
+  layout.layers = pc.num_layers;
+  layout.bf16_pages = n.bf16;
+  layout.int2_pages = n.int2;
+  layout.bf16_chunk_bytes = int64_t{pc.num_kv_heads} * k::Bf16PageUnitBytes(pc.head_dim);
+  layout.int2_chunk_bytes = int64_t{pc.num_kv_heads} * k::Int2PageUnitBytes(pc.head_dim);
+  return layout;
+}
+
+absl::Status GpuModel::CopyPackedPages(int64_t id, std::byte* packed, bool pack) {
+  const SeqPages& s = pages_.seq(id);
+  const PackedKvLayout layout = PackedLayout(s.length);
+  const KvPageTableConfig& pc = pages_.config();
+  if (static_cast<int64_t>(s.bf16.size()) != layout.bf16_pages ||
+      static_cast<int64_t>(s.int2.size()) != layout.int2_pages) {
+    return absl::InternalError(absl::StrCat("sequence ", id, " holds ", s.bf16.size(), "+",
+                                            s.int2.size(), " pages, its length implies ",
+                                            layout.bf16_pages, "+", layout.int2_pages));
+  }
+  std::vector<int32_t> ids(s.bf16.begin(), s.bf16.end());
+  ids.insert(ids.end(), s.int2.begin(), s.int2.end());
+  OSCARKV_RETURN_IF_ERROR(UploadMeta(ids));
+  k::PagePackParams p;
+  p.layers = pc.num_layers;
+  // BF16 pages first, then INT2 (PackedKvLayout).
+  p.pool = bf16_pool_.as<uint8_t>();
+  p.pool_pages = pc.bf16_pages;
+  p.chunk_bytes = layout.bf16_chunk_bytes;
+  p.pages = meta_.as<int32_t>();
+  p.num_pages = layout.bf16_pages;
+  p.packed = reinterpret_cast<uint8_t*>(packed);
+  OSCARKV_CUDA_OK(pack ? k::PackPagesCuda(p, stream_) : k::UnpackPagesCuda(p, stream_));
+  p.pool = int2_pool_.as<uint8_t>();
+  p.pool_pages = pc.int2_pages;
+  p.chunk_bytes = layout.int2_chunk_bytes;
+  p.pages = meta_.as<int32_t>() + layout.bf16_pages;
+  p.num_pages = layout.int2_pages;
+  p.packed = reinterpret_cast<uint8_t*>(packed) + layout.bf16_bytes();
+  OSCARKV_CUDA_OK(pack ? k::PackPagesCuda(p, stream_) : k::UnpackPagesCuda(p, stream_));
+  return CudaStatus(cudaStreamSynchronize(stream_), pack ? "pack pages" : "unpack pages");
+}
+
+absl::Status GpuModel::PackSequence(int64_t id, std::span<std::byte> packed) {
+  if (!pages_.Has(id)) return absl::NotFoundError(absl::StrCat("sequence ", id));
+  const int64_t need = PackedLayout(pages_.seq(id).length).bytes();
+  if (static_cast<int64_t>(packed.size()) < need) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed buffer of ", packed.size(), " bytes < ", need));
+  }
+  return CopyPackedPages(id, packed.data(), /*pack=*/true);
+}
+
+absl::Status GpuModel::AddPackedSequence(int64_t id, int64_t length, int64_t max_total_tokens,
+                                         std::span<const std::byte> packed) {
+  if (length <= 0) return absl::InvalidArgumentError("packed sequence of no tokens");
+  const int64_t need = PackedLayout(length).bytes();
+  if (static_cast<int64_t>(packed.size()) != need) {
+    return absl::InvalidArgumentError(absl::StrCat("packed KV of ", packed.size(),
+                                                   " bytes; a sequence of ", length,
+                                                   " tokens packs to ", need));
+  }
+  OSCARKV_RETURN_IF_ERROR(pages_.Admit(id, std::max(max_total_tokens, length)));
+  // The prefill plan of `length` tokens lays the pages out as any sequence of that length
+  // (KvPageTable: tiers depend on the length only), so the packed pages map one to one.
+  absl::Status st = pages_.Append(id, length).status();
+  if (st.ok()) st = CopyPackedPages(id, const_cast<std::byte*>(packed.data()), /*pack=*/false);
+  if (!st.ok()) pages_.Remove(id);
+  return st;
 }
 
 absl::Status GpuModel::AddSyntheticSequence(int64_t id, int64_t length, int64_t max_total_tokens,

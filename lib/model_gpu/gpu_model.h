@@ -53,6 +53,25 @@ struct GpuModelOptions {
 // Timings of the last AddSequence (host wall clock around synchronised GPU work).
 struct PrefillTimings {
   double forward_seconds = 0;  // the whole prefill incl. cache writes and demotion
+  // GPU time (events) of writing the cache: K/V rotation, BF16 page writes and INT2
+  // quantisation of the history, summed over layers; part of forward_seconds.
+  double cache_write_seconds = 0;
+};
+
+// A sequence's KV pages packed into one contiguous buffer: the BF16 pages (sink then recent, or
+// every page for codec bf16) as [layers][bf16_pages][bf16_chunk_bytes], then the INT2 history
+// pages as [layers][int2_pages][int2_chunk_bytes]; a chunk is one page (8 tokens) of one layer,
+// all KV heads, in kernels/attention's page-unit layout. The page counts follow from the
+// length alone (KvPageTable), so the form is the same on every GPU running the same model and
+// codec: it is what a prefill GPU sends a decode GPU.
+struct PackedKvLayout {
+  int64_t length = 0;  // tokens
+  int layers = 0;
+  int32_t bf16_pages = 0, int2_pages = 0;
+  int64_t bf16_chunk_bytes = 0, int2_chunk_bytes = 0;
+  int64_t bf16_bytes() const { return int64_t{layers} * bf16_pages * bf16_chunk_bytes; }
+  int64_t int2_bytes() const { return int64_t{layers} * int2_pages * int2_chunk_bytes; }
+  int64_t bytes() const { return bf16_bytes() + int2_bytes(); }
 };
 
 class GpuModel {
@@ -91,6 +110,19 @@ class GpuModel {
                           std::vector<int32_t>* next_greedy,
                           std::vector<float>* logits = nullptr);
 
+  // The packed form of a sequence of `length` tokens of this model and codec.
+  PackedKvLayout PackedLayout(int64_t length) const;
+  // Copies sequence `id`'s pages into `packed` (device memory on this GPU, at least
+  // PackedLayout(length).bytes(), 16-byte aligned) and waits for the copy.
+  // @return kNotFound for an unknown id, kInvalidArgument for a short buffer.
+  absl::Status PackSequence(int64_t id, std::span<std::byte> packed);
+  // Admits sequence `id` for up to `max_total_tokens` tokens with the `length` tokens of KV in
+  // `packed` (device memory on this GPU, exactly PackedLayout(length).bytes(), from PackSequence
+  // on a GPU with the same model and codec); decoding continues as if prefilled here.
+  // @return AddSequence's admission errors; kInvalidArgument for a size mismatch.
+  absl::Status AddPackedSequence(int64_t id, int64_t length, int64_t max_total_tokens,
+                                 std::span<const std::byte> packed);
+
   // Frees the pages and budget of `id` (no-op when unknown).
   void RemoveSequence(int64_t id) { pages_.Remove(id); }
 
@@ -124,6 +156,8 @@ class GpuModel {
   absl::Status Logits(int64_t rows, const float* x_rows, std::vector<float>* logits_out,
                       int32_t* argmax_out);
   absl::Status UploadMeta(const std::vector<int32_t>& host);
+  // Packs (pack) or unpacks the pages of held sequence `id` to/from `packed`.
+  absl::Status CopyPackedPages(int64_t id, std::byte* packed, bool pack);
 
   model::ModelConfig config_;
   GpuWeights weights_;
@@ -136,6 +170,7 @@ class GpuModel {
   bool pools_filled_ = false;  // AddSyntheticSequence filled the pools with random KV
 
   cudaStream_t stream_ = nullptr;
+  std::vector<cudaEvent_t> cache_events_;  // per layer: before/after the prefill's cache write
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer rotations_;  // [L][3][D][D] f32 (R_K, R_V, R_V^T) when the codec rotates
   bool has_rotation_ = false;

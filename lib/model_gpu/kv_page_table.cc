@@ -38,6 +38,20 @@ PageCount PagesForTokens(const KvPageTableConfig& c, int64_t tokens) {
   return p;
 }
 
+PageCount PagesHeld(const KvPageTableConfig& c, int64_t tokens) {
+  PageCount p;
+  if (tokens <= 0) return p;
+  if (!c.windowed) return PagesForTokens(c, tokens);
+  // Between steps the recent window holds W..W+7 tokens; the 8-aligned rest is INT2.
+  const int64_t int2_tokens =
+      std::max<int64_t>(0, tokens - c.sink_tokens - c.recent_tokens) / kPageTokens * kPageTokens;
+  const int64_t sink = std::min<int64_t>(tokens, c.sink_tokens);
+  const int64_t recent = tokens - sink - int2_tokens;
+  p.bf16 = static_cast<int32_t>(CeilDiv(sink, kPageTokens) + CeilDiv(recent, kPageTokens));
+  p.int2 = static_cast<int32_t>(int2_tokens / kPageTokens);
+  return p;
+}
+
 absl::StatusOr<KvPageTable> KvPageTable::Create(const KvPageTableConfig& c) {
   if (c.num_layers <= 0 || c.num_kv_heads <= 0 || (c.head_dim != 64 && c.head_dim != 128)) {
     return absl::InvalidArgumentError(absl::StrCat("KV page table: bad shape L=", c.num_layers,

@@ -50,6 +50,10 @@ struct PageCount {
   int32_t int2 = 0;
 };
 PageCount PagesForTokens(const KvPageTableConfig& c, int64_t tokens);
+// Pages a sequence of `tokens` tokens holds between steps (PagesForTokens is the peak a
+// reservation must cover: the recent window briefly holds one more page before a demotion).
+// Depends on the length only, however the sequence got there.
+PageCount PagesHeld(const KvPageTableConfig& c, int64_t tokens);
 
 // One sequence's pages, in token order within each tier.
 struct SeqPages {

@@ -488,6 +488,56 @@ void TestPrefillAttention(bool small) {
   }
 }
 
+// Pack then unpack into a second, poisoned pool: packed bytes equal the reference's, and every
+// listed page comes back bit-exact (unlisted pages keep the poison).
+void TestPagePacking(bool small) {
+  for (int64_t chunk : {int64_t{3 * 320}, int64_t{8 * 576}}) {  // INT2 chunks, D=64 / D=128
+    const int layers = small ? 2 : 30;
+    const int64_t pool_pages = small ? 16 : 600;
+    const size_t pool_bytes = static_cast<size_t>(layers * pool_pages * chunk);
+    std::vector<uint8_t> pool(pool_bytes);
+    std::mt19937 rng(static_cast<uint32_t>(chunk));
+    for (uint8_t& b : pool) b = static_cast<uint8_t>(rng());
+    std::vector<int32_t> pages(static_cast<size_t>(pool_pages));
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng);
+    pages.resize(pages.size() * 2 / 3);  // a sequence owns a scattered subset
+    PagePackParams p;
+    p.pool_pages = pool_pages;
+    p.chunk_bytes = chunk;
+    p.layers = layers;
+    p.num_pages = static_cast<int64_t>(pages.size());
+    std::vector<uint8_t> ref(static_cast<size_t>(layers * p.num_pages * chunk));
+    PagePackParams hp = p;
+    hp.pool = pool.data();
+    hp.pages = pages.data();
+    hp.packed = ref.data();
+    PackPagesRef(hp);
+    uint8_t* d_pool = ToDevice(pool);
+    int32_t* d_pages = ToDevice(pages);
+    uint8_t* d_packed = DeviceAlloc<uint8_t>(ref.size());
+    uint8_t* d_pool2 = DeviceAlloc<uint8_t>(pool_bytes);
+    GPU_CHECK(cudaMemset(d_packed, 0xff, ref.size()));
+    GPU_CHECK(cudaMemset(d_pool2, 0xff, pool_bytes));
+    p.pool = d_pool;
+    p.pages = d_pages;
+    p.packed = d_packed;
+    GPU_CHECK(PackPagesCuda(p, nullptr));
+    p.pool = d_pool2;
+    GPU_CHECK(UnpackPagesCuda(p, nullptr));
+    GPU_CHECK(cudaDeviceSynchronize());
+    CheckExact("PackPages chunk=" + std::to_string(chunk), ToHost(d_packed, ref.size()), ref);
+    std::vector<uint8_t> want(pool_bytes, 0xff);
+    hp.pool = want.data();
+    UnpackPagesRef(hp);
+    CheckExact("UnpackPages chunk=" + std::to_string(chunk), ToHost(d_pool2, pool_bytes), want);
+    for (void* ptr : {static_cast<void*>(d_pool), static_cast<void*>(d_pages),
+                      static_cast<void*>(d_packed), static_cast<void*>(d_pool2)}) {
+      GPU_CHECK(cudaFree(ptr));
+    }
+  }
+}
+
 void TestInvalidArguments() {
   PrefillAttentionParams p;
   p.num_tokens = 4;
@@ -506,6 +556,14 @@ void TestInvalidArguments() {
   ok &= PrefillAttentionCuda(p, nullptr) == cudaErrorInvalidValue;
   ok &= ArgmaxRowsCuda(nullptr, 1, 0, nullptr, nullptr) == cudaErrorInvalidValue;
   ok &= F32ToBf16Cuda(nullptr, 0, nullptr, nullptr) == cudaSuccess;  // empty: no launch
+  PagePackParams pp;
+  pp.num_pages = 1;
+  pp.layers = 1;
+  pp.pool_pages = 1;
+  pp.chunk_bytes = 24;  // not a multiple of 16
+  pp.pool = pp.packed = reinterpret_cast<uint8_t*>(dummy_b);
+  pp.pages = reinterpret_cast<const int32_t*>(dummy_f);
+  ok &= PackPagesCuda(pp, nullptr) == cudaErrorInvalidValue;
   GPU_CHECK(cudaGetLastError());
   Report(ok, "InvalidArguments", "");
 }
@@ -530,6 +588,7 @@ int main(int argc, char** argv) {
   TestPages(small);
   TestPrefillAttention(small);
   TestRotateRows(small);
+  TestPagePacking(small);
   TestInvalidArguments();
   std::printf("%s: %d failure(s)\n", g_failures == 0 ? "PASSED" : "FAILED", g_failures);
   return g_failures == 0 ? 0 : 1;

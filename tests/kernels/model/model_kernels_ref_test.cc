@@ -437,5 +437,38 @@ TEST(ModelKernelsRef, PageWriteGatherRoundTrip) {
   }
 }
 
+TEST(ModelKernelsRef, PagePackingPlacesChunksAndRoundTrips) {
+  const int layers = 3;
+  const int64_t pool_pages = 6, chunk = 32;
+  std::vector<uint8_t> pool(layers * pool_pages * chunk);
+  for (size_t b = 0; b < pool.size(); ++b) pool[b] = static_cast<uint8_t>(b * 7 + 1);
+  const std::vector<int32_t> pages = {4, 1, 5};
+  std::vector<uint8_t> packed(layers * pages.size() * chunk);
+  PagePackParams p;
+  p.pool = pool.data();
+  p.pool_pages = pool_pages;
+  p.chunk_bytes = chunk;
+  p.layers = layers;
+  p.pages = pages.data();
+  p.num_pages = 3;
+  p.packed = packed.data();
+  PackPagesRef(p);
+  // Layer 2, packed page 1 is pool page 1 of layer 2.
+  EXPECT_EQ(0, std::memcmp(packed.data() + (2 * 3 + 1) * chunk,
+                           pool.data() + (2 * pool_pages + 1) * chunk, chunk));
+  std::vector<uint8_t> pool2(pool.size(), 0xee);
+  p.pool = pool2.data();
+  UnpackPagesRef(p);
+  for (int l = 0; l < layers; ++l) {
+    for (int64_t pg = 0; pg < pool_pages; ++pg) {
+      const bool listed = pg == 4 || pg == 1 || pg == 5;
+      const size_t at = (l * pool_pages + pg) * chunk;
+      for (int64_t b = 0; b < chunk; ++b) {
+        ASSERT_EQ(pool2[at + b], listed ? pool[at + b] : 0xee) << "layer " << l << " page " << pg;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace oscarkv::kernels

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -354,6 +355,53 @@ TEST_F(GpuModelTest, SequencesJoinAndLeaveBetweenSteps) {
   std::printf("join/leave vs alone: worst logits rel err %.2e\n", worst);
   EXPECT_LT(worst, 2e-3);
   EXPECT_EQ(gpu->pages().used_bytes(), 0);
+}
+
+// Moving a sequence between GPU models (what a prefill GPU does for a decode GPU): A prefills and
+// decodes past a demotion, packs the sequence; B (which already holds another sequence, so the
+// pages land on other physical ids) adds it from the packed bytes. Both then decode the same
+// tokens: B's logits must equal A's bit for bit, for bf16 and oscar.
+TEST_F(GpuModelTest, PackedSequenceContinuesBitIdenticallyInAnotherModel) {
+  const std::vector<int32_t> ids = model_->tokenizer().Encode(ReadFixture(), true);
+  const size_t prompt = 400, before = 12, after = 16;
+  ASSERT_GT(ids.size(), prompt + before + after);
+  for (const std::string codec : {"bf16", "oscar"}) {
+    auto factory = Factory(codec);
+    ASSERT_NE(factory, nullptr);
+    auto a = Gpu(*factory), b = Gpu(*factory);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    int32_t next = 0;
+    const std::vector<int32_t> p(ids.begin(), ids.begin() + prompt);
+    ASSERT_TRUE(a->AddSequence(1, p, prompt + before + after, &next).ok());
+    ASSERT_TRUE(b->AddSequence(5, std::span(ids).subspan(0, 50), 100, &next).ok());
+    std::vector<int32_t> greedy;
+    for (size_t t = 0; t < before; ++t) {
+      ASSERT_TRUE(
+          a->DecodeStep(std::vector<int64_t>{1}, std::vector<int32_t>{ids[prompt + t]}, &greedy)
+              .ok());
+    }
+    const int64_t length = a->pages().seq(1).length;
+    const PackedKvLayout layout = a->PackedLayout(length);
+    std::printf("%s: %lld tokens pack to %lld bytes (%d BF16 + %d INT2 pages per layer)\n",
+                codec.c_str(), static_cast<long long>(length),
+                static_cast<long long>(layout.bytes()), layout.bf16_pages, layout.int2_pages);
+    DeviceBuffer packed;
+    ASSERT_TRUE(packed.Allocate(layout.bytes(), "packed").ok());
+    const std::span<std::byte> bytes(packed.as<std::byte>(), layout.bytes());
+    ASSERT_TRUE(a->PackSequence(1, bytes).ok());
+    EXPECT_EQ(b->AddPackedSequence(7, length, length + 1, bytes.subspan(1)).code(),
+              absl::StatusCode::kInvalidArgument);  // wrong size: refused, nothing admitted
+    ASSERT_TRUE(b->AddPackedSequence(7, length, length + after, bytes).ok());
+    for (size_t t = before; t < before + after; ++t) {
+      std::vector<float> la, lb;
+      const std::vector<int32_t> tok = {ids[prompt + t]};
+      ASSERT_TRUE(a->DecodeStep(std::vector<int64_t>{1}, tok, &greedy, &la).ok());
+      ASSERT_TRUE(b->DecodeStep(std::vector<int64_t>{7}, tok, &greedy, &lb).ok());
+      ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)))
+          << codec << " step " << t;
+    }
+  }
 }
 
 }  // namespace

@@ -46,6 +46,11 @@ TEST(KvPageTableTest, TiersMatchThreeTierWindows) {
       ASSERT_EQ(static_cast<int64_t>(s.int2.size()) * 8, s.int2_tokens);
       ASSERT_GE(static_cast<int64_t>(s.bf16.size()) * 8, s.bf16_tokens);
       ASSERT_LT(static_cast<int64_t>(s.bf16.size()) * 8, s.bf16_tokens + 8);
+      // The page counts follow from the length alone, however the sequence got there (a packed
+      // sequence moved to another GPU is re-admitted with a prefill plan of its length).
+      const PageCount by_length = PagesHeld(table->config(), n);
+      ASSERT_EQ(by_length.bf16, static_cast<int32_t>(s.bf16.size())) << "n " << n;
+      ASSERT_EQ(by_length.int2, static_cast<int32_t>(s.int2.size())) << "n " << n;
       if (n == prompt + 300) break;
       auto step = table->Append(1, 1);
       ASSERT_TRUE(step.ok()) << step.status();
