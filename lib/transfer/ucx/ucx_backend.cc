@@ -90,7 +90,8 @@ void UcxBackend::ProgressLoop() {
 }
 
 Capabilities UcxBackend::capabilities() const {
-  return {.name = "ucx", .host_memory = true, .gpu_memory = false, .remote_peers = true,
+  return {.name = "ucx", .host_memory = true, .gpu_memory = context_->supports_cuda_memory(),
+          .remote_peers = true,
           .one_sided = true};
 }
 

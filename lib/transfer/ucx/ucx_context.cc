@@ -28,6 +28,13 @@ absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::Create(
   return std::unique_ptr<UcxContext>(new UcxContext(context));
 }
 
+bool UcxContext::supports_cuda_memory() const {
+  ucp_context_attr_t attr = {};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context_, &attr) != UCS_OK) return false;
+  return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
 UcxContext::~UcxContext() { ucp_cleanup(context_); }
 
 }  // namespace oscarkv::transfer::ucx

@@ -25,6 +25,9 @@ class UcxContext {
   UcxContext& operator=(const UcxContext&) = delete;
 
   ucp_context_h get() const { return context_; }
+  // Whether this UCX build and its loaded transports can move CUDA device memory (a CUDA-enabled
+  // UCX such as PyPI's libucx-cu13 with the cuda transports in UCX_TLS); Debian's UCX cannot.
+  bool supports_cuda_memory() const;
 
  private:
   explicit UcxContext(ucp_context_h context) : context_(context) {}
