@@ -8,6 +8,11 @@
 //              token KL(p_bf16 || p_codec), top-1 agreement over t in [384, T-2] and t >= 1024,
 //              means over windows with 95% bootstrap intervals
 //   greedy     greedy agreement vs bf16 (first divergence, token agreement) on real prompts
+//   niah       needle in a haystack (quant.md E, issue #4) through each codec's GPU cache: the
+//              prompts of lib/eval/niah.h (the same ones `oscarkv eval --niah` builds for the
+//              same texts, contexts, depths, trials and seed), each prefilled in one pass, then
+//              the question and the passkey teacher-forced as batched decode steps; exact match,
+//              passkey probability per depth and its ratio to bf16's
 // --config qwen3-8b-like builds random bf16 weights of that shape (36 layers, 32/8 heads,
 // head_dim 128): SPEED ONLY, no checkpoint of that size is installable here. --config default
 // loads the real default model. latency and throughput fill the KV pages with random values
@@ -23,17 +28,20 @@
 #include <cmath>
 #include <fstream>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "lib/base/status_macros.h"
 #include "lib/engine/quant_kv_cache.h"
 #include "lib/engine/serving_engine.h"
+#include "lib/eval/niah.h"
 #include "lib/model/model.h"
 #include "lib/model_gpu/gpu_model.h"
 #include "lib/quant/codec_spec.h"
@@ -55,6 +63,9 @@ struct Flags {
   int max_batch = 256;
   std::string text;   // quality: comma-separated text files
   int windows = 20;   // quality: windows per context
+  std::string depths = "10,30,50,70,90";  // niah: needle depths in percent
+  int trials = 3;                          // niah: haystacks per (context, depth)
+  uint64_t seed = eval::kDefaultEvalSeed;  // niah: the eval seed (same prompts as oscarkv eval)
 };
 
 model::ModelConfig Qwen3_8bLike() {
@@ -282,16 +293,18 @@ std::string MeanCi(const std::vector<double>& x) {
   return buf;
 }
 
-// Tokenized text files (comma-separated paths).
+// Tokenized text files (comma-separated paths). `parse_special` = false tokenizes like
+// lib/eval's LoadText (what NIAH must match).
 absl::StatusOr<std::vector<std::vector<int32_t>>> LoadTexts(const std::string& files,
-                                                             const model::Model& m) {
+                                                             const model::Model& m,
+                                                             bool parse_special = true) {
   std::vector<std::vector<int32_t>> texts;
   for (absl::string_view file : absl::StrSplit(files, ',', absl::SkipEmpty())) {
     std::ifstream in{std::string(file)};
     if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", file));
     std::stringstream ss;
     ss << in.rdbuf();
-    texts.push_back(m.tokenizer().Encode(ss.str(), /*add_special=*/false));
+    texts.push_back(m.tokenizer().Encode(ss.str(), /*add_special=*/false, parse_special));
   }
   return texts;
 }
@@ -540,28 +553,240 @@ absl::Status Greedy(const Flags& f) {
   return absl::OkStatus();
 }
 
+// One NIAH case through one codec.
+struct NiahScore {
+  double logp = 0;                  // sum of log p(passkey token)
+  bool exact = true;                // greedy would emit every passkey token
+  std::vector<double> token_probs;  // p of each passkey token
+};
+
+// Scores one distribution (logits row) that predicts tail[p] of question + answer.
+void ScoreNiahRow(const float* row, int vocab, const eval::NiahSet& set, const eval::NiahCase& c,
+                  size_t p, NiahScore* s) {
+  if (p < set.question.size()) return;
+  const int32_t target = c.answer[p - set.question.size()];
+  std::vector<double> lp;
+  LogSoftmax(row, vocab, lp);
+  s->logp += lp[target];
+  s->token_probs.push_back(std::exp(lp[target]));
+  s->exact = s->exact && std::max_element(lp.begin(), lp.end()) - lp.begin() == target;
+}
+
+// The cases of `cases` through one GPU model, at most model.options().max_batch at a time:
+// each prompt prefilled in one AddSequence, then question + passkey teacher-forced with batched
+// DecodeSteps (sequences whose tail is done drop out of the batch).
+absl::StatusOr<std::vector<NiahScore>> RunNiahCases(model_gpu::GpuModel& m,
+                                                    const eval::NiahSet& set,
+                                                    std::span<const eval::NiahCase> cases) {
+  const int vocab = m.config().vocab_size;
+  const size_t nb = static_cast<size_t>(m.options().max_batch);
+  std::vector<NiahScore> scores(cases.size());
+  for (size_t g0 = 0; g0 < cases.size(); g0 += nb) {
+    const size_t g1 = std::min(cases.size(), g0 + nb);
+    std::vector<std::vector<int32_t>> forced(g1 - g0);
+    size_t steps = 0;
+    for (size_t i = g0; i < g1; ++i) {
+      const eval::NiahCase& c = cases[i];
+      forced[i - g0] = eval::NiahForcedTokens(set, c);
+      steps = std::max(steps, forced[i - g0].size());
+      int32_t next = 0;
+      std::vector<float> last;
+      OSCARKV_RETURN_IF_ERROR(
+          m.AddSequence(static_cast<int64_t>(i) + 1, c.prompt, c.context, &next, &last));
+      ScoreNiahRow(last.data(), vocab, set, c, 0, &scores[i]);
+    }
+    for (size_t k = 0; k < steps; ++k) {
+      std::vector<int64_t> ids;
+      std::vector<int32_t> tokens;
+      std::vector<size_t> which;
+      for (size_t i = g0; i < g1; ++i) {
+        if (k >= forced[i - g0].size()) continue;
+        ids.push_back(static_cast<int64_t>(i) + 1);
+        tokens.push_back(forced[i - g0][k]);
+        which.push_back(i);
+      }
+      std::vector<int32_t> next;
+      std::vector<float> logits;
+      OSCARKV_RETURN_IF_ERROR(m.DecodeStep(ids, tokens, &next, &logits));
+      for (size_t r = 0; r < which.size(); ++r) {
+        ScoreNiahRow(logits.data() + r * vocab, vocab, set, cases[which[r]], k + 1,
+                     &scores[which[r]]);
+      }
+    }
+    for (size_t i = g0; i < g1; ++i) m.RemoveSequence(static_cast<int64_t>(i) + 1);
+  }
+  return scores;
+}
+
+// Needle in a haystack through each codec's paged GPU cache (see the file comment). Per
+// context: one table (a row per codec: exact-match rate, mean passkey probability, per depth
+// the mean passkey probability and its ratio to bf16's), then the cases one by one.
+absl::Status Niah(const Flags& f) {
+  if (f.config != "default") return absl::InvalidArgumentError("niah needs --config default");
+  if (f.text.empty()) return absl::InvalidArgumentError("niah needs --text FILE[,FILE...]");
+  std::vector<std::string> codecs = absl::StrSplit(f.codecs, ',', absl::SkipEmpty());
+  if (codecs.empty() || codecs[0] != "bf16") {
+    return absl::InvalidArgumentError("niah: the first codec must be bf16 (the reference)");
+  }
+  OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath("default"));
+  OSCARKV_ASSIGN_OR_RETURN(auto real, model::Model::Load(path));
+  const model::ModelConfig& config = real->config();
+  OSCARKV_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> texts,
+                           LoadTexts(f.text, *real, /*parse_special=*/false));
+  eval::NiahOptions options;
+  for (int64_t c : ParseInts(f.contexts)) options.contexts.push_back(static_cast<int>(c));
+  options.depths.clear();
+  for (int64_t d : ParseInts(f.depths)) options.depths.push_back(static_cast<int>(d));
+  options.trials = f.trials;
+  options.seed = f.seed;
+  OSCARKV_ASSIGN_OR_RETURN(
+      const eval::NiahSet set,
+      BuildNiahCases(real->tokenizer(), {texts.begin(), texts.end()}, options));
+  std::vector<std::string> used;
+  std::vector<quant::ThreeTierCacheConfig> tiers;
+  for (const std::string& spec : codecs) {
+    absl::StatusOr<quant::ThreeTierCacheConfig> t = TiersFor(config, spec);
+    if (!t.ok()) {
+      if (used.empty()) return t.status();  // no reference, no ratios
+      std::fprintf(stderr, "skipping %s: %s\n", spec.c_str(), t.status().ToString().c_str());
+      continue;
+    }
+    used.push_back(spec);
+    tiers.push_back(*std::move(t));
+  }
+  const size_t nc = used.size();
+  // Cases come contexts x depths x trials, so each context is one contiguous run.
+  const size_t per_context = options.depths.size() * options.trials;
+  for (size_t ci = 0; ci < options.contexts.size(); ++ci) {
+    const int ctx = options.contexts[ci];
+    const std::span<const eval::NiahCase> cases(set.cases.data() + ci * per_context, per_context);
+    size_t longest = 0;
+    for (const eval::NiahCase& c : cases) longest = std::max(longest, c.prompt.size());
+    const int nb = static_cast<int>(std::min<size_t>(cases.size(), f.max_batch));
+    std::vector<std::vector<NiahScore>> scores;  // [codec][case]
+    for (size_t k = 0; k < nc; ++k) {
+      const auto t0 = Clock::now();
+      OSCARKV_ASSIGN_OR_RETURN(
+          auto m, RealModelFor(*real, tiers[k], nb, ctx, static_cast<int64_t>(longest)));
+      OSCARKV_ASSIGN_OR_RETURN(std::vector<NiahScore> s, RunNiahCases(*m, set, cases));
+      int exact = 0;
+      double prob = 0;
+      for (const NiahScore& x : s) {
+        exact += x.exact;
+        prob += std::exp(x.logp);
+      }
+      std::fprintf(stderr,
+                   "niah context %d %s: %zu cases, exact %d/%zu, mean passkey prob %.4f, "
+                   "%.1f s\n",
+                   ctx, used[k].c_str(), s.size(), exact, s.size(), prob / s.size(),
+                   std::chrono::duration<double>(Clock::now() - t0).count());
+      scores.push_back(std::move(s));
+    }
+    // Per codec and depth: mean passkey probability over the trials.
+    const size_t nd = options.depths.size();
+    std::vector<std::vector<double>> depth_prob(nc, std::vector<double>(nd, 0.0));
+    for (size_t k = 0; k < nc; ++k) {
+      for (size_t i = 0; i < cases.size(); ++i) {
+        depth_prob[k][i / options.trials] += std::exp(scores[k][i].logp) / options.trials;
+      }
+    }
+    std::printf(
+        "\n### NIAH context %d: %zu cases (depths %s%% x %d trials), GPU true decode "
+        "(prompt prefilled, question + passkey teacher-forced through the cache)\n\n"
+        "Per depth: mean passkey prob (ratio to bf16). Goal: ratio >= 0.95 at every "
+        "depth.\n\n| codec | exact match | passkey prob (mean) | token prob (geo. mean) |",
+        ctx, cases.size(), f.depths.c_str(), options.trials);
+    for (int d : options.depths) std::printf(" %d%% |", d);
+    std::printf(" min ratio | within 5%% at every depth |\n|---|---|---|---|");
+    for (size_t d = 0; d < nd; ++d) std::printf("---|");
+    std::printf("---|---|\n");
+    for (size_t k = 0; k < nc; ++k) {
+      int exact = 0;
+      double prob = 0, token_logp = 0;
+      for (const NiahScore& x : scores[k]) {
+        exact += x.exact;
+        prob += std::exp(x.logp);
+        token_logp += x.logp / x.token_probs.size();
+      }
+      const double n = static_cast<double>(cases.size());
+      std::printf("| %s | %d/%zu (%.2f) | %.4f | %.4f |", used[k].c_str(), exact, cases.size(),
+                  exact / n, prob / n, std::exp(token_logp / n));
+      double min_ratio = INFINITY;
+      for (size_t d = 0; d < nd; ++d) {
+        const double ref = depth_prob[0][d];
+        if (ref > 0) {
+          const double ratio = depth_prob[k][d] / ref;
+          min_ratio = std::min(min_ratio, ratio);
+          std::printf(" %.4f (%.3f) |", depth_prob[k][d], ratio);
+        } else {
+          std::printf(" %.4f (-) |", depth_prob[k][d]);
+        }
+      }
+      if (std::isinf(min_ratio)) {
+        std::printf(" - | - |\n");
+      } else {
+        std::printf(" %.3f | %s |\n", min_ratio, min_ratio >= 0.95 ? "yes" : "no");
+      }
+    }
+    // The cases one by one: where the haystack and the needle come from, and per codec the
+    // passkey probability, its tokens' probabilities and whether greedy would emit it.
+    std::printf("\n| depth | trial | haystack | needle at | passkey |");
+    for (const std::string& u : used) std::printf(" %s: prob [tokens] greedy |", u.c_str());
+    std::printf("\n|---|---|---|---|---|");
+    for (size_t k = 0; k < nc; ++k) std::printf("---|");
+    std::printf("\n");
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const eval::NiahCase& c = cases[i];
+      std::printf("| %d%% | %d | text%d@%lld | %d | %s |", c.depth_percent, c.trial, c.text_index,
+                  static_cast<long long>(c.text_offset), c.needle_position, c.passkey.c_str());
+      for (size_t k = 0; k < nc; ++k) {
+        const NiahScore& x = scores[k][i];
+        std::vector<std::string> tp;
+        for (double p : x.token_probs) tp.push_back(absl::StrFormat("%.3f", p));
+        std::printf(" %.4f [%s] %s |", std::exp(x.logp), absl::StrJoin(tp, " ").c_str(),
+                    x.exact ? "yes" : "no");
+      }
+      std::printf("\n");
+    }
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 }  // namespace oscarkv::bench
 
 int main(int argc, char** argv) {
   oscarkv::bench::Flags f;
   CLI::App app{"GPU end-to-end benchmark: BF16 KV vs OSCAR INT2 KV (lib/model_gpu)"};
-  app.add_option("--mode", f.mode, "latency | throughput | ttft | quality | greedy")
-      ->check(CLI::IsMember({"latency", "throughput", "ttft", "quality", "greedy"}));
+  app.add_option("--mode", f.mode, "latency | throughput | ttft | quality | greedy | niah")
+      ->check(CLI::IsMember({"latency", "throughput", "ttft", "quality", "greedy", "niah"}));
   app.add_option("--config", f.config, "qwen3-8b-like (random weights, speed only) | default");
   app.add_option("--codecs", f.codecs,
                  "comma-separated codecs (default bf16,oscar); quality also takes codec@K/V "
                  "to override the clip ratios, e.g. oscar@0.90/0.84");
-  app.add_option("--contexts", f.contexts, "latency/ttft: comma-separated context lengths");
+  app.add_option("--contexts", f.contexts,
+                 "latency/ttft/quality/niah: comma-separated context lengths (niah default "
+                 "2048,4096,8192)");
   app.add_option("--budgets-gib", f.budgets_gib, "throughput: KV budgets in GiB (default 16,64)");
   app.add_option("--prompt", f.prompt,
                  "throughput/greedy: prompt tokens per sequence (default 32768)");
   app.add_option("--output", f.output, "throughput/greedy: output tokens per sequence (default 512)");
   app.add_option("--steps", f.steps, "decode steps timed (median reported; default 32)");
-  app.add_option("--max-batch", f.max_batch, "throughput: most sequences per step (default 256)");
-  app.add_option("--text", f.text, "quality/greedy: comma-separated text files (held-out text)");
+  app.add_option("--max-batch", f.max_batch,
+                 "throughput/niah: most sequences per step (default 256)");
+  app.add_option("--text", f.text,
+                 "quality/greedy/niah: comma-separated text files (held-out text)");
   app.add_option("--windows", f.windows, "quality: windows per context; greedy: prompts (default 20)");
+  app.add_option("--depths", f.depths, "niah: needle depths in percent (default 10,30,50,70,90)");
+  app.add_option("--trials", f.trials,
+                 "niah: haystacks per (context, depth), from different texts/offsets (default 3)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--seed", f.seed,
+                 "niah: the eval seed; the same as `oscarkv eval --seed` gives the same prompts "
+                 "(default 20261129)");
   CLI11_PARSE(app, argc, argv);
+  if (f.mode == "niah" && app.count("--contexts") == 0) f.contexts = "2048,4096,8192";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -571,6 +796,7 @@ int main(int argc, char** argv) {
                     : f.mode == "throughput" ? oscarkv::bench::Throughput(f)
                     : f.mode == "quality"    ? oscarkv::bench::Quality(f)
                     : f.mode == "greedy"     ? oscarkv::bench::Greedy(f)
+                    : f.mode == "niah"       ? oscarkv::bench::Niah(f)
                                              : oscarkv::bench::Ttft(f);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.ToString().c_str());

@@ -18,6 +18,7 @@
 #include "lib/base/log.h"
 #include "lib/base/status_macros.h"
 #include "lib/eval/metrics.h"
+#include "lib/eval/niah.h"
 #include "lib/eval/teacher_forcing.h"
 #include "lib/eval/text_overlap.h"
 #include "lib/engine/quant_kv_cache.h"
@@ -461,79 +462,56 @@ absl::StatusOr<std::vector<std::unique_ptr<engine::QuantKvCache>>> MakeCaches(
 absl::Status RunNiah(const EvalConfig& cfg, const model::Model& model,
                      const std::vector<Text>& texts, const std::vector<CodecSetup>& setups,
                      Json* out) {
-  const model::Tokenizer& tok = model.tokenizer();
   const int vocab = model.config().vocab_size;
-  std::mt19937_64 rng(cfg.seed + 7);
+  NiahOptions options;
+  options.contexts = cfg.niah_contexts;
+  options.depths = cfg.niah_depths;
+  options.trials = cfg.niah_trials;
+  options.seed = cfg.seed;
+  std::vector<std::span<const int32_t>> spans;
+  for (const Text& t : texts) spans.emplace_back(t.tokens);
+  OSCARKV_ASSIGN_OR_RETURN(const NiahSet set, BuildNiahCases(model.tokenizer(), spans, options));
   double total = 0;
-  for (int len : cfg.niah_contexts) total += static_cast<double>(len) * cfg.niah_depths.size() * cfg.niah_trials;
+  for (const NiahCase& c : set.cases) total += c.context;
   Progress progress("niah", total, cfg.progress);
-  const std::vector<int32_t> question =
-      tok.Encode("\n\nWhat is the secret pass key? The secret pass key is", false, false);
-  for (int len : cfg.niah_contexts) {
-    for (int depth : cfg.niah_depths) {
-      for (int trial = 0; trial < cfg.niah_trials; ++trial) {
-        const int key = 10000 + static_cast<int>(rng() % 90000);
-        const std::string ks = std::to_string(key);
-        const std::vector<int32_t> needle = tok.Encode(
-            absl::StrCat(" The secret pass key is ", ks, ". Remember it. The secret pass key is ",
-                         ks, ". "),
-            false, false);
-        const std::vector<int32_t> answer = tok.Encode(absl::StrCat(" ", ks), false, false);
-        const int qa = static_cast<int>(question.size() + answer.size());
-        const int hay_len = len - qa - static_cast<int>(needle.size());
-        // Needle start in [64, len - 256 - |needle|] (never in the sink or the recent window).
-        const int lo = 64, hi = len - 256 - static_cast<int>(needle.size());
-        if (hi <= lo || hay_len <= 0) return absl::InvalidArgumentError("NIAH context too short");
-        const int pos = lo + static_cast<int>(std::lround((hi - lo) * depth / 100.0));
-        const Text& text = texts[(trial + depth / 10) % texts.size()];
-        if (text.tokens.size() < static_cast<size_t>(hay_len) + 512) {
-          return absl::InvalidArgumentError("text too short for NIAH");
-        }
-        const size_t start = 256 + rng() % (text.tokens.size() - hay_len - 256);
-        std::vector<int32_t> prompt = Slice(text.tokens, start, pos);
-        prompt.insert(prompt.end(), needle.begin(), needle.end());
-        prompt.insert(prompt.end(), text.tokens.begin() + start + pos,
-                      text.tokens.begin() + start + hay_len);
-        // Prefill once at full precision into every codec's cache.
-        OSCARKV_ASSIGN_OR_RETURN(auto caches, MakeCaches(model, setups));
-        std::vector<model::KvCache*> targets;
-        for (auto& c : caches) targets.push_back(c.get());
-        auto seq = model.NewSequence(std::make_unique<FanoutKvCache>(targets));
-        std::vector<float> logits;
-        OSCARKV_RETURN_IF_ERROR(model.Prefill(*seq, prompt, /*all_logits=*/false, &logits));
-        // Teacher-force question + passkey through each codec's cache (true decode).
-        std::vector<int32_t> forced = question;
-        forced.insert(forced.end(), answer.begin(), answer.end() - 1);
-        std::vector<int64_t> positions(forced.size());
-        std::iota(positions.begin(), positions.end(), static_cast<int64_t>(prompt.size()));
-        for (size_t s = 0; s < setups.size(); ++s) {
-          std::vector<model::KvCache*> cs(forced.size(), caches[s].get());
-          OSCARKV_ASSIGN_OR_RETURN(auto hidden, CacheForward(model, cs, forced, positions));
-          const int first = static_cast<int>(question.size()) - 1;
-          std::vector<float> lg;
-          OutputLogits(model, hidden.data() + static_cast<size_t>(first) * model.config().d_model,
-                       static_cast<int64_t>(answer.size()), &lg);
-          double logp = 0;
-          bool exact = true;
-          std::vector<double> lp;
-          for (size_t i = 0; i < answer.size(); ++i) {
-            LogSoftmax(std::span<const float>(lg.data() + i * vocab, vocab), &lp);
-            logp += lp[answer[i]];
-            exact = exact && ArgMax(lp) == answer[i];
-          }
-          out->push_back({{"codec", std::string(setups[s].spec->name)},
-                          {"context", len},
-                          {"depth_percent", depth},
-                          {"trial", trial},
-                          {"needle_position", pos},
-                          {"passkey", ks},
-                          {"exact_match", exact},
-                          {"passkey_prob", std::exp(logp)},
-                          {"passkey_mean_token_prob", std::exp(logp / answer.size())}});
-        }
-        progress.Advance(len, absl::StrFormat("ctx %d depth %d", len, depth));
+  for (const NiahCase& c : set.cases) {
+    // Prefill once at full precision into every codec's cache.
+    OSCARKV_ASSIGN_OR_RETURN(auto caches, MakeCaches(model, setups));
+    std::vector<model::KvCache*> targets;
+    for (auto& cache : caches) targets.push_back(cache.get());
+    auto seq = model.NewSequence(std::make_unique<FanoutKvCache>(targets));
+    std::vector<float> logits;
+    OSCARKV_RETURN_IF_ERROR(model.Prefill(*seq, c.prompt, /*all_logits=*/false, &logits));
+    // Teacher-force question + passkey through each codec's cache (true decode).
+    const std::vector<int32_t> forced = NiahForcedTokens(set, c);
+    std::vector<int64_t> positions(forced.size());
+    std::iota(positions.begin(), positions.end(), static_cast<int64_t>(c.prompt.size()));
+    for (size_t s = 0; s < setups.size(); ++s) {
+      std::vector<model::KvCache*> cs(forced.size(), caches[s].get());
+      OSCARKV_ASSIGN_OR_RETURN(auto hidden, CacheForward(model, cs, forced, positions));
+      const int first = static_cast<int>(set.question.size()) - 1;
+      std::vector<float> lg;
+      OutputLogits(model, hidden.data() + static_cast<size_t>(first) * model.config().d_model,
+                   static_cast<int64_t>(c.answer.size()), &lg);
+      double logp = 0;
+      bool exact = true;
+      std::vector<double> lp;
+      for (size_t i = 0; i < c.answer.size(); ++i) {
+        LogSoftmax(std::span<const float>(lg.data() + i * vocab, vocab), &lp);
+        logp += lp[c.answer[i]];
+        exact = exact && ArgMax(lp) == c.answer[i];
       }
+      out->push_back({{"codec", std::string(setups[s].spec->name)},
+                      {"context", c.context},
+                      {"depth_percent", c.depth_percent},
+                      {"trial", c.trial},
+                      {"needle_position", c.needle_position},
+                      {"passkey", c.passkey},
+                      {"exact_match", exact},
+                      {"passkey_prob", std::exp(logp)},
+                      {"passkey_mean_token_prob", std::exp(logp / c.answer.size())}});
     }
+    progress.Advance(c.context, absl::StrFormat("ctx %d depth %d", c.context, c.depth_percent));
   }
   progress.Finish();
   return absl::OkStatus();

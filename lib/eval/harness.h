@@ -12,7 +12,8 @@
 // NIAH and greedy agreement run the TRUE decode path: the prompt is prefilled at full precision
 // (serving semantics, quant.md E.0 rule 1) into each codec's ThreeTierCache, then every further
 // token (NIAH: the question and the passkey, teacher-forced; greedy: 128 generated tokens) is a
-// decode step attending through that cache.
+// decode step attending through that cache. The NIAH prompts come from lib/eval/niah.h, which
+// gpu_e2e_bench --mode niah shares.
 #ifndef OSCARKV_LIB_EVAL_HARNESS_H_
 #define OSCARKV_LIB_EVAL_HARNESS_H_
 
@@ -22,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/eval/niah.h"
 #include "lib/model/model.h"
 #include "lib/quant/calibration.h"
 
@@ -58,7 +60,7 @@ struct EvalConfig {
   bool quick = false;                            // small settings, < 10 min on 2 cores
   bool plots = true;                             // run scripts/plots/quality_plots.py at the end
   std::string plot_script;                       // Default: found next to the repo root
-  uint64_t seed = 20261129;
+  uint64_t seed = kDefaultEvalSeed;              // Default: kDefaultEvalSeed (lib/eval/niah.h)
   int threads = 0;                               // Default: 0 (OpenBLAS default)
   bool progress = true;                          // progress bar with ETA on stderr
   std::string command_line;                      // recorded in results.json

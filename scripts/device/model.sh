@@ -2,11 +2,12 @@
 # On the GPU machine: end-to-end runs of lib/model_gpu with the real default model, staged by
 # scripts/device/stage_model.sh in three back-to-back calls (ARCHITECTURE.md §7).
 #   bash scripts/device/model.sh stage DIR          copy DIR's files to the scratch folder
-#   bash scripts/device/model.sh run DIR [--bench] [--quality] [--clip]  copy DIR's files, reassemble the
+#   bash scripts/device/model.sh run DIR [--bench] [--quality] [--clip] [--niah]  copy DIR's files, reassemble the
 #        model, check its sha256, unpack the binaries; run the GPU-vs-CPU tests and `oscarkv
 #        generate --device cuda`; with --bench also the end-to-end benchmarks; with --quality the
 #        true-decode quality grid (20 windows at 2k and 8k, held-out text); with --clip the
-#        clipping lever at 8k and greedy agreement (50 prompts x 128 tokens). Logs in $OUT.
+#        clipping lever at 8k and greedy agreement (50 prompts x 128 tokens); with --niah the
+#        needle in a haystack at 2k/4k/8k (5 depths x 3 trials, true decode). Logs in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
@@ -38,9 +39,9 @@ for codec in bf16 oscar; do
     --prompt "The three most important things to know about the ocean are" 2>&1 \
     | tee "$OUT/generate_$codec.log" || status=1
 done
-bench=0; quality=0; clip=0
+bench=0; quality=0; clip=0; niah=0
 for a in "${@:3}"; do
-  case "$a" in --bench) bench=1 ;; --quality) quality=1 ;; --clip) clip=1 ;;
+  case "$a" in --bench) bench=1 ;; --quality) quality=1 ;; --clip) clip=1 ;; --niah) niah=1 ;;
     *) echo "unknown $a" >&2; exit 2 ;; esac
 done
 if [ $quality = 1 ]; then
@@ -61,6 +62,13 @@ if [ $clip = 1 ]; then
     --text "$SCRATCH/emma.txt,$SCRATCH/persuasion.txt,$SCRATCH/mobydick.txt" \
     --codecs bf16,oscar,oscar-hadamard,oscar-norot,oscar@0.90/0.84 2>&1 \
     | tee "$OUT/greedy.log" || status=1
+fi
+if [ $niah = 1 ]; then
+  echo "== needle in a haystack (true decode on the GPU, held-out text)"
+  "$BIN"/gpu_e2e_bench --mode niah --config default \
+    --text "$SCRATCH/emma.txt,$SCRATCH/persuasion.txt,$SCRATCH/mobydick.txt" \
+    --codecs bf16,oscar,oscar-hadamard,oscar@0.90/0.84 --contexts 2048,4096,8192 \
+    --depths 10,30,50,70,90 --trials 3 2>&1 | tee "$OUT/niah.log" || status=1
 fi
 if [ $bench = 1 ]; then
   E="$BIN"/gpu_e2e_bench
