@@ -38,6 +38,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/e2e/gpu_bench_setup.h"
 #include "lib/base/status_macros.h"
 #include "lib/engine/quant_kv_cache.h"
 #include "lib/engine/serving_engine.h"
@@ -68,72 +69,6 @@ struct Flags {
   uint64_t seed = eval::kDefaultEvalSeed;  // niah: the eval seed (same prompts as oscarkv eval)
 };
 
-model::ModelConfig Qwen3_8bLike() {
-  model::ModelConfig c;
-  c.arch_name = "qwen3";
-  c.arch = model::Arch::kQwen3;
-  c.num_layers = 36;
-  c.d_model = 4096;
-  c.num_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_dim = 128;
-  c.d_ff = 12288;
-  c.vocab_size = 151936;
-  c.context_length = 131072 + 4096;
-  c.rope_dim = 128;
-  c.rope_theta = 1000000.0;
-  c.rope_style = model::RopeStyle::kNeox;
-  c.norm_eps = 1e-6;
-  c.qk_norm = true;
-  return c;
-}
-
-// Everything a GpuModel needs except its options, for one config and codec.
-struct Setup {
-  model::ModelConfig config;
-  std::unique_ptr<model::Model> real;  // --config default only
-  quant::ThreeTierCacheConfig tiers;
-};
-
-absl::StatusOr<Setup> MakeSetup(const std::string& config, const std::string& codec) {
-  Setup s;
-  if (config == "default") {
-    OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath("default"));
-    OSCARKV_ASSIGN_OR_RETURN(s.real, model::Model::Load(path));
-    s.config = s.real->config();
-    OSCARKV_ASSIGN_OR_RETURN(
-        auto factory, engine::KvCacheFactory::Create(
-                          s.config, codec, engine::ResolveCalibrationPath("", "default", codec)));
-    s.tiers = factory->tier_config();
-    return s;
-  }
-  if (config != "qwen3-8b-like") return absl::InvalidArgumentError("unknown --config " + config);
-  s.config = Qwen3_8bLike();
-  OSCARKV_ASSIGN_OR_RETURN(const quant::CodecSpec* spec, quant::FindCodec(codec));
-  s.tiers.num_layers = s.config.num_layers;
-  s.tiers.num_kv_heads = s.config.num_kv_heads;
-  s.tiers.head_dim = s.config.head_dim;
-  s.tiers.codec = spec->id;
-  if (spec->rotation != quant::RotationKind::kNone) {
-    // A full D x D rotation per layer costs the same whatever its values: use a signed
-    // permutation (orthogonal), so the numbers stay bounded.
-    std::vector<float> r(128 * 128, 0.0f);
-    for (int i = 0; i < 128; ++i) r[i * 128 + (i * 37) % 128] = (i % 3 == 0) ? -1.0f : 1.0f;
-    s.tiers.rotations.k.assign(s.config.num_layers, r);
-    s.tiers.rotations.v.assign(s.config.num_layers, r);
-  }
-  return s;
-}
-
-absl::StatusOr<std::unique_ptr<model_gpu::GpuModel>> MakeModel(const Setup& s,
-                                                               const model_gpu::GpuModelOptions& o) {
-  absl::StatusOr<model_gpu::GpuWeights> w =
-      s.real ? model_gpu::GpuWeights::Upload(s.config, s.real->weights())
-             : model_gpu::GpuWeights::Random(s.config, 1234);
-  if (!w.ok()) return w.status();
-  return model_gpu::GpuModel::Create(s.config, std::move(*w), s.tiers, o);
-}
-
 // Median seconds per decode step over `steps` steps of all `ids` together.
 absl::StatusOr<double> TimeSteps(model_gpu::GpuModel& m, const std::vector<int64_t>& ids, int steps) {
   std::vector<int32_t> tokens(ids.size(), 100), next;
@@ -160,7 +95,7 @@ absl::Status Latency(const Flags& f) {
   std::printf("| config | codec | context | decode ms/token (B=1, median of %d) | KV bytes |\n"
               "|---|---|---|---|---|\n", f.steps);
   for (absl::string_view codec : absl::StrSplit(f.codecs, ',')) {
-    OSCARKV_ASSIGN_OR_RETURN(Setup s, MakeSetup(f.config, std::string(codec)));
+    OSCARKV_ASSIGN_OR_RETURN(GpuBenchSetup s, MakeGpuBenchSetup(f.config, std::string(codec)));
     const std::vector<int64_t> contexts = ParseInts(f.contexts);
     model_gpu::GpuModelOptions o;
     o.max_batch = 1;
@@ -175,7 +110,7 @@ absl::Status Latency(const Flags& f) {
     const model_gpu::PageCount pages = model_gpu::PagesForTokens(pc, longest);
     o.kv_budget_bytes = pages.bf16 * model_gpu::Bf16PageBytes(pc) +
                         pages.int2 * model_gpu::Int2PageBytes(pc) + (int64_t{64} << 20);
-    OSCARKV_ASSIGN_OR_RETURN(auto m, MakeModel(s, o));
+    OSCARKV_ASSIGN_OR_RETURN(auto m, MakeGpuBenchModel(s, o));
     int64_t id = 0;
     for (int64_t ctx : contexts) {
       OSCARKV_RETURN_IF_ERROR(m->AddSyntheticSequence(++id, ctx, ctx + f.steps + 8, 7));
@@ -196,12 +131,12 @@ absl::Status Throughput(const Flags& f) {
               f.prompt, f.output, f.steps);
   for (int64_t gib : ParseInts(f.budgets_gib)) {
     for (absl::string_view codec : absl::StrSplit(f.codecs, ',')) {
-      OSCARKV_ASSIGN_OR_RETURN(Setup s, MakeSetup(f.config, std::string(codec)));
+      OSCARKV_ASSIGN_OR_RETURN(GpuBenchSetup s, MakeGpuBenchSetup(f.config, std::string(codec)));
       model_gpu::GpuModelOptions o;
       o.max_batch = f.max_batch;
       o.max_prompt_tokens = 256;
       o.kv_budget_bytes = gib << 30;
-      OSCARKV_ASSIGN_OR_RETURN(auto m, MakeModel(s, o));
+      OSCARKV_ASSIGN_OR_RETURN(auto m, MakeGpuBenchModel(s, o));
       std::vector<int64_t> ids;
       const int64_t total = int64_t{f.prompt} + f.output;
       while (static_cast<int>(ids.size()) < f.max_batch && m->CanAdmit(total)) {
@@ -230,12 +165,12 @@ absl::Status Ttft(const Flags& f) {
   const std::vector<int64_t> contexts = ParseInts(f.contexts);
   const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
   for (absl::string_view codec : absl::StrSplit(f.codecs, ',')) {
-    OSCARKV_ASSIGN_OR_RETURN(Setup s, MakeSetup(f.config, std::string(codec)));
+    OSCARKV_ASSIGN_OR_RETURN(GpuBenchSetup s, MakeGpuBenchSetup(f.config, std::string(codec)));
     model_gpu::GpuModelOptions o;
     o.max_batch = 1;
     o.max_prompt_tokens = longest;
     o.kv_budget_bytes = int64_t{24} << 30;
-    OSCARKV_ASSIGN_OR_RETURN(auto m, MakeModel(s, o));
+    OSCARKV_ASSIGN_OR_RETURN(auto m, MakeGpuBenchModel(s, o));
     std::mt19937 rng(5);
     std::uniform_int_distribution<int32_t> tok(10, s.config.vocab_size - 1);
     int64_t id = 0;

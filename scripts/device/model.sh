@@ -2,12 +2,16 @@
 # On the GPU machine: end-to-end runs of lib/model_gpu with the real default model, staged by
 # scripts/device/stage_model.sh in three back-to-back calls (ARCHITECTURE.md §7).
 #   bash scripts/device/model.sh stage DIR          copy DIR's files to the scratch folder
-#   bash scripts/device/model.sh run DIR [--bench] [--quality] [--clip] [--niah]  copy DIR's files, reassemble the
-#        model, check its sha256, unpack the binaries; run the GPU-vs-CPU tests and `oscarkv
-#        generate --device cuda`; with --bench also the end-to-end benchmarks; with --quality the
-#        true-decode quality grid (20 windows at 2k and 8k, held-out text); with --clip the
+#   bash scripts/device/model.sh run DIR [--skip-tests] [--bench] [--quality] [--clip] [--niah]
+#        [--multigpu]   copy DIR's files, reassemble the model, check its sha256, unpack the
+#        binaries; run the GPU-vs-CPU tests (model_gpu_test, model_kernels_gpu_test) and `oscarkv
+#        generate --device cuda` (unless --skip-tests: a second run on a still-warm machine);
+#        with --bench also the end-to-end benchmarks; with --quality the true-decode quality grid
+#        (20 windows at 2k and 8k, held-out text); with --clip the M5 calibration and the
 #        clipping lever at 8k and greedy agreement (50 prompts x 128 tokens); with --niah the
-#        needle in a haystack at 2k/4k/8k (5 depths x 3 trials, true decode). Logs in $OUT.
+#        needle in a haystack at 2k/4k/8k (5 depths x 3 trials, true decode); with --multigpu
+#        (two GPUs) the prefill-GPU -> decode-GPU run of bench/multigpu over NCCL and the CUDA
+#        UCX carried in stage2 (ucx-cu13.tar.xz). Logs in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
@@ -29,21 +33,49 @@ export LD_LIBRARY_PATH="$SCRATCH/lib:$cublas:${LD_LIBRARY_PATH:-}"
 export OSCARKV_DEFAULT_MODEL="$SCRATCH/model.gguf"
 BIN="$SCRATCH/bin"
 status=0
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
-echo "== GPU vs CPU tests"
-"$BIN"/model_gpu_test 2>&1 | tee "$OUT/model_gpu_test.log" | grep -vE '^\[ +(RUN|OK) ' || status=1
-grep -q "FAILED" "$OUT/model_gpu_test.log" && status=1
-echo "== generate --device cuda"
-for codec in bf16 oscar; do
-  "$BIN"/oscarkv generate --device cuda --codec "$codec" --max-tokens 48 \
-    --prompt "The three most important things to know about the ocean are" 2>&1 \
-    | tee "$OUT/generate_$codec.log" || status=1
-done
-bench=0; quality=0; clip=0; niah=0
+bench=0; quality=0; clip=0; niah=0; multigpu=0; tests=1
 for a in "${@:3}"; do
   case "$a" in --bench) bench=1 ;; --quality) quality=1 ;; --clip) clip=1 ;; --niah) niah=1 ;;
+    --multigpu) multigpu=1 ;; --skip-tests) tests=0 ;;
     *) echo "unknown $a" >&2; exit 2 ;; esac
 done
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
+if [ $tests = 1 ]; then
+  echo "== GPU vs CPU tests"
+  for t in model_gpu_test model_kernels_gpu_test; do
+    "$BIN"/$t 2>&1 | tee "$OUT/$t.log" | grep -vE '^\[ +(RUN|OK) |^PASS ' || status=1
+    grep -qE "FAILED|^FAIL" "$OUT/$t.log" && status=1
+  done
+  echo "== generate --device cuda"
+  for codec in bf16 oscar; do
+    "$BIN"/oscarkv generate --device cuda --codec "$codec" --max-tokens 48 \
+      --prompt "The three most important things to know about the ocean are" 2>&1 \
+      | tee "$OUT/generate_$codec.log" || status=1
+  done
+fi
+if [ $multigpu = 1 ]; then
+  # NVLink multicast stays off on these shared hosts (device README); the bench forces it too.
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  nccl=$(dirname "$(find / -name 'libnccl.so.2' -not -path '*/proc/*' 2>/dev/null | head -1)")
+  tar -C "$SCRATCH" -xJf "$SCRATCH"/ucx-cu13.tar.xz
+  # The CUDA-enabled UCX goes first: it replaces Debian's (CPU-only) libucp for this run.
+  MG_LIBS="$SCRATCH/ucx-cu13/lib:$nccl:$LD_LIBRARY_PATH"
+  echo "== GPU topology"; nvidia-smi topo -m 2>&1 | tee "$OUT/topo.txt"
+  LD_LIBRARY_PATH="$MG_LIBS" "$SCRATCH"/ucx-cu13/bin/ucx_info -v 2>&1 | tee "$OUT/ucx_info.txt"
+  LD_LIBRARY_PATH="$MG_LIBS" "$SCRATCH"/ucx-cu13/bin/ucx_info -d 2>&1 \
+    | grep -E "Transport|Device" > "$OUT/ucx_transports.txt"
+  M="$BIN"/multigpu_bench
+  echo "== cudaMemcpyPeer bandwidth"
+  LD_LIBRARY_PATH="$MG_LIBS" $M --mode peer 2>&1 | tee "$OUT/multigpu_peer.log" || status=1
+  echo "== default model: prefill GPU 0 -> decode GPU 1"
+  LD_LIBRARY_PATH="$MG_LIBS" $M --mode run --config default --codecs bf16,oscar \
+    --contexts 2048,8192 --text "$SCRATCH/mobydick.txt" 2>&1 \
+    | tee "$OUT/multigpu_default.log" || status=1
+  echo "== Qwen3-8B-like (random weights): prefill GPU 0 -> decode GPU 1"
+  LD_LIBRARY_PATH="$MG_LIBS" $M --mode run --config qwen3-8b-like --codecs bf16,oscar \
+    --contexts 8192,32768,131072 --prefill-max 32768 --no-sweep 2>&1 \
+    | tee "$OUT/multigpu_8b.log" || status=1
+fi
 if [ $quality = 1 ]; then
   echo "== quality (true decode on the GPU, held-out text)"
   OMP_NUM_THREADS=16 "$BIN"/gpu_e2e_bench --mode quality --config default \
@@ -55,7 +87,8 @@ if [ $clip = 1 ]; then
   echo "== quality: the clipping lever at 8k"
   OMP_NUM_THREADS=16 "$BIN"/gpu_e2e_bench --mode quality --config default \
     --text "$SCRATCH/emma.txt,$SCRATCH/persuasion.txt,$SCRATCH/mobydick.txt" \
-    --codecs bf16,oscar@0.90/0.84,oscar@0.84/0.75,oscar-hadamard@0.90/0.84 --contexts 8192 \
+    --codecs bf16,oscar-gram,oscar@0.90/0.84,oscar@0.84/0.75,oscar-hadamard@0.90/0.84 \
+    --contexts 8192 \
     --windows 20 2>&1 | tee "$OUT/quality_clip.log" || status=1
   echo "== greedy agreement: 50 prompts of 1024 tokens, 128 new tokens"
   "$BIN"/gpu_e2e_bench --mode greedy --config default --prompt 1024 --output 128 --windows 50 \
