@@ -61,7 +61,13 @@ struct Flags {
   std::string text;  // default config: prompt text (else random token ids)
   std::string ucx_tls = "cuda_ipc,cuda_copy,tcp,sm,self";
   bool sweep = true;
+  int timeout_s = 300;
 };
+
+// Phase lines on stderr (unbuffered), so a stuck run shows where it stopped.
+void Phase(bool prefill, const std::string& what) {
+  std::fprintf(stderr, "[%s] %s\n", prefill ? "prefill" : "decode", what.c_str());
+}
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -144,6 +150,7 @@ struct Transports {
   std::unique_ptr<transfer::UcxBackend> ucx;
   std::string peer_ucx_address;
   std::string peer_nccl_address;
+  int transfer_timeout_ms = 60000;
 };
 
 // Both sides: NCCL communicator (rank 0 = prefill) and UCX workers, addresses exchanged.
@@ -164,6 +171,7 @@ absl::Status ConnectTransports(const Flags& f, int fd, bool prefill, Transports&
     o.world_size = 2;
     o.unique_id = id;
     o.cuda_device = prefill ? f.gpu_a : f.gpu_b;
+    Phase(prefill, "joining the NCCL communicator");
     OSCARKV_ASSIGN_OR_RETURN(t.nccl, transfer::NcclBackend::Create(o));
     t.peer_nccl_address = prefill ? "nccl:1" : "nccl:0";
   }
@@ -171,6 +179,7 @@ absl::Status ConnectTransports(const Flags& f, int fd, bool prefill, Transports&
     transfer::UcxOptions o;
     o.transports = f.ucx_tls;
     o.peer_failure_detection = false;  // two co-located processes that trust each other
+    Phase(prefill, "starting UCX with UCX_TLS=" + f.ucx_tls);
     OSCARKV_ASSIGN_OR_RETURN(t.ucx, transfer::UcxBackend::Create(o));
     if (!t.ucx->capabilities().gpu_memory) {
       return absl::FailedPreconditionError(
@@ -180,6 +189,7 @@ absl::Status ConnectTransports(const Flags& f, int fd, bool prefill, Transports&
     OSCARKV_RETURN_IF_ERROR(SendMsg(fd, t.ucx->EndpointAddress()));
     OSCARKV_ASSIGN_OR_RETURN(t.peer_ucx_address, RecvMsg(fd));
   }
+  Phase(prefill, "transports connected");
   return absl::OkStatus();
 }
 
@@ -234,7 +244,8 @@ absl::StatusOr<double> TransferOnce(const std::string& transport, Transports& t,
   transfer::TransferBackend& backend =
       nccl ? static_cast<transfer::TransferBackend&>(*t.nccl) : *t.ucx;
   batch.peer_address = nccl ? t.peer_nccl_address : t.peer_ucx_address;
-  const std::chrono::milliseconds timeout(120000);
+  // Well inside the watchdog, so a stuck transfer reports itself.
+  const std::chrono::milliseconds timeout(std::max(1000, t.transfer_timeout_ms));
   if (!prefill) {
     // Decode side: post the receives (NCCL), say ready, report when the bytes are here.
     transfer::TransferId id = 0;
@@ -289,6 +300,7 @@ absl::StatusOr<std::vector<double>> TimeAllTransports(
       // The transports write from their own (non-blocking) streams: finish the poison first.
       OSCARKV_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "poison receive buffer"));
     }
+    Phase(prefill, absl::StrCat(name, ": ", ops.size(), " op(s), ", total, " bytes"));
     std::vector<double> times;
     for (int rep = 0; rep < f.reps; ++rep) {
       OSCARKV_ASSIGN_OR_RETURN(double s, TransferOnce(name, t, fd, prefill, r, ops));
@@ -450,6 +462,7 @@ absl::Status PrefillCases(const Flags& f, Transports& t, int fd, const std::stri
       c.forward = model->last_prefill().forward_seconds;
       c.cache_write = model->last_prefill().cache_write_seconds;
     }
+    Phase(true, absl::StrCat(codec, " ", ctx, " tokens prefilled"));
     const model_gpu::PackedKvLayout layout = model->PackedLayout(ctx);
     c.bytes = layout.bytes();
     const double p0 = Now();
@@ -589,7 +602,7 @@ int RunPeer(const Flags& f) {
   return 0;
 }
 
-absl::Status RunSide(const Flags& f, int fd, bool prefill) {
+absl::Status RunSide(const Flags& f, int fd, bool prefill, Transports& t) {
   OSCARKV_RETURN_IF_ERROR(
       CudaStatus(cudaSetDevice(prefill ? f.gpu_a : f.gpu_b), "cudaSetDevice"));
   if (prefill) {
@@ -597,7 +610,7 @@ absl::Status RunSide(const Flags& f, int fd, bool prefill) {
     cudaDeviceCanAccessPeer(&can, f.gpu_a, f.gpu_b);
     if (can) cudaDeviceEnablePeerAccess(f.gpu_b, 0);  // for the cudaMemcpyPeer baseline
   }
-  Transports t;
+  t.transfer_timeout_ms = f.timeout_s * 1000 / 3;
   OSCARKV_RETURN_IF_ERROR(ConnectTransports(f, fd, prefill, t));
   if (f.sweep) {
     Registered r;
@@ -640,16 +653,23 @@ int RunTwoProcesses(const Flags& f) {
   const bool prefill = pid != 0;
   close(fds[prefill ? 1 : 0]);
   const int fd = fds[prefill ? 0 : 1];
-  const absl::Status st = RunSide(f, fd, prefill);
+  // Watchdog: a transport that never completes must not hold the GPUs (SIGALRM ends us).
+  alarm(static_cast<unsigned>(f.timeout_s));
+  // Owned here and never destroyed: after a failure an NCCL communicator's destructor can wait
+  // forever on a send its peer will never receive; the process exit frees everything.
+  auto* transports = new Transports;
+  const absl::Status st = RunSide(f, fd, prefill, *transports);
   if (!st.ok()) {
     std::fprintf(stderr, "%s side: %s\n", prefill ? "prefill" : "decode", st.ToString().c_str());
   }
+  std::fflush(stdout);
   close(fd);  // unblocks the other side if it waits on us
   if (!prefill) _exit(st.ok() ? 0 : 1);
   int child_status = 0;
   waitpid(pid, &child_status, 0);
   const bool child_ok = WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0;
-  return st.ok() && child_ok ? 0 : 1;
+  if (!child_ok) std::fprintf(stderr, "decode process failed (status %d)\n", child_status);
+  _exit(st.ok() && child_ok ? 0 : 1);
 }
 
 }  // namespace
@@ -678,9 +698,12 @@ int main(int argc, char** argv) {
   app.add_option("--text", f.text, "prompt text for --config default (else random tokens)");
   app.add_option("--ucx-tls", f.ucx_tls, "UCX transports (UCX_TLS)")->capture_default_str();
   app.add_flag("!--no-sweep", f.sweep, "skip the block-batch sweep");
+  app.add_option("--timeout-s", f.timeout_s, "watchdog: both processes end after this long")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   // Never NVLink multicast on the shared GPU hosts (the device README); forced, not defaulted.
   setenv("NCCL_NVLS_ENABLE", "0", 1);
+  setvbuf(stdout, nullptr, _IOLBF, 0);  // tables reach a piped log as they are printed
   if (f.mode == "peer") return oscarkv::bench::RunPeer(f);
   if (f.mode != "run") {
     std::fprintf(stderr, "unknown --mode %s (peer | run)\n", f.mode.c_str());
