@@ -247,12 +247,13 @@ absl::StatusOr<double> TransferOnce(const std::string& transport, Transports& t,
   // Well inside the watchdog, so a stuck transfer reports itself.
   const std::chrono::milliseconds timeout(std::max(1000, t.transfer_timeout_ms));
   if (!prefill) {
-    // Decode side: post the receives (NCCL), say ready, report when the bytes are here.
+    // Decode side: say ready, post the receives (NCCL), report when the bytes are here. Ready
+    // goes first: an NCCL post can block until the peer posts too (NcclBackend::Post).
+    OSCARKV_RETURN_IF_ERROR(SendMsg(fd, "ready"));
     transfer::TransferId id = 0;
     if (nccl) {
       OSCARKV_ASSIGN_OR_RETURN(id, backend.Post(batch));
     }
-    OSCARKV_RETURN_IF_ERROR(SendMsg(fd, "ready"));
     if (nccl) {
       OSCARKV_RETURN_IF_ERROR(transfer::WaitForTransfer(backend, id, timeout));
     } else {

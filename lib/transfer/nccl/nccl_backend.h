@@ -40,7 +40,12 @@ class NcclBackend final : public TransferBackend {
   // `region` must be CUDA device memory of options.cuda_device.
   absl::StatusOr<RegisteredMemory> RegisterMemory(std::span<std::byte> region) override;
   absl::Status DeregisterMemory(MemoryHandle handle) override;
-  // peer_address is the peer's EndpointAddress().
+  // peer_address is the peer's EndpointAddress(). The data in the registered regions must be
+  // complete (synchronise its producer's stream first). Blocks until the peer posts its
+  // matching batch when the pair is not connected yet (NCCL connects lazily, inside
+  // ncclGroupEnd, with both ranks present): post the receive side without waiting for the
+  // sender first. Seen on an H200 pair, where a receive posted before the sender's ready
+  // message deadlocked.
   absl::StatusOr<TransferId> Post(const TransferBatch& batch) override;
   absl::StatusOr<TransferState> Poll(TransferId id) override;
   TransferCounters counters() const override;
