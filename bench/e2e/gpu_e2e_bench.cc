@@ -569,6 +569,7 @@ absl::Status Niah(const Flags& f) {
   OSCARKV_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> texts,
                            LoadTexts(f.text, *real, /*parse_special=*/false));
   eval::NiahOptions options;
+  options.contexts.clear();  // the flag's list replaces the defaults
   for (int64_t c : ParseInts(f.contexts)) options.contexts.push_back(static_cast<int>(c));
   options.depths.clear();
   for (int64_t d : ParseInts(f.depths)) options.depths.push_back(static_cast<int>(d));
