@@ -5,6 +5,8 @@
 
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/quant/kv_quant_cuda.h"
+#include "kernels/quant/kv_quant_device.cuh"
+#include "kernels/quant/kv_quant_grouped.h"
 #include "kernels/quant/kv_quant_ref.h"
 #include "lib/kvformat/int2_block.h"
 
@@ -54,49 +56,13 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     }
     __syncwarp();
     if (rotate) {
-      double acc[kPer];
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) acc[k] = 0.0;
-      for (int i = 0; i < D; ++i) {
-        const double xi = static_cast<double>(s_x[warp][i]);
-#pragma unroll
-        for (int k = 0; k < kPer; ++k) {
-          // Same order and rounding as the reference: acc += double(x_i) * R[i][j], no FMA.
-          acc[k] = __dadd_rn(acc[k], __dmul_rn(xi, static_cast<double>(s_rot[i * D + lane + 32 * k])));
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) y[k] = static_cast<float>(acc[k]);
+      quant_device::RotateRowWarp<D>(s_x[warp], s_rot, lane, y);
     } else {
 #pragma unroll
       for (int k = 0; k < kPer; ++k) y[k] = s_x[warp][lane + 32 * k];
     }
     __syncwarp();
-    if (clip) {
-      // Exact order statistic of |y| at clip_idx: radix select over the bits of |y| (non-negative
-      // floats order like their bit patterns).
-      uint32_t u[kPer];
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) u[k] = __float_as_uint(y[k]) & 0x7fffffffu;
-      uint32_t prefix = 0, mask = 0;
-      int want = clip_idx;
-      for (int b = 30; b >= 0; --b) {
-        const uint32_t bit = 1u << b;
-        int cnt = 0;
-#pragma unroll
-        for (int k = 0; k < kPer; ++k) {
-          cnt += __popc(__ballot_sync(0xffffffffu, (u[k] & mask) == prefix && !(u[k] & bit)));
-        }
-        if (want >= cnt) {
-          want -= cnt;
-          prefix |= bit;
-        }
-        mask |= bit;
-      }
-      const float tau = __uint_as_float(prefix);
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) y[k] = fminf(fmaxf(y[k], -tau), tau);
-    }
+    if (clip) quant_device::ClipRowWarp<kPer>(y, clip_idx);
     float mn = y[0], mx = y[0];
 #pragma unroll
     for (int k = 1; k < kPer; ++k) {
@@ -108,18 +74,9 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
       mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, off));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     }
-    const float scale = __fdiv_rn(fmaxf(__fsub_rn(mx, mn), 1e-8f), 3.0f);
-    const __half s16 = __float2half_rn(scale), m16 = __float2half_rn(mn);
-    const float s = __half2float(s16), m = __half2float(m16);
+    const quant_device::GroupParams gp = quant_device::ParamsOf(mn, mx);
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      uint8_t code = 0;
-      if (s > 0.0f) {
-        const float qf = floorf(__fadd_rn(__fdiv_rn(__fsub_rn(y[k], m), s), 0.5f));
-        code = static_cast<uint8_t>(fminf(fmaxf(qf, 0.0f), 3.0f));
-      }
-      s_code[warp][lane + 32 * k] = code;
-    }
+    for (int k = 0; k < kPer; ++k) s_code[warp][lane + 32 * k] = quant_device::CodeOf(y[k], gp);
     __syncwarp();
     uint8_t* seg;
     int trow;
@@ -139,8 +96,8 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     }
     if (lane == 0) {
       uint16_t* prm = reinterpret_cast<uint16_t*>(seg + tgt.seg_tokens * kM + 4 * trow);
-      prm[0] = __half_as_ushort(s16);
-      prm[1] = __half_as_ushort(m16);
+      prm[0] = __half_as_ushort(gp.s16);
+      prm[1] = __half_as_ushort(gp.m16);
     }
     __syncwarp();
   }
@@ -149,9 +106,6 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
 cudaError_t Launch(const KvQuantParams& p, const SegmentTarget& tgt, cudaStream_t stream) {
   if ((p.input_bf16 == nullptr) == (p.input_f32 == nullptr)) return cudaErrorInvalidValue;
   if (p.tokens <= 0 || p.heads <= 0 || !(p.clip_ratio > 0.0f)) return cudaErrorInvalidValue;
-  if (p.kind != kvformat::SegmentKind::kInt2PerToken || p.token_norms_out != nullptr) {
-    return cudaErrorNotSupported;
-  }
   if (p.head_dim != 64 && p.head_dim != 128) return cudaErrorNotSupported;
   const int64_t in_stride = p.input_token_stride == 0
                                 ? static_cast<int64_t>(p.heads) * p.head_dim
@@ -159,6 +113,11 @@ cudaError_t Launch(const KvQuantParams& p, const SegmentTarget& tgt, cudaStream_
   if (in_stride < static_cast<int64_t>(p.heads) * p.head_dim) return cudaErrorInvalidValue;
   const bool clip = p.clip_ratio < 1.0f;
   const int clip_idx = ClipIndex(p.clip_ratio, p.head_dim);
+  if (p.kind != kvformat::SegmentKind::kInt2PerToken || p.token_norms_out != nullptr) {
+    // KIVI-2 / OScaR groups and token norms: linear segments only (no paged grouped layout).
+    if (tgt.page_ids != nullptr) return cudaErrorNotSupported;
+    return LaunchGroupedKvQuant(p, in_stride, clip_idx, clip, tgt.head_stride, stream);
+  }
   const size_t smem = p.rotation != nullptr ? sizeof(float) * p.head_dim * p.head_dim : 0;
   const int64_t rows = static_cast<int64_t>(p.tokens) * p.heads;
   int device = 0, sms = 132;

@@ -3,8 +3,10 @@
 // (token, head) row. Bit-exact with KvQuantRef: the rotation accumulates in double in the same
 // order as the reference, the clip threshold is the exact order statistic (radix select on the
 // bits of |x|), and quantisation uses the same IEEE float operations.
-// Supported: SegmentKind::kInt2PerToken, head_dim 64 or 128, no token norms (oscar-tns and the
-// grouped kinds return cudaErrorNotSupported: they stay on the CPU path for now).
+// Supported: head_dim 64 or 128; kInt2PerToken (M1-M6) here and in paged demotion; the grouped
+// kinds of KIVI-2 and OScaR (kInt2ChannelGroup K, kInt2TokenGroup V) and OScaR's token norms into
+// linear segments (kv_quant_grouped.cu). kBf16Rows and paged grouped demotion return
+// cudaErrorNotSupported.
 #ifndef OSCARKV_KERNELS_QUANT_KV_QUANT_CUDA_H_
 #define OSCARKV_KERNELS_QUANT_KV_QUANT_CUDA_H_
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -47,7 +48,8 @@ std::vector<float> RandomRotation(int d, std::mt19937_64& rng) {
 }
 
 bool RunCase(int tokens, int heads, int d, float clip, bool bf16, bool rotate, bool paged,
-             uint64_t seed) {
+             uint64_t seed, SegmentKind kind = SegmentKind::kInt2PerToken,
+             bool token_norms = false) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> n(0.0f, 1.0f);
   std::student_t_distribution<float> heavy(3.0f);  // outliers, so the clip matters
@@ -60,7 +62,7 @@ bool RunCase(int tokens, int heads, int d, float clip, bool bf16, bool rotate, b
     if (bf16) xf[i] = kvformat::Bf16BitsToFloat(xb[i]);
   }
   const std::vector<float> rot = RandomRotation(d, rng);
-  const size_t seg = kvformat::SegmentBytes(SegmentKind::kInt2PerToken, tokens, d);
+  const size_t seg = kvformat::SegmentBytes(kind, tokens, d);
 
   KvQuantParams hp;
   if (bf16) hp.input_bf16 = xb.data(); else hp.input_f32 = xf.data();
@@ -68,10 +70,12 @@ bool RunCase(int tokens, int heads, int d, float clip, bool bf16, bool rotate, b
   hp.tokens = tokens;
   hp.heads = heads;
   hp.head_dim = d;
-  hp.kind = SegmentKind::kInt2PerToken;
+  hp.kind = kind;
   hp.clip_ratio = clip;
   std::vector<uint8_t> ref(seg * heads);
   hp.output = ref.data();
+  std::vector<float> ref_norms(token_norms ? tokens : 0);
+  if (token_norms) hp.token_norms_out = ref_norms.data();
   if (kernels::KvQuantRef(hp) != kernels::KvQuantStatus::kOk) {
     std::printf("reference failed\n");
     return false;
@@ -89,11 +93,24 @@ bool RunCase(int tokens, int heads, int d, float clip, bool bf16, bool rotate, b
     uint8_t* d_out = ToDevice(ref);
     GPU_CHECK(cudaMemset(d_out, 0xa5, ref.size()));
     dp.output = d_out;
+    float* d_norms = nullptr;
+    if (token_norms) {
+      d_norms = ToDevice(ref_norms);
+      GPU_CHECK(cudaMemset(d_norms, 0xff, ref_norms.size() * sizeof(float)));  // NaN poison
+      dp.token_norms_out = d_norms;
+    }
     GPU_CHECK(kernels::KvQuantCuda(dp, nullptr));
     GPU_CHECK(cudaDeviceSynchronize());
     got = ToHost(d_out, ref.size());
     GPU_CHECK(cudaFree(d_out));
     for (size_t i = 0; i < ref.size(); ++i) mismatches += got[i] != ref[i];
+    if (token_norms) {
+      const std::vector<float> norms = ToHost(d_norms, ref_norms.size());
+      for (size_t i = 0; i < norms.size(); ++i) {
+        mismatches += std::memcmp(&norms[i], &ref_norms[i], sizeof(float)) != 0;
+      }
+      GPU_CHECK(cudaFree(d_norms));
+    }
   } else {
     // tokens % 8 == 0 here: each 8-token page unit of head h must equal the reference's rows.
     const int pages = tokens / kernels::kPageTokens;
@@ -134,9 +151,10 @@ bool RunCase(int tokens, int heads, int d, float clip, bool bf16, bool rotate, b
   GPU_CHECK(cudaFree(d_xf));
   GPU_CHECK(cudaFree(d_rot));
   const bool ok = mismatches == 0;
-  std::printf("[kv_quant T=%d H=%d D=%d clip=%.2f %s rot=%d paged=%d] %s mismatched bytes %zu\n",
-              tokens, heads, d, clip, bf16 ? "bf16" : "f32", rotate, paged, ok ? "PASS" : "FAIL",
-              mismatches);
+  std::printf("[kv_quant T=%d H=%d D=%d clip=%.2f %s rot=%d paged=%d kind=%d norms=%d] %s "
+              "mismatched bytes %zu\n",
+              tokens, heads, d, clip, bf16 ? "bf16" : "f32", rotate, paged,
+              static_cast<int>(kind), token_norms, ok ? "PASS" : "FAIL", mismatches);
   return ok;
 }
 
@@ -156,6 +174,20 @@ int main() {
   ok = oscarkv::RunCase(50, 4, 128, 0.92f, false, false, false, 5) && ok;
   ok = oscarkv::RunCase(64, 8, 128, 0.96f, true, true, true, 6) && ok;
   ok = oscarkv::RunCase(48, 3, 64, 0.92f, true, true, true, 7) && ok;
+  // KIVI-2 (M7): K channel groups, V token groups, no rotation or clip; OScaR (M8): rotated,
+  // clipped, K divided by the token norms over all heads.
+  using oscarkv::kvformat::SegmentKind;
+  ok = oscarkv::RunCase(256, 8, 128, 1.0f, true, false, false, 8, SegmentKind::kInt2ChannelGroup) && ok;
+  ok = oscarkv::RunCase(96, 3, 64, 1.0f, true, false, false, 9, SegmentKind::kInt2ChannelGroup) && ok;
+  ok = oscarkv::RunCase(100, 8, 128, 1.0f, true, false, false, 10, SegmentKind::kInt2TokenGroup) && ok;
+  ok = oscarkv::RunCase(45, 3, 64, 1.0f, false, false, false, 11, SegmentKind::kInt2TokenGroup) && ok;
+  ok = oscarkv::RunCase(256, 8, 128, 0.96f, true, true, false, 12, SegmentKind::kInt2ChannelGroup,
+                        true) && ok;
+  ok = oscarkv::RunCase(64, 3, 64, 0.96f, true, true, false, 13, SegmentKind::kInt2ChannelGroup,
+                        true) && ok;
+  ok = oscarkv::RunCase(256, 8, 128, 0.92f, true, true, false, 14, SegmentKind::kInt2TokenGroup) && ok;
+  ok = oscarkv::RunCase(70, 3, 64, 0.92f, false, true, false, 15, SegmentKind::kInt2PerToken,
+                        true) && ok;
   std::printf("%s\n", ok ? "ALL PASS" : "SOME FAILED");
   return ok ? 0 : 1;
 }
