@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -10,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "lib/base/log.h"
 #include "lib/base/status_macros.h"
-#include "lib/rpc/channel_factory.h"
 #include "lib/rpc/status_conversion.h"
 #include "oscarkv/decode/v1/decode.grpc.pb.h"
 #include "oscarkv/prefill/v1/prefill.grpc.pb.h"
+#include "services/router_backend/worker_channels.h"
 
 namespace oscarkv::router_backend {
 namespace {
@@ -38,23 +37,6 @@ size_t CompleteUtf8Prefix(const std::string& s) {
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Time deadline) {
   if (deadline != absl::InfiniteFuture()) ctx->set_deadline(absl::ToChronoTime(deadline));
-}
-
-// The stubs of one worker address (a channel serves both services; a worker uses one).
-struct WorkerStubs {
-  std::string address;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<pv1::PrefillService::Stub> prefill;
-  std::unique_ptr<dv1::DecodeService::Stub> decode;
-};
-
-std::shared_ptr<WorkerStubs> MakeStubs(const std::string& address) {
-  auto s = std::make_shared<WorkerStubs>();
-  s->address = address;
-  s->channel = rpc::MakeChannel(address, rpc::ChannelOptions{});
-  s->prefill = pv1::PrefillService::NewStub(s->channel);
-  s->decode = dv1::DecodeService::NewStub(s->channel);
-  return s;
 }
 
 // One request's (prefill, decode) pair and, in registry mode, the router-side load it holds on
@@ -142,16 +124,7 @@ struct WorkerCompletionBackend::Impl {
   int64_t created_unix_s = 0;
   mutable std::mutex mu;
   RequestTrace last;  // guarded by mu
-  std::mutex channels_mu;
-  std::map<std::string, std::shared_ptr<WorkerStubs>> channels;  // guarded by channels_mu
-
-  // Cached stubs for `address` (registry mode; one channel per address for the process life).
-  std::shared_ptr<WorkerStubs> StubsFor(const std::string& address) {
-    std::lock_guard<std::mutex> lock(channels_mu);
-    std::shared_ptr<WorkerStubs>& s = channels[address];
-    if (s == nullptr) s = MakeStubs(address);
-    return s;
-  }
+  WorkerChannels channels;  // registry mode
 
   // The pair for `request`: the static one, or a placement over the registry.
   // @return the policy's kUnavailable / kResourceExhausted, annotated.
@@ -172,10 +145,15 @@ struct WorkerCompletionBackend::Impl {
     preq.max_tokens = request.max_tokens;
     preq.session_id = request.session_id;
     preq.matched = reg.prefix_index->MatchAll(keys);
-    absl::StatusOr<router::Placement> p = reg.policy->Choose(preq, reg.workers->Snapshot());
+    const std::vector<router::WorkerView> workers = reg.workers->Snapshot();
+    // The cache follows this snapshot. Placements racing with a registry change may apply theirs
+    // out of order; the worst case is a channel dropped early (made again on its next use) or
+    // kept until the next placement.
+    channels.Retain(workers);
+    absl::StatusOr<router::Placement> p = reg.policy->Choose(preq, workers);
     if (!p.ok()) return Annotate(p.status(), "placement");
-    route->prefill = StubsFor(p->prefill_address);
-    route->decode = StubsFor(p->decode_address);
+    route->prefill = channels.Get(p->prefill_address);
+    route->decode = channels.Get(p->decode_address);
     route->prefill_id = p->prefill_id;
     route->decode_id = p->decode_id;
     auto it = preq.matched.find(p->decode_id);
@@ -235,8 +213,8 @@ absl::StatusOr<std::unique_ptr<WorkerCompletionBackend>> WorkerCompletionBackend
   impl->options = options;
   impl->tokenizer = tokenizer;
   if (!options.registry) {
-    impl->static_prefill = MakeStubs(options.prefill_address);
-    impl->static_decode = MakeStubs(options.decode_address);
+    impl->static_prefill = MakeWorkerStubs(options.prefill_address);
+    impl->static_decode = MakeWorkerStubs(options.decode_address);
   }
   impl->created_unix_s = absl::ToUnixSeconds(absl::Now());
   return std::unique_ptr<WorkerCompletionBackend>(new WorkerCompletionBackend(std::move(impl)));
@@ -291,6 +269,10 @@ bool WorkerCompletionBackend::Ready() const {
            !w.Placeable(router::WorkerRole::kDecode).empty();
   }
   return ready(impl_->static_prefill->channel) && ready(impl_->static_decode->channel);
+}
+
+std::vector<std::string> WorkerCompletionBackend::cached_channel_addresses() const {
+  return impl_->channels.addresses();
 }
 
 RequestTrace WorkerCompletionBackend::last_trace() const {

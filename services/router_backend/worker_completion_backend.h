@@ -12,7 +12,8 @@
 //  - registry (`oscarkv serve --router_only`): per request, the prompt's block key chain
 //    (lib/kvformat/block_key.h, the workers' key parameters) is matched in the router's
 //    PrefixIndex, the PlacementPolicy picks a (prefill, decode) pair among the WorkerRegistry's
-//    workers, and the request runs there over cached channels (one per address). The router-side
+//    workers, and the request runs there over cached channels (WorkerChannels: one per address,
+//    dropped at the next placement once no live worker has that address). The router-side
 //    load of the pair (WorkerRegistry::AddPlaced) is held while each part runs: the prefill
 //    worker's until Prefill returns, the decode worker's until the request ends. The keys a
 //    prefill publishes to the kvstore are added to the PrefixIndex under kStoreHolder (the
@@ -88,6 +89,8 @@ class WorkerCompletionBackend final : public router::CompletionBackend {
   bool Ready() const override;
 
   RequestTrace last_trace() const;
+  // Registry mode: the worker addresses with a cached channel, sorted (for tests and logs).
+  std::vector<std::string> cached_channel_addresses() const;
 
  private:
   struct Impl;

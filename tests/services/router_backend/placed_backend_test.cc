@@ -5,6 +5,12 @@
 //  - router-side load is held while the request runs and released after;
 //  - the keys a prefill published land in the prefix index under the kvstore holder;
 //  - no registered decode worker: kUnavailable from the backend, HTTP 503 from the router.
+// And, over a registry with a fake clock, the channel cache following the registry:
+//  - a worker whose heartbeats expire loses its channel and gets no more requests (they go to a
+//    live worker, or fail with kUnavailable when none is left);
+//  - a worker that re-registers at a new address is reached there over a fresh channel, and a
+//    deregistered one loses its channel.
+#include <algorithm>
 #include <atomic>
 
 #include "absl/synchronization/notification.h"
@@ -14,7 +20,10 @@
 #include "lib/rpc/worker_registration.h"
 #include "oscarkv/decode/v1/decode.grpc.pb.h"
 #include "oscarkv/prefill/v1/prefill.grpc.pb.h"
+#include "services/router/placement_policy.h"
+#include "services/router/prefix_index.h"
 #include "services/router/router_server.h"
+#include "services/router/worker_registry.h"
 #include "services/router_backend/worker_completion_backend.h"
 
 namespace oscarkv::router_backend {
@@ -283,6 +292,148 @@ TEST_F(PlacedBackendTest, NoDecodeWorkerIsUnavailableAndHttp503) {
   auto ready = c.Get("/readyz");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 503);
+}
+
+std::vector<std::string> Sorted(std::vector<std::string> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// The backend over a WorkerRegistry whose clock the test moves; workers are real gRPC servers
+// that the test registers and heartbeats directly (no registration client, so nothing but the
+// test decides when a heartbeat arrives).
+class RegistryChannelsTest : public ::testing::Test {
+ protected:
+  static constexpr absl::Duration kInterval = absl::Seconds(1);
+
+  RegistryChannelsTest()
+      : registry_(router::WorkerRegistryOptions{.heartbeat_interval = kInterval,
+                                                .suspect_after_missed = 1,
+                                                .dead_after_missed = 3,
+                                                .now = [this] { return now_; }}),
+        policy_(router::CostPlacementOptions{.block_tokens = kBlockTokens}) {}
+
+  void SetUp() override {
+    tokenizer_ = model::Tokenizer::CreateEmpty();
+    WorkerBackendOptions o;
+    o.model_id = "fake-model";
+    o.registry = RegistryPlacement{.workers = &registry_,
+                                   .prefix_index = &index_,
+                                   .policy = &policy_,
+                                   .key_params = KeyParams()};
+    auto b = WorkerCompletionBackend::Create(o, tokenizer_.get());
+    ASSERT_TRUE(b.ok()) << b.status();
+    backend_ = *std::move(b);
+  }
+
+  void TearDown() override {
+    for (auto& s : servers_) s->Shutdown(std::chrono::milliseconds(0));
+  }
+
+  // Starts a fake worker's gRPC server and registers it under `id`; returns its address.
+  template <typename Fake>
+  std::string Serve(const std::string& id, router::WorkerRole role, Fake** fake_out) {
+    auto fake = std::make_unique<Fake>();
+    *fake_out = fake.get();
+    auto server = rpc::ServerRunner::Start({.listen_address = "127.0.0.1:0"}, {fake.get()});
+    EXPECT_TRUE(server.ok()) << server.status();
+    const std::string address = (*server)->dial_address();
+    services_.push_back(std::move(fake));
+    servers_.push_back(*std::move(server));
+    EXPECT_TRUE(
+        registry_.Register({.id = id, .role = role, .address = address, .capacity = 4}).ok());
+    return address;
+  }
+
+  // Moves the clock by `d`; the workers in `alive` heartbeat at the new time.
+  void Advance(absl::Duration d, const std::vector<std::string>& alive) {
+    now_ += d;
+    for (const std::string& id : alive) EXPECT_TRUE(registry_.Heartbeat(id, {}).ok()) << id;
+  }
+
+  absl::StatusOr<router::CompletionOutcome> Run() {
+    router::CompletionRequest r;
+    r.request_id = "cmpl-channels";
+    r.model = "fake-model";
+    r.prompt_token_ids = Prompt(2 * kBlockTokens);
+    r.max_tokens = 3;
+    r.codec = "oscar";
+    r.deadline = absl::Now() + absl::Seconds(10);
+    return backend_->Complete(r, [](const router::TokenEvent&) { return true; });
+  }
+
+  absl::Time now_ = absl::UnixEpoch() + absl::Hours(1);
+  router::WorkerRegistry registry_;
+  router::PrefixIndex index_;
+  router::CostPlacementPolicy policy_;
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::unique_ptr<WorkerCompletionBackend> backend_;
+  std::vector<std::unique_ptr<grpc::Service>> services_;
+  std::vector<std::unique_ptr<rpc::ServerRunner>> servers_;
+};
+
+TEST_F(RegistryChannelsTest, ExpiredWorkerLosesItsChannelAndRequestsFailOver) {
+  FakePrefill* pf = nullptr;
+  FakeDecode* a = nullptr;
+  FakeDecode* b = nullptr;
+  const std::string pf_addr = Serve("prefill-0", router::WorkerRole::kPrefill, &pf);
+  const std::string a_addr = Serve("decode-a", router::WorkerRole::kDecode, &a);
+  const std::string b_addr = Serve("decode-b", router::WorkerRole::kDecode, &b);
+
+  // decode-a wins the tie and serves; the backend now holds its channel.
+  ASSERT_TRUE(Run().ok());
+  EXPECT_EQ(backend_->last_trace().decode_worker, "decode-a");
+  EXPECT_EQ(a->starts.load(), 1);
+  EXPECT_EQ(backend_->cached_channel_addresses(), Sorted({pf_addr, a_addr})) << "a=" << a_addr;
+
+  // One interval without its heartbeat: decode-a is suspect, not placed on, channel kept.
+  Advance(kInterval, {"prefill-0", "decode-b"});
+  ASSERT_TRUE(Run().ok());
+  EXPECT_EQ(backend_->last_trace().decode_worker, "decode-b");
+  EXPECT_EQ(backend_->cached_channel_addresses().size(), 3u);
+
+  // Three intervals: decode-a is dead; the next placement drops its channel and uses decode-b.
+  Advance(2 * kInterval, {"prefill-0", "decode-b"});
+  ASSERT_EQ(registry_.Get("decode-a")->health, router::WorkerHealth::kDead);
+  ASSERT_TRUE(Run().ok());
+  EXPECT_EQ(backend_->last_trace().decode_worker, "decode-b");
+  EXPECT_EQ(backend_->cached_channel_addresses(), Sorted({pf_addr, b_addr})) << "b=" << b_addr;
+  EXPECT_EQ(a->starts.load(), 1);
+  EXPECT_EQ(b->starts.load(), 2);
+
+  // decode-b expires too: no decode worker is left, a clear kUnavailable, and its channel goes.
+  Advance(3 * kInterval, {"prefill-0"});
+  auto out = Run();
+  ASSERT_TRUE(absl::IsUnavailable(out.status())) << out.status();
+  EXPECT_NE(out.status().message().find("no healthy decode worker"), std::string::npos)
+      << out.status();
+  EXPECT_EQ(backend_->cached_channel_addresses(), Sorted({pf_addr}));
+  EXPECT_EQ(b->starts.load(), 2);
+  EXPECT_EQ(pf->calls.load(), 3);
+}
+
+TEST_F(RegistryChannelsTest, ReRegisteredWorkerIsReachedOverAFreshChannel) {
+  FakePrefill* pf = nullptr;
+  FakeDecode* old_decode = nullptr;
+  FakeDecode* new_decode = nullptr;
+  const std::string pf_addr = Serve("prefill-0", router::WorkerRole::kPrefill, &pf);
+  const std::string old_addr = Serve("decode-0", router::WorkerRole::kDecode, &old_decode);
+  ASSERT_TRUE(Run().ok());
+  EXPECT_EQ(old_decode->starts.load(), 1);
+
+  // The worker restarts on another port and registers again under the same id.
+  const std::string new_addr = Serve("decode-0", router::WorkerRole::kDecode, &new_decode);
+  ASSERT_NE(new_addr, old_addr);
+  ASSERT_TRUE(Run().ok());
+  EXPECT_EQ(backend_->last_trace().decode_worker, "decode-0");
+  EXPECT_EQ(new_decode->starts.load(), 1);
+  EXPECT_EQ(old_decode->starts.load(), 1);
+  EXPECT_EQ(backend_->cached_channel_addresses(), Sorted({pf_addr, new_addr}));
+
+  // Deregistered: the next placement fails with kUnavailable and drops the channel.
+  ASSERT_TRUE(registry_.Deregister("decode-0").ok());
+  EXPECT_TRUE(absl::IsUnavailable(Run().status()));
+  EXPECT_EQ(backend_->cached_channel_addresses(), Sorted({pf_addr}));
 }
 
 }  // namespace
