@@ -80,13 +80,14 @@ __device__ __forceinline__ uint8_t CodeOf(float y, const GroupParams& p) {
   return static_cast<uint8_t>(fminf(fmaxf(qf, 0.0f), 3.0f));
 }
 
-// Little-endian Int2Params (scale, then min) at dst.
+// Little-endian Int2Params (scale, then min) at dst, which must be 2-byte aligned (params sit at
+// multiples of 4 in every segment layout). 16-bit stores, as the per-token kernel does: storing
+// the low byte of an fp16 register with st.global.u8 wrote wrong bytes on the H200 (sm_90a,
+// CUDA 13.0; the high bytes, taken through a shift, were right).
 __device__ __forceinline__ void StoreParamsDev(const GroupParams& p, uint8_t* dst) {
-  const uint16_t s = __half_as_ushort(p.s16), m = __half_as_ushort(p.m16);
-  dst[0] = static_cast<uint8_t>(s & 0xff);
-  dst[1] = static_cast<uint8_t>(s >> 8);
-  dst[2] = static_cast<uint8_t>(m & 0xff);
-  dst[3] = static_cast<uint8_t>(m >> 8);
+  uint16_t* prm = reinterpret_cast<uint16_t*>(dst);
+  prm[0] = __half_as_ushort(p.s16);
+  prm[1] = __half_as_ushort(p.m16);
 }
 
 }  // namespace oscarkv::kernels::quant_device

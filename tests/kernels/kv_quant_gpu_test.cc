@@ -103,11 +103,18 @@ bool RunCase(int tokens, int heads, int d, float clip, bool bf16, bool rotate, b
     GPU_CHECK(cudaDeviceSynchronize());
     got = ToHost(d_out, ref.size());
     GPU_CHECK(cudaFree(d_out));
-    for (size_t i = 0; i < ref.size(); ++i) mismatches += got[i] != ref[i];
+    for (size_t i = 0; i < ref.size(); ++i) {
+      if (got[i] != ref[i] && mismatches++ < 6) {
+        std::printf("  byte %zu (head %zu, offset %zu of %zu): got 0x%02x want 0x%02x\n", i,
+                    i / seg, i % seg, seg, got[i], ref[i]);
+      }
+    }
     if (token_norms) {
       const std::vector<float> norms = ToHost(d_norms, ref_norms.size());
       for (size_t i = 0; i < norms.size(); ++i) {
-        mismatches += std::memcmp(&norms[i], &ref_norms[i], sizeof(float)) != 0;
+        if (std::memcmp(&norms[i], &ref_norms[i], sizeof(float)) != 0 && mismatches++ < 12) {
+          std::printf("  norm %zu: got %.9g want %.9g\n", i, norms[i], ref_norms[i]);
+        }
       }
       GPU_CHECK(cudaFree(d_norms));
     }
