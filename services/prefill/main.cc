@@ -1,33 +1,12 @@
 // oscarkv_prefill: flags → PrefillConfig → Validate() → PrefillServer::Create() → wait for
-// SIGTERM/SIGINT → drain.
-#include <iostream>
-
-#include "lib/base/log.h"
-#include "lib/rpc/shutdown_signal.h"
+// SIGTERM/SIGINT → drain (lib/rpc/service_main.h).
+#include "lib/rpc/service_main.h"
 #include "services/prefill/prefill_config.h"
 #include "services/prefill/prefill_server.h"
 
 int main(int argc, char** argv) {
-  oscarkv::rpc::InstallShutdownSignalHandlers();
-  absl::StatusOr<oscarkv::prefill::PrefillConfig> config =
-      oscarkv::prefill::PrefillConfig::FromFlags(argc, argv);
-  if (!config.ok()) {
-    if (absl::IsCancelled(config.status())) return 0;  // --help
-    std::cerr << "oscarkv_prefill: " << config.status().message() << "\n";
-    return 2;
-  }
-  if (absl::Status valid = config->Validate(); !valid.ok()) {
-    std::cerr << "oscarkv_prefill: " << valid.message() << "\n";
-    return 2;
-  }
-  oscarkv::SetVerbosity(config->verbosity);
-  auto server = oscarkv::prefill::PrefillServer::Create(*config);
-  if (!server.ok()) {
-    LOG(ERROR) << "prefill failed to start: " << server.status();
-    return 1;
-  }
-  const int signal = oscarkv::rpc::WaitForShutdownSignal();
-  LOG(INFO) << "signal " << signal << " received, draining";
-  (*server)->Shutdown();
-  return 0;
+  using oscarkv::prefill::PrefillConfig;
+  using oscarkv::prefill::PrefillServer;
+  return oscarkv::rpc::RunWorkerMain<PrefillConfig, PrefillServer>(argc, argv, "oscarkv_prefill",
+                                                                   "prefill");
 }

@@ -4,6 +4,7 @@
 
 #include "lib/base/status_macros.h"
 #include "lib/rpc/service_flags.h"
+#include "lib/rpc/worker_flags.h"
 #include "lib/rpc/worker_registration.h"
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -11,29 +12,14 @@
 namespace oscarkv::prefill {
 
 void PrefillConfig::AddFlags(CLI::App& app, PrefillConfig& c) {
-  app.add_option("--grpc_address", c.grpc_address, "gRPC listen host:port (port 0 = any)")
-      ->capture_default_str();
-  app.add_option("--metrics_host", c.metrics_host, "host of /metrics /healthz /readyz")
-      ->capture_default_str();
-  app.add_option("--metrics_port", c.metrics_port, "port of /metrics (0 = any, -1 = off)")
-      ->capture_default_str();
+  rpc::AddWorkerEndpointFlags(app, c.grpc_address, c.metrics_host, c.metrics_port);
   app.add_option("--worker_id", c.worker_id, "worker id")->capture_default_str();
-  app.add_option("--model", c.model, "GGUF path or 'default'")->capture_default_str();
-  app.add_option("--codec", c.codec, "KV codec (bf16, oscar, kivi2, ...)")->capture_default_str();
-  app.add_option("--calibration", c.calibration,
-                 "calibration file (default: data/calibration/smollm2-135m-<codec>.cal for oscar/oscar-gram)")
-      ->capture_default_str();
+  rpc::AddWorkerModelFlags(app, c.model, c.codec, c.calibration);
   app.add_option("--chunk_tokens", c.chunk_tokens, "prefill chunk (multiple of 64)")
       ->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads (0 = OpenBLAS default)")
       ->capture_default_str();
-  app.add_option("--transfer_backend", c.transfer_backend, "data plane: ucx | local")
-      ->capture_default_str();
-  app.add_option("--ucx_transports", c.ucx_transports, "UCX transports (UCX_TLS)")
-      ->capture_default_str();
-  app.add_option("--ucx_peer_failure_detection", c.ucx_peer_failure_detection,
-                 "detect dead UCX peers (disables UCX shared memory)")
-      ->capture_default_str();
+  rpc::AddTransferFlags(app, c.transfer_backend, c.ucx_transports, c.ucx_peer_failure_detection);
   app.add_option("--kvstore_address", c.kvstore_address, "kvstore gRPC host:port (empty = none)")
       ->capture_default_str();
   app.add_option("--kvstore_timeout_seconds", c.kvstore_timeout_seconds, "kvstore call deadline")
@@ -53,30 +39,18 @@ void PrefillConfig::AddFlags(CLI::App& app, PrefillConfig& c) {
 
 absl::StatusOr<PrefillConfig> PrefillConfig::FromFlags(int argc, const char* const* argv) {
   PrefillConfig config;
-  CLI::App app("oscarkv_prefill: the oscarkv prefill worker (prefix reuse, chunked prefill, KV publishing)",
-               "oscarkv_prefill");
-  app.set_config("--config", "", "config file (TOML or INI); flags override it");
-  AddFlags(app, config);
-  OSCARKV_RETURN_IF_ERROR(rpc::ParseServiceFlags(app, argc, argv));
+  OSCARKV_RETURN_IF_ERROR(rpc::ParseWorkerFlags(
+      argc, argv,
+      "oscarkv_prefill: the oscarkv prefill worker (prefix reuse, chunked prefill, KV publishing)",
+      "oscarkv_prefill", [&config](CLI::App& app) { AddFlags(app, config); }));
   return config;
 }
 
 absl::Status PrefillConfig::Validate() const {
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateServiceEndpoint(grpc_address, metrics_port, worker_id));
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateRegistrationFlags(router_address, advertise_address));
-  if (model.empty()) return absl::InvalidArgumentError("--model must not be empty");
-  if (codec.empty()) return absl::InvalidArgumentError("--codec must not be empty");
-  if (chunk_tokens <= 0 || chunk_tokens % 64 != 0) {
-    return absl::InvalidArgumentError("--chunk_tokens must be a positive multiple of 64");
-  }
-  if (threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
-  if (transfer_backend != "ucx" && transfer_backend != "local") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--transfer_backend must be ucx or local, got '", transfer_backend, "'"));
-  }
-  if (transfer_backend == "ucx" && ucx_transports.empty()) {
-    return absl::InvalidArgumentError("--ucx_transports must not be empty");
-  }
+  OSCARKV_RETURN_IF_ERROR(rpc::ValidateWorkerModelFlags(model, codec, chunk_tokens, threads));
+  OSCARKV_RETURN_IF_ERROR(rpc::ValidateTransferFlags(transfer_backend, ucx_transports));
   if (max_concurrent < 1 || max_concurrent > 1024) {
     return absl::InvalidArgumentError("--max_concurrent must be in [1, 1024]");
   }

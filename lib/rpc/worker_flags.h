@@ -1,0 +1,50 @@
+// Flags the three worker binaries (prefill, decode, kvstore) share, each with one name and help
+// text, bound to the caller's config fields (which hold the defaults), and their checks. What
+// every service binary shares, the router included, is in service_flags.h; registration flags
+// are in worker_registration.h.
+#ifndef OSCARKV_LIB_RPC_WORKER_FLAGS_H_
+#define OSCARKV_LIB_RPC_WORKER_FLAGS_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace CLI {
+class App;
+}
+
+namespace oscarkv::rpc {
+
+// Parses argv for a worker binary: a CLI::App called `name` with `description`, a --config
+// option (TOML or INI; flags override it) and the flags `add_flags` registers.
+// @return ParseServiceFlags' statuses: kCancelled after --help, kInvalidArgument for a bad flag.
+absl::Status ParseWorkerFlags(int argc, const char* const* argv, const std::string& description,
+                              const std::string& name,
+                              const std::function<void(CLI::App&)>& add_flags);
+
+// --grpc_address, --metrics_host and --metrics_port (checked by ValidateServiceEndpoint).
+void AddWorkerEndpointFlags(CLI::App& app, std::string& grpc_address, std::string& metrics_host,
+                            int& metrics_port);
+
+// --model, --codec and --calibration (the workers that run the model: prefill and decode).
+void AddWorkerModelFlags(CLI::App& app, std::string& model, std::string& codec,
+                         std::string& calibration);
+
+// kInvalidArgument, naming the first bad flag, unless --model and --codec are non-empty,
+// --chunk_tokens is a positive multiple of 64 and --threads >= 0.
+absl::Status ValidateWorkerModelFlags(const std::string& model, const std::string& codec,
+                                      int chunk_tokens, int threads);
+
+// --transfer_backend, --ucx_transports and --ucx_peer_failure_detection.
+void AddTransferFlags(CLI::App& app, std::string& transfer_backend, std::string& ucx_transports,
+                      bool& ucx_peer_failure_detection);
+
+// kInvalidArgument unless transfer_backend is "ucx" or "local" and, for ucx, ucx_transports is
+// non-empty.
+absl::Status ValidateTransferFlags(const std::string& transfer_backend,
+                                   const std::string& ucx_transports);
+
+}  // namespace oscarkv::rpc
+
+#endif  // OSCARKV_LIB_RPC_WORKER_FLAGS_H_
