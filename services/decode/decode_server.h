@@ -6,11 +6,10 @@
 #define OSCARKV_SERVICES_DECODE_DECODE_SERVER_H_
 
 #include <atomic>
-#include <condition_variable>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "lib/engine/serving_engine.h"
@@ -21,6 +20,7 @@
 
 namespace oscarkv::rpc {
 class ServerRunner;
+class PeriodicThread;
 class WorkerRegistration;
 }
 namespace oscarkv::metrics {
@@ -68,7 +68,6 @@ class DecodeServer {
 
  private:
   explicit DecodeServer(const DecodeConfig& config);
-  void SweepLoop();
 
   const DecodeConfig config_;
   std::unique_ptr<metrics::Registry> own_registry_;
@@ -90,10 +89,7 @@ class DecodeServer {
   };
   std::shared_ptr<CollectState> collect_;
   std::atomic<bool> ready_{false};
-  std::mutex sweep_mu_;
-  std::condition_variable sweep_cv_;
-  bool stop_sweep_ = false;  // guarded by sweep_mu_
-  std::thread sweep_thread_;
+  std::unique_ptr<rpc::PeriodicThread> sweep_;  // null until started
   std::once_flag shutdown_once_;
 };
 

@@ -6,6 +6,7 @@
 #include "lib/metrics/metrics_http_server.h"
 #include "lib/rpc/server_runner.h"
 #include "lib/rpc/worker_registration.h"
+#include "lib/rpc/worker_runtime.h"
 #include "lib/transfer/backend_factory.h"
 #include "services/kvstore/block_store.h"
 #include "services/kvstore/kvstore_metrics.h"
@@ -83,17 +84,12 @@ absl::StatusOr<std::unique_ptr<KvStoreServer>> KvStoreServer::Create(const KvSto
   OSCARKV_ASSIGN_OR_RETURN(
       s->runner_, rpc::ServerRunner::Start({.listen_address = config.grpc_address},
                                            {s->service_.get()}));
-  if (config.metrics_port >= 0) {
-    metrics::MetricsHttpServerOptions http;
-    http.host = config.metrics_host;
-    http.port = config.metrics_port;
-    http.readiness = [server = s.get()]() -> absl::Status {
-      return server->ready_.load() ? absl::OkStatus()
-                                   : absl::UnavailableError("kvstore is draining");
-    };
-    OSCARKV_ASSIGN_OR_RETURN(s->http_, metrics::MetricsHttpServer::Start(registry, http));
-  }
-  s->sweep_thread_ = std::thread([server = s.get()] { server->SweepLoop(); });
+  OSCARKV_ASSIGN_OR_RETURN(
+      s->http_, rpc::StartMetricsEndpoint(registry, config.metrics_host, config.metrics_port,
+                                          &s->ready_, "kvstore is draining"));
+  s->sweep_ =
+      std::make_unique<rpc::PeriodicThread>(absl::Seconds(config.sweep_interval_seconds),
+                                            [server = s.get()] { server->store_->Sweep(); });
   s->ready_.store(true);
   {
     oscarkv::common::v1::WorkerInfo info;
@@ -133,14 +129,6 @@ std::string KvStoreServer::grpc_dial_address() const {
 }
 int KvStoreServer::metrics_port() const { return http_ ? http_->port() : -1; }
 
-void KvStoreServer::SweepLoop() {
-  std::unique_lock<std::mutex> lock(sweep_mu_);
-  const auto period = std::chrono::duration<double>(config_.sweep_interval_seconds);
-  while (!sweep_cv_.wait_for(lock, period, [this] { return stop_sweep_; })) {
-    store_->Sweep();
-  }
-}
-
 void KvStoreServer::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     ready_.store(false);
@@ -151,12 +139,7 @@ void KvStoreServer::Shutdown() {
           static_cast<int64_t>(config_.drain_seconds * 1000)));
       runner_->Wait();
     }
-    {
-      std::lock_guard<std::mutex> lock(sweep_mu_);
-      stop_sweep_ = true;
-    }
-    sweep_cv_.notify_all();
-    if (sweep_thread_.joinable()) sweep_thread_.join();
+    if (sweep_) sweep_->Stop();
     if (http_) http_->Stop();
     if (collect_) {
       std::lock_guard<std::mutex> lock(collect_->mu);

@@ -5,11 +5,9 @@
 #define OSCARKV_SERVICES_KVSTORE_KVSTORE_SERVER_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "lib/metrics/metrics.h"
@@ -19,6 +17,7 @@
 
 namespace oscarkv::rpc {
 class ServerRunner;
+class PeriodicThread;
 class WorkerRegistration;
 }
 namespace oscarkv::metrics {
@@ -61,7 +60,6 @@ class KvStoreServer {
 
  private:
   explicit KvStoreServer(const KvStoreConfig& config);
-  void SweepLoop();
 
   const KvStoreConfig config_;
   std::unique_ptr<metrics::Registry> own_registry_;
@@ -81,10 +79,7 @@ class KvStoreServer {
   std::shared_ptr<CollectState> collect_;
 
   std::atomic<bool> ready_{false};
-  std::mutex sweep_mu_;
-  std::condition_variable sweep_cv_;
-  bool stop_sweep_ = false;  // guarded by sweep_mu_
-  std::thread sweep_thread_;
+  std::unique_ptr<rpc::PeriodicThread> sweep_;  // null until started
   std::once_flag shutdown_once_;
 };
 

@@ -1,12 +1,12 @@
 #include "services/prefill/prefill_server.h"
 
-
 #include "absl/strings/str_cat.h"
 #include "lib/base/log.h"
 #include "lib/base/status_macros.h"
 #include "lib/metrics/metrics_http_server.h"
 #include "lib/rpc/server_runner.h"
 #include "lib/rpc/worker_registration.h"
+#include "lib/rpc/worker_runtime.h"
 #include "lib/transfer/backend_factory.h"
 #include "services/prefill/kv_publisher.h"
 #include "services/prefill/kvstore_client.h"
@@ -98,16 +98,13 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(const Prefi
   OSCARKV_ASSIGN_OR_RETURN(s->runner_, rpc::ServerRunner::Start(
                                            {.listen_address = config.grpc_address},
                                            {s->service_.get()}));
-  if (config.metrics_port >= 0) {
-    metrics::MetricsHttpServerOptions http;
-    http.host = config.metrics_host;
-    http.port = config.metrics_port;
-    http.readiness = [server = s.get()]() -> absl::Status {
-      return server->ready_.load() ? absl::OkStatus() : absl::UnavailableError("draining");
-    };
-    OSCARKV_ASSIGN_OR_RETURN(s->http_, metrics::MetricsHttpServer::Start(registry, http));
-  }
-  s->sweep_thread_ = std::thread([server = s.get()] { server->SweepLoop(); });
+  OSCARKV_ASSIGN_OR_RETURN(
+      s->http_, rpc::StartMetricsEndpoint(registry, config.metrics_host, config.metrics_port,
+                                          &s->ready_, "draining"));
+  s->sweep_ = std::make_unique<rpc::PeriodicThread>(absl::Seconds(1), [server = s.get()] {
+    const int dropped = server->publisher_->Sweep();
+    if (dropped > 0) VLOG(1) << "prefill: dropped " << dropped << " expired outbox entries";
+  });
   s->ready_.store(true);
   {
     oscarkv::common::v1::WorkerInfo info;
@@ -146,14 +143,6 @@ std::string PrefillServer::grpc_dial_address() const {
 }
 int PrefillServer::metrics_port() const { return http_ ? http_->port() : -1; }
 
-void PrefillServer::SweepLoop() {
-  std::unique_lock<std::mutex> lock(sweep_mu_);
-  while (!sweep_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_sweep_; })) {
-    const int dropped = publisher_->Sweep();
-    if (dropped > 0) VLOG(1) << "prefill: dropped " << dropped << " expired outbox entries";
-  }
-}
-
 void PrefillServer::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     ready_.store(false);
@@ -165,12 +154,7 @@ void PrefillServer::Shutdown() {
           std::chrono::milliseconds(static_cast<int64_t>(config_.drain_seconds * 1000)));
       runner_->Wait();
     }
-    {
-      std::lock_guard<std::mutex> lock(sweep_mu_);
-      stop_sweep_ = true;
-    }
-    sweep_cv_.notify_all();
-    if (sweep_thread_.joinable()) sweep_thread_.join();
+    if (sweep_) sweep_->Stop();
     if (http_) http_->Stop();
     if (collect_) {
       std::lock_guard<std::mutex> lock(collect_->mu);

@@ -7,11 +7,9 @@
 #define OSCARKV_SERVICES_PREFILL_PREFILL_SERVER_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "lib/engine/serving_engine.h"
@@ -22,6 +20,7 @@
 
 namespace oscarkv::rpc {
 class ServerRunner;
+class PeriodicThread;
 class WorkerRegistration;
 }
 namespace oscarkv::metrics {
@@ -62,7 +61,6 @@ class PrefillServer {
 
  private:
   explicit PrefillServer(const PrefillConfig& config);
-  void SweepLoop();
 
   const PrefillConfig config_;
   std::unique_ptr<metrics::Registry> own_registry_;
@@ -84,10 +82,7 @@ class PrefillServer {
   };
   std::shared_ptr<CollectState> collect_;
   std::atomic<bool> ready_{false};
-  std::mutex sweep_mu_;
-  std::condition_variable sweep_cv_;
-  bool stop_sweep_ = false;  // guarded by sweep_mu_
-  std::thread sweep_thread_;
+  std::unique_ptr<rpc::PeriodicThread> sweep_;  // null until started
   std::once_flag shutdown_once_;
 };
 
