@@ -89,6 +89,8 @@ class ServingEngine {
   const model::Model& model() const { return *model_; }
   const ServingEngineOptions& options() const { return options_; }
   const quant::CodecSpec& codec() const { return factory_->spec(); }
+  // The cache configuration every sequence of this engine uses (codec, rotations, clip ratios).
+  quant::ThreeTierCacheConfig tier_config() const { return factory_->tier_config(); }
   uint64_t model_fingerprint() const { return model_fingerprint_; }
   uint64_t calibration_fingerprint() const { return factory_->calibration_fingerprint(); }
 

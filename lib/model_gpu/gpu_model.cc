@@ -12,6 +12,7 @@
 #include "kernels/quant/kv_quant_cuda.h"
 #include "lib/base/log.h"
 #include "lib/base/status_macros.h"
+#include "lib/model_gpu/block_import.h"
 #include "lib/model_gpu/random_fill.h"
 #include "lib/quant/codec_spec.h"
 
@@ -66,33 +67,13 @@ absl::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const model::ModelCon
                                                            const quant::ThreeTierCacheConfig& tiers,
                                                            const GpuModelOptions& options) {
   const quant::CodecSpec& spec = quant::GetCodecSpec(tiers.codec);
-  const bool all_bf16 = tiers.codec == kvformat::CodecId::kBf16;
-  const bool windowed = spec.sink_tokens > 0 && spec.residual_tokens == 0 &&
-                        spec.k_segment == kvformat::SegmentKind::kInt2PerToken &&
-                        !spec.token_norms;
-  if (!all_bf16 && !windowed) {
-    return absl::UnimplementedError(absl::StrCat(
-        "codec ", std::string(spec.name), " has no GPU path yet (GPU codecs: bf16, oscar, ",
-        "oscar-gram, oscar-hadamard, oscar-norot)"));
-  }
-  if (config.head_dim != 64 && config.head_dim != 128) {
-    return absl::UnimplementedError(
-        absl::StrCat("the GPU kernels serve head_dim 64 and 128, not ", config.head_dim));
-  }
+  OSCARKV_ASSIGN_OR_RETURN(KvPageTableConfig pc, GpuPageShape(config, spec));
+  const bool windowed = pc.windowed;
   if (options.max_batch <= 0 || options.max_prompt_tokens <= 0 || options.ffn_chunk_tokens <= 0 ||
       options.kv_budget_bytes <= 0) {
     return absl::InvalidArgumentError("GPU model: batch, prompt, chunk and budget must be > 0");
   }
   OSCARKV_CUDA_OK(cudaSetDevice(options.device));
-  KvPageTableConfig pc;
-  pc.num_layers = config.num_layers;
-  pc.num_kv_heads = config.num_kv_heads;
-  pc.head_dim = config.head_dim;
-  pc.windowed = windowed;
-  if (windowed) {
-    pc.sink_tokens = spec.sink_tokens;
-    pc.recent_tokens = spec.recent_tokens;
-  }
   pc.budget_bytes = options.kv_budget_bytes;
   // INT2 pages can use the whole budget; BF16 pages of a windowed codec at most the windows of
   // max_batch sequences (or the budget, if smaller).
@@ -555,16 +536,7 @@ absl::Status GpuModel::AddSequence(int64_t id, std::span<const int32_t> prompt,
 }
 
 PackedKvLayout GpuModel::PackedLayout(int64_t length) const {
-  const KvPageTableConfig& pc = pages_.config();
-  const PageCount n = PagesHeld(pc, length);
-  PackedKvLayout layout;
-  layout.length = length;
-  layout.layers = pc.num_layers;
-  layout.bf16_pages = n.bf16;
-  layout.int2_pages = n.int2;
-  layout.bf16_chunk_bytes = int64_t{pc.num_kv_heads} * k::Bf16PageUnitBytes(pc.head_dim);
-  layout.int2_chunk_bytes = int64_t{pc.num_kv_heads} * k::Int2PageUnitBytes(pc.head_dim);
-  return layout;
+  return PackedLayoutFor(pages_.config(), length);
 }
 
 absl::Status GpuModel::CopyPackedPages(int64_t id, std::byte* packed, bool pack) {

@@ -52,6 +52,18 @@ PageCount PagesHeld(const KvPageTableConfig& c, int64_t tokens) {
   return p;
 }
 
+PackedKvLayout PackedLayoutFor(const KvPageTableConfig& c, int64_t length) {
+  const PageCount n = PagesHeld(c, length);
+  PackedKvLayout layout;
+  layout.length = length;
+  layout.layers = c.num_layers;
+  layout.bf16_pages = n.bf16;
+  layout.int2_pages = n.int2;
+  layout.bf16_chunk_bytes = int64_t{c.num_kv_heads} * kernels::Bf16PageUnitBytes(c.head_dim);
+  layout.int2_chunk_bytes = int64_t{c.num_kv_heads} * kernels::Int2PageUnitBytes(c.head_dim);
+  return layout;
+}
+
 absl::StatusOr<KvPageTable> KvPageTable::Create(const KvPageTableConfig& c) {
   if (c.num_layers <= 0 || c.num_kv_heads <= 0 || (c.head_dim != 64 && c.head_dim != 128)) {
     return absl::InvalidArgumentError(absl::StrCat("KV page table: bad shape L=", c.num_layers,

@@ -55,6 +55,24 @@ PageCount PagesForTokens(const KvPageTableConfig& c, int64_t tokens);
 // Depends on the length only, however the sequence got there.
 PageCount PagesHeld(const KvPageTableConfig& c, int64_t tokens);
 
+// A sequence's KV pages packed into one contiguous buffer: the BF16 pages (sink then recent, or
+// every page for codec bf16) as [layers][bf16_pages][bf16_chunk_bytes], then the INT2 history
+// pages as [layers][int2_pages][int2_chunk_bytes]; a chunk is one page (8 tokens) of one layer,
+// all KV heads, each head one page unit of kernels/attention's layout. The page counts follow
+// from the length alone (PagesHeld), so the form is the same on every GPU running the same model
+// and codec: what a prefill GPU sends a decode GPU, and what kvformat blocks convert to
+// (block_import.h).
+struct PackedKvLayout {
+  int64_t length = 0;  // tokens
+  int layers = 0;
+  int32_t bf16_pages = 0, int2_pages = 0;
+  int64_t bf16_chunk_bytes = 0, int2_chunk_bytes = 0;
+  int64_t bf16_bytes() const { return int64_t{layers} * bf16_pages * bf16_chunk_bytes; }
+  int64_t int2_bytes() const { return int64_t{layers} * int2_pages * int2_chunk_bytes; }
+  int64_t bytes() const { return bf16_bytes() + int2_bytes(); }
+};
+PackedKvLayout PackedLayoutFor(const KvPageTableConfig& c, int64_t length);
+
 // One sequence's pages, in token order within each tier.
 struct SeqPages {
   int64_t length = 0;              // tokens stored
