@@ -427,19 +427,39 @@ struct CaseResult {
   bool tokens_match = false;
 };
 
+// One side's model for one codec, and the packed size of the longest case (both sides size
+// their transfer buffers from it, so they agree).
+struct SideModel {
+  GpuBenchSetup setup;
+  std::unique_ptr<model_gpu::GpuModel> model;
+  std::vector<int64_t> contexts;
+  int64_t max_bytes = 0;
+};
+
+absl::StatusOr<SideModel> MakeSideModel(const Flags& f, const std::string& codec, bool prefill) {
+  SideModel s;
+  OSCARKV_ASSIGN_OR_RETURN(s.setup, MakeGpuBenchSetup(f.config, codec));
+  s.contexts = ParseInts(f.contexts);
+  const int64_t max_ctx = *std::max_element(s.contexts.begin(), s.contexts.end());
+  model_gpu::GpuModelOptions o;
+  o.device = prefill ? f.gpu_a : f.gpu_b;
+  o.max_batch = 4;
+  // The decode side never prefills: no prefill scratch.
+  o.max_prompt_tokens = prefill ? std::min(max_ctx, f.prefill_max) : 64;
+  o.kv_budget_bytes = int64_t{48} << 30;
+  OSCARKV_ASSIGN_OR_RETURN(s.model, MakeGpuBenchModel(s.setup, o));
+  s.max_bytes = s.model->PackedLayout(max_ctx + f.decode_steps + 1).bytes();
+  return s;
+}
+
 // The prefill side of one codec's cases; the decode side mirrors it in DecodeCases.
 absl::Status PrefillCases(const Flags& f, Transports& t, int fd, const std::string& codec,
                           std::vector<CaseResult>& results) {
-  OSCARKV_ASSIGN_OR_RETURN(GpuBenchSetup setup, MakeGpuBenchSetup(f.config, codec));
-  const std::vector<int64_t> contexts = ParseInts(f.contexts);
-  const int64_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
-  model_gpu::GpuModelOptions o;
-  o.device = f.gpu_a;
-  o.max_batch = 4;
-  o.max_prompt_tokens = std::min(max_ctx, f.prefill_max);
-  o.kv_budget_bytes = int64_t{48} << 30;
-  OSCARKV_ASSIGN_OR_RETURN(auto model, MakeGpuBenchModel(setup, o));
-  const int64_t max_bytes = model->PackedLayout(max_ctx + f.decode_steps + 1).bytes();
+  OSCARKV_ASSIGN_OR_RETURN(SideModel side, MakeSideModel(f, codec, /*prefill=*/true));
+  const GpuBenchSetup& setup = side.setup;
+  model_gpu::GpuModel* model = side.model.get();
+  const std::vector<int64_t>& contexts = side.contexts;
+  const int64_t max_bytes = side.max_bytes;
   Registered r;
   OSCARKV_RETURN_IF_ERROR(RegisterBuffer(t, fd, true, max_bytes, r));
   DeviceBuffer peer_dst;
@@ -497,16 +517,10 @@ absl::Status PrefillCases(const Flags& f, Transports& t, int fd, const std::stri
 }
 
 absl::Status DecodeCases(const Flags& f, Transports& t, int fd, const std::string& codec) {
-  OSCARKV_ASSIGN_OR_RETURN(GpuBenchSetup setup, MakeGpuBenchSetup(f.config, codec));
-  const std::vector<int64_t> contexts = ParseInts(f.contexts);
-  const int64_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
-  model_gpu::GpuModelOptions o;
-  o.device = f.gpu_b;
-  o.max_batch = 4;
-  o.max_prompt_tokens = 64;  // decode only: no prefill scratch
-  o.kv_budget_bytes = int64_t{48} << 30;
-  OSCARKV_ASSIGN_OR_RETURN(auto model, MakeGpuBenchModel(setup, o));
-  const int64_t max_bytes = model->PackedLayout(max_ctx + f.decode_steps + 1).bytes();
+  OSCARKV_ASSIGN_OR_RETURN(SideModel side, MakeSideModel(f, codec, /*prefill=*/false));
+  model_gpu::GpuModel* model = side.model.get();
+  const std::vector<int64_t>& contexts = side.contexts;
+  const int64_t max_bytes = side.max_bytes;
   Registered r;
   OSCARKV_RETURN_IF_ERROR(RegisterBuffer(t, fd, false, max_bytes, r));
   for (size_t i = 0; i < contexts.size(); ++i) {
