@@ -14,25 +14,15 @@
 #include "lib/engine/quant_kv_cache.h"
 #include "lib/model/model.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/default_model_test.h"
 
 namespace oscarkv::eval {
 namespace {
 
 std::string Src(const std::string& rel) { return std::string(OSCARKV_TEST_SOURCE_DIR) + "/" + rel; }
 
-class EvalModelTest : public ::testing::Test {
+class EvalModelTest : public testing::DefaultModelTest {
  protected:
-  static void SetUpTestSuite() {
-    if (!model::DefaultModelAvailable()) return;
-    auto path = model::ResolveModelPath("default");
-    ASSERT_TRUE(path.ok());
-    auto m = model::Model::Load(*path);
-    ASSERT_TRUE(m.ok()) << m.status();
-    model_ = m->release();
-  }
-  void SetUp() override {
-    if (model_ == nullptr) GTEST_SKIP() << "default model not installed";
-  }
   std::vector<int32_t> TextTokens(int n) {
     std::ifstream in(Src("data/text/austen/emma.txt"));
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -41,9 +31,7 @@ class EvalModelTest : public ::testing::Test {
     toks.resize(n);
     return toks;
   }
-  static model::Model* model_;
 };
-model::Model* EvalModelTest::model_ = nullptr;
 
 TEST_F(EvalModelTest, Bf16TeacherForcingEqualsModelForward) {
   const auto toks = TextTokens(200);

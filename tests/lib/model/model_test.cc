@@ -8,29 +8,12 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/testing/default_model_test.h"
 
 namespace oscarkv::model {
 namespace {
 
-class RealModel : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto path = ResolveModelPath("default");
-    if (!path.ok()) return;
-    auto m = Model::Load(*path);
-    ASSERT_TRUE(m.ok()) << m.status();
-    model_ = m->release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-  void SetUp() override {
-    if (model_ == nullptr) GTEST_SKIP() << "default model file absent (run scripts/setup.sh)";
-  }
-  static Model* model_;
-};
-Model* RealModel::model_ = nullptr;
+using RealModel = testing::DefaultModelTest;
 
 TEST_F(RealModel, MetadataMatchesSmolLm2) {
   const ModelConfig& c = model_->config();

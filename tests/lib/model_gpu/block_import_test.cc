@@ -12,32 +12,14 @@
 #include "lib/engine/quant_kv_cache.h"
 #include "lib/engine/serving_engine.h"
 #include "lib/model/model.h"
+#include "tests/testing/default_model_test.h"
 
 namespace oscarkv::model_gpu {
 namespace {
 
 using kvformat::KvSide;
 
-class BlockImportTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!model::DefaultModelAvailable()) return;
-    auto path = model::ResolveModelPath("default");
-    ASSERT_TRUE(path.ok());
-    auto m = model::Model::Load(*path);
-    ASSERT_TRUE(m.ok()) << m.status();
-    model_ = m->release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-  void SetUp() override {
-    if (model_ == nullptr) GTEST_SKIP() << "default model not installed";
-  }
-  static model::Model* model_;
-};
-model::Model* BlockImportTest::model_ = nullptr;
+using BlockImportTest = testing::DefaultModelTest;
 
 std::vector<int32_t> Prompt(int n, int vocab) {
   std::vector<int32_t> p(n);

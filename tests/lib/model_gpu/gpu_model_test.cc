@@ -23,6 +23,7 @@
 #include "lib/model/model.h"
 #include "lib/model_gpu/gpu_model.h"
 #include "lib/model_gpu/gpu_weights.h"
+#include "tests/testing/default_model_test.h"
 
 namespace oscarkv::model_gpu {
 namespace {
@@ -41,23 +42,14 @@ std::string ReadFixture() {
 
 int32_t Argmax(const float* l, int n) { return static_cast<int32_t>(std::max_element(l, l + n) - l); }
 
-class GpuModelTest : public ::testing::Test {
+class GpuModelTest : public testing::DefaultModelTest {
  protected:
   static void SetUpTestSuite() {
-    if (!HaveGpu() || !model::DefaultModelAvailable()) return;
-    auto path = model::ResolveModelPath("default");
-    ASSERT_TRUE(path.ok());
-    auto m = model::Model::Load(*path);
-    ASSERT_TRUE(m.ok()) << m.status();
-    model_ = m->release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
+    if (HaveGpu()) DefaultModelTest::SetUpTestSuite();
   }
   void SetUp() override {
     if (!HaveGpu()) GTEST_SKIP() << "no GPU";
-    if (model_ == nullptr) GTEST_SKIP() << "default model not installed";
+    DefaultModelTest::SetUp();
   }
 
   static std::unique_ptr<engine::KvCacheFactory> Factory(const std::string& codec) {
@@ -77,10 +69,7 @@ class GpuModelTest : public ::testing::Test {
     EXPECT_TRUE(g.ok()) << g.status();
     return g.ok() ? std::move(*g) : nullptr;
   }
-
-  static model::Model* model_;
 };
-model::Model* GpuModelTest::model_ = nullptr;
 
 TEST_F(GpuModelTest, Bf16GreedyMatchesCpuTokenForToken) {
   auto factory = Factory("bf16");
