@@ -7,24 +7,14 @@
 #include <sstream>
 
 #include "gtest/gtest.h"
+#include "tests/testing/default_model_test.h"
 #include "lib/kvformat/block.h"
 
 namespace oscarkv::engine {
 namespace {
 
-class ServingEngineTest : public ::testing::Test {
+class ServingEngineTest : public testing::DefaultModelTest {
  protected:
-  static void SetUpTestSuite() {
-    if (!model::DefaultModelAvailable()) return;
-    auto path = model::ResolveModelPath("default");
-    ASSERT_TRUE(path.ok()) << path.status();
-    auto loaded = model::Model::Load(*path);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    model_ = loaded->release();
-  }
-  void SetUp() override {
-    if (model_ == nullptr) GTEST_SKIP() << "default model not installed (scripts/setup.sh)";
-  }
   static std::vector<int32_t> Text(size_t skip_chars, int tokens) {
     std::ifstream in("data/text/austen/emma.txt");
     std::stringstream text;
@@ -59,9 +49,7 @@ class ServingEngineTest : public ::testing::Test {
     }
     return out;
   }
-  static model::Model* model_;
 };
-model::Model* ServingEngineTest::model_ = nullptr;
 
 // Each calibrated codec resolves to the default file of its own objective; a worker falls back to
 // the source tree and leaves the path empty when neither place has the file.
