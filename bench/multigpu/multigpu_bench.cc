@@ -23,8 +23,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -371,26 +373,25 @@ absl::Status Sweep(const Flags& f, Transports& t, int fd, bool prefill, std::byt
   return absl::OkStatus();
 }
 
-// Prompt tokens: the text's tokens (default config, --text) repeated to `length`, else random.
-std::vector<int32_t> PromptTokens(const GpuBenchSetup& s, const std::string& text_path,
-                                  int64_t length) {
-  std::vector<int32_t> ids;
-  if (s.real && !text_path.empty()) {
-    std::FILE* fp = std::fopen(text_path.c_str(), "rb");
-    if (fp != nullptr) {
-      std::string text;
-      char buf[1 << 16];
-      size_t n;
-      while ((n = std::fread(buf, 1, sizeof(buf), fp)) > 0) text.append(buf, n);
-      std::fclose(fp);
-      ids = s.real->tokenizer().Encode(text, true);
-    }
-  }
+// The tokens of --text for the default model (read once per codec); empty without --text or
+// for random weights. @return kNotFound when the file cannot be read.
+absl::StatusOr<std::vector<int32_t>> TextTokens(const GpuBenchSetup& s,
+                                                const std::string& text_path) {
+  if (!s.real || text_path.empty()) return std::vector<int32_t>{};
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) return absl::NotFoundError("cannot read --text " + text_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return s.real->tokenizer().Encode(text.str(), true);
+}
+
+// A prompt of `length` tokens: the text's tokens repeated, or random ids when there is no text.
+std::vector<int32_t> PromptTokens(const std::vector<int32_t>& text, int vocab, int64_t length) {
   std::mt19937 rng(7);
   std::vector<int32_t> out(static_cast<size_t>(length));
   for (int64_t i = 0; i < length; ++i) {
-    out[i] = ids.empty() ? static_cast<int32_t>(rng() % s.config.vocab_size)
-                         : ids[static_cast<size_t>(i) % ids.size()];
+    out[i] = text.empty() ? static_cast<int32_t>(rng() % vocab)
+                          : text[static_cast<size_t>(i) % text.size()];
   }
   return out;
 }
@@ -460,6 +461,7 @@ absl::Status PrefillCases(const Flags& f, Transports& t, int fd, const std::stri
   model_gpu::GpuModel* model = side.model.get();
   const std::vector<int64_t>& contexts = side.contexts;
   const int64_t max_bytes = side.max_bytes;
+  OSCARKV_ASSIGN_OR_RETURN(const std::vector<int32_t> text, TextTokens(setup, f.text));
   Registered r;
   OSCARKV_RETURN_IF_ERROR(RegisterBuffer(t, fd, true, max_bytes, r));
   DeviceBuffer peer_dst;
@@ -478,7 +480,7 @@ absl::Status PrefillCases(const Flags& f, Transports& t, int fd, const std::stri
       OSCARKV_RETURN_IF_ERROR(model->AddSyntheticSequence(1, ctx, ctx + f.decode_steps + 1, 99));
       first = 100;
     } else {
-      const std::vector<int32_t> prompt = PromptTokens(setup, f.text, ctx);
+      const std::vector<int32_t> prompt = PromptTokens(text, setup.config.vocab_size, ctx);
       OSCARKV_RETURN_IF_ERROR(model->AddSequence(1, prompt, ctx + f.decode_steps + 1, &first));
       c.forward = model->last_prefill().forward_seconds;
       c.cache_write = model->last_prefill().cache_write_seconds;
