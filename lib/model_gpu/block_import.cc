@@ -8,6 +8,7 @@
 #include "kernels/attention/decode_attention.h"
 #include "lib/kvformat/block_layout.h"
 #include "lib/kvformat/float16.h"
+#include "lib/base/status_macros.h"
 #include "lib/quant/three_tier_cache.h"
 
 namespace oscarkv::model_gpu {
@@ -76,6 +77,12 @@ absl::StatusOr<KvPageTableConfig> GpuPageShape(const model::ModelConfig& config,
     c.recent_tokens = spec.recent_tokens;
   }
   return c;
+}
+
+ClipRatios EffectiveClipRatios(const quant::ThreeTierCacheConfig& tiers) {
+  const quant::CodecSpec& spec = quant::GetCodecSpec(tiers.codec);
+  return {tiers.k_clip_ratio > 0 ? tiers.k_clip_ratio : spec.k_clip_ratio,
+          tiers.v_clip_ratio > 0 ? tiers.v_clip_ratio : spec.v_clip_ratio};
 }
 
 absl::StatusOr<PackedKv> PackedKvFromBlocks(const KvPageTableConfig& shape,
@@ -151,6 +158,128 @@ absl::StatusOr<PackedKv> PackedKvFromBlocks(const KvPageTableConfig& shape,
         }
       }
     }
+  }
+  return out;
+}
+
+BlockCutSpec CutSpecFor(const engine::ServingEngine& engine, std::span<const int32_t> prompt) {
+  BlockCutSpec cut;
+  cut.codec = engine.codec().id;
+  cut.model_fingerprint = engine.model_fingerprint();
+  cut.calib_fingerprint = engine.calibration_fingerprint();
+  cut.block_tokens = engine.options().block_tokens;
+  cut.sink_tokens = engine.codec().sink_tokens;
+  cut.reuse_boundary = engine.ReuseBoundary(static_cast<int64_t>(prompt.size()));
+  cut.keys = engine.ReusableKeys(prompt);
+  cut.chain_seed = kvformat::ChainSeed(engine.KeyParams());
+  cut.clips = EffectiveClipRatios(engine.tier_config());
+  return cut;
+}
+
+absl::StatusOr<std::vector<std::vector<std::byte>>> BlocksFromPackedKv(
+    const KvPageTableConfig& shape, const PackedKv& packed, const TailRows& tail,
+    const BlockCutSpec& cut) {
+  const int d = shape.head_dim, hkv = shape.num_kv_heads, layers = shape.num_layers;
+  const int64_t n = packed.layout.length;
+  const int bt = cut.block_tokens;
+  const int64_t kv_row = int64_t{hkv} * d;
+  if (static_cast<int64_t>(packed.bytes.size()) != packed.layout.bytes() || n <= 0) {
+    return absl::InvalidArgumentError("packed KV of the wrong size");
+  }
+  if (bt <= 0 || cut.reuse_boundary % bt != 0 || cut.reuse_boundary > n ||
+      static_cast<int64_t>(cut.keys.size()) != cut.reuse_boundary / bt) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block cut: ", cut.keys.size(), " keys for a reuse boundary of ", cut.reuse_boundary,
+        " tokens in blocks of ", bt));
+  }
+  const int64_t tail_tokens = n - tail.begin;
+  if (tail.begin < 0 || tail.begin > cut.reuse_boundary ||
+      static_cast<int64_t>(tail.bits.size()) != int64_t{layers} * 2 * tail_tokens * kv_row) {
+    return absl::InvalidArgumentError(absl::StrCat("tail rows from ", tail.begin, " (",
+                                                   tail.bits.size(), " values) do not cover [",
+                                                   cut.reuse_boundary, ", ", n, ")"));
+  }
+  const auto* base = reinterpret_cast<const uint8_t*>(packed.bytes.data());
+  const int64_t code_bytes = d / 4;
+  const int64_t reusable_blocks = cut.reuse_boundary / bt;
+  std::vector<float> row(d);
+  std::vector<std::vector<std::byte>> out;
+  for (int64_t b = 0; b * bt < n; ++b) {
+    const int64_t first = b * bt;
+    const int tokens = static_cast<int>(std::min<int64_t>(bt, n - first));
+    const bool reusable = b < reusable_blocks;
+    const bool quantised =
+        cut.codec != kvformat::CodecId::kBf16 && first >= cut.sink_tokens && reusable;
+    const BlockKind kind = quantised ? BlockKind::kQuantized : BlockKind::kBf16;
+    const kvformat::BlockLayout layout{cut.codec, kind, layers, hkv, d, tokens};
+    std::vector<std::byte> payload(layout.payload_bytes());
+    auto* dst = reinterpret_cast<uint8_t*>(payload.data());
+    for (int r = 0; r < tokens; ++r) {
+      const int64_t pos = first + r;
+      const Place at = PlaceOf(shape, n, pos);
+      for (int l = 0; l < layers; ++l) {
+        for (int head = 0; head < hkv; ++head) {
+          const uint8_t* unit = UnitOf(shape, packed.layout, base, l, head, at);
+          for (const KvSide side : {KvSide::kK, KvSide::kV}) {
+            const bool k = side == KvSide::kK;
+            uint8_t* codes = dst + layout.CodesOffset(l, side, head);
+            const auto* page_row = reinterpret_cast<const uint16_t*>(
+                unit + (k ? kernels::Bf16PageKOffset(d) : kernels::Bf16PageVOffset(d)) +
+                int64_t{at.row} * d * 2);
+            if (quantised) {
+              uint8_t* params = dst + layout.ParamsOffset(l, side, head) +
+                                r * sizeof(kvformat::Int2Params);
+              if (at.int2) {
+                std::memcpy(codes + r * code_bytes,
+                            unit + (k ? kernels::Int2PageKCodesOffset(d)
+                                      : kernels::Int2PageVCodesOffset(d)) +
+                                at.row * code_bytes,
+                            code_bytes);
+                std::memcpy(params,
+                            unit + (k ? kernels::Int2PageKParamsOffset(d)
+                                      : kernels::Int2PageVParamsOffset(d)) +
+                                at.row * sizeof(kvformat::Int2Params),
+                            sizeof(kvformat::Int2Params));
+              } else {
+                for (int i = 0; i < d; ++i) row[i] = kvformat::Bf16BitsToFloat(page_row[i]);
+                kvformat::Int2Params p;
+                quant::EncodePerTokenRow(row.data(), d, k ? cut.clips.k : cut.clips.v,
+                                         codes + r * code_bytes, &p);
+                std::memcpy(params, &p, sizeof(p));
+              }
+              continue;
+            }
+            const uint16_t* bits = page_row;
+            if (at.int2) {
+              if (pos < tail.begin) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "BF16 block ", b, " needs token ", pos, " before the tail rows"));
+              }
+              bits = tail.bits.data() +
+                     ((int64_t{l} * 2 + (k ? 0 : 1)) * tail_tokens + (pos - tail.begin)) * kv_row +
+                     int64_t{head} * d;
+            }
+            std::memcpy(codes + int64_t{r} * d * 2, bits, d * 2);
+          }
+        }
+      }
+    }
+    kvformat::BlockFields fields{.codec = cut.codec,
+                                 .kind = kind,
+                                 .model_fingerprint = cut.model_fingerprint,
+                                 .calib_fingerprint = cut.calib_fingerprint,
+                                 .first_position = static_cast<uint32_t>(first),
+                                 .token_count = tokens,
+                                 .layer_count = layers,
+                                 .kv_heads = hkv,
+                                 .head_dim = d};
+    if (reusable) {
+      fields.key = cut.keys[b];
+      fields.prev_key = b == 0 ? cut.chain_seed : cut.keys[b - 1];
+    }
+    OSCARKV_ASSIGN_OR_RETURN(std::vector<std::byte> bytes,
+                             kvformat::SerializeBlock(fields, payload));
+    out.push_back(std::move(bytes));
   }
   return out;
 }

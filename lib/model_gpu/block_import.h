@@ -23,8 +23,11 @@
 #include "lib/kvformat/block.h"
 #include "lib/kvformat/block_layout.h"
 #include "lib/model/model_config.h"
+#include "lib/engine/serving_engine.h"
+#include "lib/kvformat/block_key.h"
 #include "lib/model_gpu/kv_page_table.h"
 #include "lib/quant/codec_spec.h"
+#include "lib/quant/three_tier_cache.h"
 
 namespace oscarkv::model_gpu {
 
@@ -34,6 +37,14 @@ namespace oscarkv::model_gpu {
 // head_dim other than 64 / 128.
 absl::StatusOr<KvPageTableConfig> GpuPageShape(const model::ModelConfig& config,
                                                const quant::CodecSpec& spec);
+
+// The per-row clip ratios a cache of `tiers` quantises with: the calibration's when set, else
+// the codec spec's.
+struct ClipRatios {
+  float k = 1.0f;
+  float v = 1.0f;
+};
+ClipRatios EffectiveClipRatios(const quant::ThreeTierCacheConfig& tiers);
 
 struct PackedKv {
   PackedKvLayout layout;
@@ -48,6 +59,47 @@ struct PackedKv {
 absl::StatusOr<PackedKv> PackedKvFromBlocks(const KvPageTableConfig& shape,
                                             kvformat::CodecId codec, float k_clip, float v_clip,
                                             std::span<const kvformat::BlockView> blocks);
+
+// Bf16 copies of the cache rows (the tier basis: rotated by R_K / R_V) of prompt tokens
+// [begin, n), as bits [layers][K then V][n - begin][Hkv][D]. A GPU prefill worker needs them besides
+// the pages to cut a prompt's blocks: the pages keep only INT2 for tokens that the windows already
+// count as history, while the blocks past the reuse boundary carry them in BF16.
+struct TailRows {
+  int64_t begin = 0;            // first token copied (set by the caller)
+  std::vector<uint16_t> bits;   // written by AddSequence
+};
+
+// How a prompt's blocks are cut and labelled: ServingEngine::Prefill's cut (serving_engine.h):
+// block 0 is the BF16 sink, blocks wholly before the reuse boundary are stored in the codec's
+// form and keyed, the rest are BF16 and unkeyed.
+struct BlockCutSpec {
+  kvformat::CodecId codec = kvformat::CodecId::kOscar;
+  uint64_t model_fingerprint = 0;
+  uint64_t calib_fingerprint = 0;
+  int block_tokens = kvformat::kDefaultBlockTokens;
+  int sink_tokens = 64;                  // quantised blocks start at or after the sink
+  int64_t reuse_boundary = 0;            // a multiple of block_tokens
+  std::vector<kvformat::BlockKey> keys;  // reuse_boundary / block_tokens chain keys
+  kvformat::BlockKey chain_seed{};       // prev_key of block 0 (kvformat::ChainSeed)
+  ClipRatios clips;  // for tokens of a quantised block that the pages hold in BF16
+};
+
+// The cut `engine` makes of `prompt` (its ReuseBoundary, ReusableKeys, chain seed, codec,
+// fingerprints and clip ratios).
+BlockCutSpec CutSpecFor(const engine::ServingEngine& engine, std::span<const int32_t> prompt);
+
+// The reverse of PackedKvFromBlocks, for a GPU prefill worker: the prompt's packed KV
+// (GpuModel::PackSequence, on the host) and `tail` (GpuModel's TailRows, from
+// tail.begin <= cut.reuse_boundary) → serialised blocks, in order. A token is taken from its page
+// (codes and params of an INT2 page unchanged, or the bf16 row of a BF16 page, quantised with
+// quant::EncodePerTokenRow when its block is stored quantised) or, when a BF16 block needs a token
+// the pages hold only in INT2, from `tail`. So PackedKvFromBlocks of the result gives back
+// `packed`, and blocks cut by ServingEngine round-trip byte for byte.
+// @return kInvalidArgument when `tail` does not cover what the BF16 blocks need, or for keys /
+//   sizes that do not match; errors of kvformat::SerializeBlock.
+absl::StatusOr<std::vector<std::vector<std::byte>>> BlocksFromPackedKv(
+    const KvPageTableConfig& shape, const PackedKv& packed, const TailRows& tail,
+    const BlockCutSpec& cut);
 
 // The row attention reads for token `pos` of `packed` (layer, K or V, KV head), in the rotated
 // basis: a BF16 row widened, or an INT2 row dequantised (quant::DecodePerTokenRow). out: [D].

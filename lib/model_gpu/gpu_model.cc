@@ -38,6 +38,9 @@ struct GpuModel::StepMeta {
   // Decode: demotions.
   int64_t num_demote = 0;
   const int32_t* demote_src = nullptr;
+  // Prefill: bf16 copies of rows [tail_begin, rows) to tail_out ([L][2][rows - tail_begin][kvdim]).
+  int64_t tail_begin = 0;
+  uint16_t* tail_out = nullptr;
   const int32_t* demote_dst = nullptr;
   // Decode attention tables and plan.
   const int32_t* bf16_indptr = nullptr;
@@ -89,8 +92,9 @@ absl::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const model::ModelCon
   OSCARKV_ASSIGN_OR_RETURN(KvPageTable pages, KvPageTable::Create(pc));
   std::unique_ptr<GpuModel> m(new GpuModel(config, std::move(weights), std::move(pages), options));
   m->windowed_ = windowed;
-  m->k_clip_ = tiers.k_clip_ratio > 0 ? tiers.k_clip_ratio : spec.k_clip_ratio;
-  m->v_clip_ = tiers.v_clip_ratio > 0 ? tiers.v_clip_ratio : spec.v_clip_ratio;
+  const ClipRatios clips = EffectiveClipRatios(tiers);
+  m->k_clip_ = clips.k;
+  m->v_clip_ = clips.v;
   OSCARKV_RETURN_IF_ERROR(m->Init(tiers));
   return m;
 }
@@ -156,9 +160,10 @@ absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
   OSCARKV_RETURN_IF_ERROR(h_.Allocate(rows * dm * 2, "activations"));
   OSCARKV_RETURN_IF_ERROR(qkv_.Allocate(rows * qkvdim * 4, "QKV"));
   OSCARKV_RETURN_IF_ERROR(attn_bf16_.Allocate(rows * qdim * 2, "attention output"));
+  // Rotated rows; without a rotation, packed copies of K/V rows (demotion input, TailRows).
+  OSCARKV_RETURN_IF_ERROR(k_rot_.Allocate(rows * kvdim * 4, "rotated K"));
+  OSCARKV_RETURN_IF_ERROR(v_rot_.Allocate(rows * kvdim * 4, "rotated V"));
   if (has_rotation_ || windowed_) {
-    OSCARKV_RETURN_IF_ERROR(k_rot_.Allocate(rows * kvdim * 4, "rotated K"));
-    OSCARKV_RETURN_IF_ERROR(v_rot_.Allocate(rows * kvdim * 4, "rotated V"));
     // Demotion input: a prefill's history, or 8 rows of each sequence in a decode step.
     const int64_t demote_rows = std::max<int64_t>(rows, int64_t{kPageTokens} * options_.max_batch);
     OSCARKV_RETURN_IF_ERROR(kv_tmp_bf16_.Allocate(demote_rows * kvdim * 2, "demotion input"));
@@ -279,6 +284,20 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
       k_rows = k_rot_.as<float>();
       v_rows = v_rot_.as<float>();
       kv_stride = kvdim;
+    }
+    if (meta.tail_out != nullptr) {
+      const int64_t tail_tokens = rows - meta.tail_begin;
+      for (int kv = 0; kv < 2; ++kv) {
+        const float* src = (kv == 0 ? k_rows : v_rows) + meta.tail_begin * kv_stride;
+        uint16_t* dst = meta.tail_out + (int64_t{l} * 2 + kv) * tail_tokens * kvdim;
+        if (kv_stride != kvdim) {  // unrotated rows in the strided QKV buffer: pack them first
+          float* packed = (kv == 0 ? k_rot_ : v_rot_).as<float>();
+          OSCARKV_CUDA_OK(cudaMemcpy2DAsync(packed, kvdim * 4, src, kv_stride * 4, kvdim * 4,
+                                            tail_tokens, cudaMemcpyDeviceToDevice, stream_));
+          src = packed;
+        }
+        OSCARKV_CUDA_OK(k::F32ToBf16Cuda(src, tail_tokens * kvdim, dst, stream_));
+      }
     }
     for (const StepMeta::WriteRange& wr : meta.writes) {
       for (int kv = 0; kv < 2; ++kv) {
@@ -451,7 +470,7 @@ absl::Status GpuModel::Logits(int64_t rows, const float* x_rows, std::vector<flo
 absl::Status GpuModel::AddSequence(int64_t id, std::span<const int32_t> prompt,
                                    int64_t max_total_tokens, int32_t* next_greedy,
                                    std::vector<float>* last_logits,
-                                   std::vector<float>* all_logits) {
+                                   std::vector<float>* all_logits, TailRows* tail) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) return absl::InvalidArgumentError("empty prompt");
@@ -464,6 +483,18 @@ absl::Status GpuModel::AddSequence(int64_t id, std::span<const int32_t> prompt,
     if (t < 0 || t >= config_.vocab_size) {
       return absl::InvalidArgumentError(
           absl::StrCat("token id ", t, " outside vocab of ", config_.vocab_size));
+    }
+  }
+  const int64_t kvdim = int64_t{config_.num_kv_heads} * config_.head_dim;
+  const int64_t tail_bytes =
+      tail == nullptr ? 0 : int64_t{config_.num_layers} * 2 * (n - tail->begin) * kvdim * 2;
+  if (tail != nullptr) {
+    if (tail->begin < 0 || tail->begin >= n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tail rows from ", tail->begin, " of a ", n, "-token prompt"));
+    }
+    if (static_cast<int64_t>(tail_.bytes()) < tail_bytes) {
+      OSCARKV_RETURN_IF_ERROR(tail_.Allocate(tail_bytes, "prefill tail rows"));
     }
   }
   OSCARKV_RETURN_IF_ERROR(pages_.Admit(id, std::max(max_total_tokens, n)));
@@ -494,6 +525,10 @@ absl::Status GpuModel::AddSequence(int64_t id, std::span<const int32_t> prompt,
   }
   meta.hist_begin = plan->hist_begin;
   meta.num_hist_pages = static_cast<int64_t>(plan->hist_pages.size());
+  if (tail != nullptr) {
+    meta.tail_begin = tail->begin;
+    meta.tail_out = tail_.as<uint16_t>();
+  }
   absl::Status st = UploadMeta(meta_host_);
   if (st.ok()) {
     const int32_t* base = meta_.as<int32_t>();
@@ -520,6 +555,11 @@ absl::Status GpuModel::AddSequence(int64_t id, std::span<const int32_t> prompt,
     if (st.ok() && next_greedy != nullptr) *next_greedy = arg;
   }
   if (st.ok()) st = CudaStatus(cudaStreamSynchronize(stream_), "prefill");
+  if (st.ok() && tail != nullptr) {
+    tail->bits.resize(static_cast<size_t>(tail_bytes / 2));
+    st = CudaStatus(cudaMemcpy(tail->bits.data(), tail_.get(), tail_bytes, cudaMemcpyDeviceToHost),
+                    "copying the tail rows");
+  }
   if (!st.ok()) {
     pages_.Remove(id);
     return st;

@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "lib/model/model_config.h"
+#include "lib/model_gpu/block_import.h"
 #include "lib/model_gpu/cuda_status.h"
 #include "lib/model_gpu/gpu_weights.h"
 #include "lib/model_gpu/kv_page_table.h"
@@ -76,12 +77,13 @@ class GpuModel {
 
   // Admits sequence `id` for up to `max_total_tokens` tokens and prefills `prompt` into it.
   // Writes the last position's logits [vocab] when `last_logits` is non-null and, when
-  // `all_logits` is non-null, every position's [T, vocab]; `*next_greedy` = argmax.
+  // `all_logits` is non-null, every position's [T, vocab]; `*next_greedy` = argmax. When `tail`
+  // is non-null, fills tail->bits for tokens [tail->begin, T) (see TailRows).
   // @return kResourceExhausted when the budget is full now; kInvalidArgument for bad tokens, a
   //   prompt longer than max_prompt_tokens or a sequence that can never fit.
   absl::Status AddSequence(int64_t id, std::span<const int32_t> prompt, int64_t max_total_tokens,
                            int32_t* next_greedy, std::vector<float>* last_logits = nullptr,
-                           std::vector<float>* all_logits = nullptr);
+                           std::vector<float>* all_logits = nullptr, TailRows* tail = nullptr);
 
   // Speed-only: admits `id` with `length` tokens of random KV (no forward pass), as if a prompt
   // of that length had been prefilled.
@@ -163,6 +165,7 @@ class GpuModel {
   DeviceBuffer x_, h_, qkv_, attn_bf16_, k_rot_, v_rot_, kv_tmp_bf16_, gate_up_, act_bf16_;
   DeviceBuffer q_rot_, attn_out_, attn_out_rot_, partial_out_, partial_lse_, logits_, argmax_;
   DeviceBuffer meta_;  // per-step int32 metadata
+  DeviceBuffer tail_;  // TailRows of the running prefill (grown on demand)
   std::vector<int32_t> meta_host_;
 };
 

@@ -5,6 +5,7 @@
 // (ServingEngine::SequenceFromBlocks) reads: for bf16 and oscar, every layer, head, K and V.
 #include "lib/model_gpu/block_import.h"
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -49,9 +50,8 @@ TEST_F(BlockImportTest, PagesReadExactlyWhatTheCpuCacheRebuiltFromTheSameBlocksR
 
     auto shape = GpuPageShape(c, (*engine)->codec());
     ASSERT_TRUE(shape.ok()) << shape.status();
-    const quant::ThreeTierCacheConfig tiers = (*engine)->tier_config();
-    const float k_clip = tiers.k_clip_ratio > 0 ? tiers.k_clip_ratio : (*engine)->codec().k_clip_ratio;
-    const float v_clip = tiers.v_clip_ratio > 0 ? tiers.v_clip_ratio : (*engine)->codec().v_clip_ratio;
+    const ClipRatios clips = EffectiveClipRatios((*engine)->tier_config());
+    const float k_clip = clips.k, v_clip = clips.v;
     auto packed = PackedKvFromBlocks(*shape, (*engine)->codec().id, k_clip, v_clip, views);
     ASSERT_TRUE(packed.ok()) << packed.status();
     EXPECT_EQ(packed->layout.length, 700);
@@ -77,6 +77,49 @@ TEST_F(BlockImportTest, PagesReadExactlyWhatTheCpuCacheRebuiltFromTheSameBlocksR
       }
     }
     EXPECT_EQ(mismatches, 0) << codec;
+
+    // And back (a GPU prefill worker's export): with the tail's bf16 rows, which the pages hold
+    // only in INT2, the blocks come out byte for byte as ServingEngine cut them.
+    const BlockCutSpec cut = CutSpecFor(**engine, prompt);
+    TailRows tail;
+    tail.begin = cut.reuse_boundary;
+    const int64_t kv_row = int64_t{c.num_kv_heads} * c.head_dim;
+    const int64_t tail_tokens = 700 - tail.begin;
+    tail.bits.resize(c.num_layers * 2 * tail_tokens * kv_row);
+    for (const kvformat::BlockView& view : views) {
+      const kvformat::BlockHeader& h = view.header;
+      if (h.first_position < tail.begin) continue;
+      ASSERT_EQ(h.block_kind, static_cast<uint8_t>(kvformat::BlockKind::kBf16));
+      const kvformat::BlockLayout layout = kvformat::BlockLayout::Of(h);
+      for (int l = 0; l < c.num_layers; ++l) {
+        for (int side = 0; side < 2; ++side) {
+          for (int hd = 0; hd < c.num_kv_heads; ++hd) {
+            for (int r = 0; r < h.token_count; ++r) {
+              std::memcpy(tail.bits.data() +
+                              ((int64_t{l} * 2 + side) * tail_tokens +
+                               (h.first_position + r - tail.begin)) * kv_row +
+                              hd * c.head_dim,
+                          view.payload.data() +
+                              layout.CodesOffset(l, side == 0 ? KvSide::kK : KvSide::kV, hd) +
+                              int64_t{r} * c.head_dim * 2,
+                          c.head_dim * 2);
+            }
+          }
+        }
+      }
+    }
+    auto blocks = BlocksFromPackedKv(*shape, *packed, tail, cut);
+    ASSERT_TRUE(blocks.ok()) << blocks.status();
+    ASSERT_EQ(blocks->size(), prefill->blocks.size());
+    for (size_t b = 0; b < blocks->size(); ++b) {
+      EXPECT_TRUE((*blocks)[b] == prefill->blocks[b].bytes) << codec << " block " << b;
+    }
+    // A tail that starts too late is refused.
+    TailRows late = tail;
+    late.begin += 8;
+    late.bits.resize(c.num_layers * 2 * (tail_tokens - 8) * kv_row);
+    EXPECT_EQ(BlocksFromPackedKv(*shape, *packed, late, cut).status().code(),
+              absl::StatusCode::kInvalidArgument);
 
     // Blocks out of order are refused, nothing half-built is returned.
     std::vector<kvformat::BlockView> swapped = views;

@@ -21,6 +21,7 @@
 #include "lib/engine/quant_kv_cache.h"
 #include "lib/engine/serving_engine.h"
 #include "lib/model/model.h"
+#include "lib/model_gpu/block_import.h"
 #include "lib/model_gpu/gpu_model.h"
 #include "lib/model_gpu/gpu_weights.h"
 #include "tests/testing/default_model_test.h"
@@ -390,6 +391,75 @@ TEST_F(GpuModelTest, PackedSequenceContinuesBitIdenticallyInAnotherModel) {
       ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)))
           << codec << " step " << t;
     }
+  }
+}
+
+// A GPU prefill worker's export: the prompt's pages (PackSequence) and tail rows cut into blocks
+// (BlocksFromPackedKv) that are valid kvformat blocks, convert back to the very same pages
+// (PackedKvFromBlocks: what a GPU decode worker admits), and, rebuilt by a CPU decode worker
+// (ServingEngine::SequenceFromBlocks), decode like the GPU sequence within the GPU/CPU budget.
+TEST_F(GpuModelTest, PrefillExportsBlocksThatRoundTripToTheSamePages) {
+  const std::vector<int32_t> ids = model_->tokenizer().Encode(ReadFixture(), true);
+  const size_t prompt = 700, steps = 16;
+  ASSERT_GT(ids.size(), prompt + steps);
+  const std::span<const int32_t> p(ids.data(), prompt);
+  for (const std::string codec : {"bf16", "oscar"}) {
+    auto engine = engine::ServingEngine::Create(
+        model_, {.codec = codec,
+                 .calibration_path = engine::ResolveCalibrationPath("", "default", codec)});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto gpu = Gpu(*Factory(codec));
+    ASSERT_NE(gpu, nullptr);
+    const BlockCutSpec cut = CutSpecFor(**engine, p);
+    TailRows tail;
+    tail.begin = cut.reuse_boundary;
+    int32_t next = 0;
+    ASSERT_TRUE(gpu->AddSequence(1, p, prompt + steps, &next, nullptr, nullptr, &tail).ok());
+    const PackedKvLayout layout = gpu->PackedLayout(prompt);
+    DeviceBuffer dev;
+    ASSERT_TRUE(dev.Allocate(layout.bytes(), "packed").ok());
+    ASSERT_TRUE(gpu->PackSequence(1, std::span<std::byte>(dev.as<std::byte>(), layout.bytes())).ok());
+    PackedKv packed{layout, std::vector<std::byte>(layout.bytes())};
+    ASSERT_EQ(cudaMemcpy(packed.bytes.data(), dev.get(), layout.bytes(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    auto shape = GpuPageShape(model_->config(), (*engine)->codec());
+    ASSERT_TRUE(shape.ok());
+    auto blocks = BlocksFromPackedKv(*shape, packed, tail, cut);
+    ASSERT_TRUE(blocks.ok()) << blocks.status();
+    std::vector<kvformat::BlockView> views;
+    for (const std::vector<std::byte>& b : *blocks) {
+      auto v = kvformat::ParseBlock(b);
+      ASSERT_TRUE(v.ok()) << v.status();
+      views.push_back(*v);
+    }
+    auto back = PackedKvFromBlocks(*shape, cut.codec, cut.clips.k, cut.clips.v, views);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(back->bytes == packed.bytes) << codec;
+
+    auto cpu = (*engine)->SequenceFromBlocks(views);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    int agree = 0;
+    double rel_sum = 0;
+    std::vector<int32_t> greedy;
+    for (size_t t = 0; t < steps; ++t) {
+      std::vector<float> lg, lc;
+      const std::vector<int32_t> tok = {ids[prompt + t]};
+      ASSERT_TRUE(gpu->DecodeStep(std::vector<int64_t>{1}, tok, &greedy, &lg).ok());
+      model::Sequence* seqs[] = {cpu->get()};
+      ASSERT_TRUE((*engine)->DecodeStep(seqs, tok, &lc).ok());
+      double num = 0, den = 0;
+      for (size_t v = 0; v < lc.size(); ++v) {
+        num += (double(lg[v]) - lc[v]) * (double(lg[v]) - lc[v]);
+        den += double(lc[v]) * lc[v];
+      }
+      rel_sum += std::sqrt(num / den);
+      agree += Argmax(lg.data(), static_cast<int>(lg.size())) ==
+               Argmax(lc.data(), static_cast<int>(lc.size()));
+    }
+    std::printf("%s: %zu blocks; GPU vs CPU decode over GPU-exported blocks: rel err mean %.4f, "
+                "top-1 %d/%zu\n", codec.c_str(), blocks->size(), rel_sum / steps, agree, steps);
+    EXPECT_LT(rel_sum / steps, 0.05) << codec;
+    EXPECT_GE(agree, static_cast<int>(steps) * 9 / 10) << codec;
   }
 }
 
