@@ -2,6 +2,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "lib/rpc/service_flags.h"
 
 namespace oscarkv::rpc {
@@ -67,6 +69,23 @@ absl::Status ValidateTransferFlags(const std::string& transfer_backend,
     return absl::InvalidArgumentError("--ucx_transports must not be empty");
   }
   return absl::OkStatus();
+}
+
+void AddDeviceFlag(CLI::App& app, std::string& device) {
+  app.add_option("--device", device,
+                 "where the model runs: cpu, or cuda:N (GPU N; needs a CUDA build)")
+      ->capture_default_str();
+}
+
+absl::StatusOr<int> ParseDeviceFlag(const std::string& device) {
+  if (device == "cpu") return -1;
+  int ordinal = -1;
+  if (absl::StartsWith(device, "cuda:") && absl::SimpleAtoi(device.substr(5), &ordinal) &&
+      ordinal >= 0) {
+    return ordinal;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device must be cpu or cuda:N, got '", device, "'"));
 }
 
 }  // namespace oscarkv::rpc

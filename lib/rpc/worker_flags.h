@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace CLI {
 class App;
@@ -44,6 +45,13 @@ void AddTransferFlags(CLI::App& app, std::string& transfer_backend, std::string&
 // non-empty.
 absl::Status ValidateTransferFlags(const std::string& transfer_backend,
                                    const std::string& ucx_transports);
+
+// --device: where the worker runs the model ("cpu" or "cuda:N").
+void AddDeviceFlag(CLI::App& app, std::string& device);
+
+// The CUDA ordinal of a --device value, or -1 for "cpu". @return kInvalidArgument for anything
+// else.
+absl::StatusOr<int> ParseDeviceFlag(const std::string& device);
 
 }  // namespace oscarkv::rpc
 

@@ -84,7 +84,7 @@ void DecodeBatcher::Stop() {
 
 void DecodeBatcher::Loop() {
   std::vector<std::unique_ptr<Entry>> active;
-  std::vector<model::Sequence*> seqs;
+  std::vector<HeldSequence*> seqs;
   std::vector<int32_t> tokens;
   std::vector<float> logits;
   auto finish = [](Entry& e, FinishReason r, const absl::Status& s) {

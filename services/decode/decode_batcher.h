@@ -24,14 +24,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "lib/model/model.h"
 #include "lib/engine/sampler.h"
+#include "services/decode/decode_device.h"
 
 namespace oscarkv::decode {
 
 // One batched forward: appends tokens[b] to *seqs[b] and writes logits [B, vocab].
 using StepFunction = std::function<absl::Status(
-    std::span<model::Sequence* const> seqs, std::span<const int32_t> tokens,
+    std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
     std::vector<float>* logits)>;
 
 // Why a sequence left the batch.
@@ -39,7 +39,7 @@ enum class FinishReason { kStop, kLength, kCancelled, kError };
 const char* FinishReasonName(FinishReason reason);  // "stop", "length", "cancelled", "error"
 
 struct BatchRequest {
-  model::Sequence* sequence = nullptr;  // not owned; valid until on_done returns
+  HeldSequence* sequence = nullptr;     // not owned; valid until on_done returns
   int32_t first_token = 0;              // fed first (already produced by prefill)
   int max_new_tokens = 1;               // tokens to generate after first_token; >= 1
   std::vector<int32_t> stop_token_ids;  // end generation (not delivered); e.g. EOS

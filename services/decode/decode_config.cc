@@ -18,9 +18,14 @@ void DecodeConfig::AddFlags(CLI::App& app, DecodeConfig& c) {
       ->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads (0 = OpenBLAS default)")
       ->capture_default_str();
+  rpc::AddDeviceFlag(app, c.device);
   rpc::AddTransferFlags(app, c.transfer_backend, c.ucx_transports, c.ucx_peer_failure_detection);
   app.add_option("--max_batch", c.max_batch, "largest decode batch")->capture_default_str();
-  app.add_option("--kv_capacity_bytes", c.kv_capacity_bytes, "KV bytes held across sequences")
+  app.add_option("--kv_capacity_bytes", c.kv_capacity_bytes,
+                 "KV bytes held across sequences (on a GPU: its KV pages)")
+      ->capture_default_str();
+  app.add_option("--default_max_new_tokens", c.default_max_new_tokens,
+                 "tokens reserved for generation when a request does not say")
       ->capture_default_str();
   app.add_option("--idle_ttl_seconds", c.idle_ttl_seconds, "idle sequence lifetime")
       ->capture_default_str();
@@ -45,6 +50,10 @@ absl::Status DecodeConfig::Validate() const {
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateRegistrationFlags(router_address, advertise_address));
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateWorkerModelFlags(model, codec, chunk_tokens, threads));
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateTransferFlags(transfer_backend, ucx_transports));
+  OSCARKV_RETURN_IF_ERROR(rpc::ParseDeviceFlag(device).status());
+  if (default_max_new_tokens < 1) {
+    return absl::InvalidArgumentError("--default_max_new_tokens must be >= 1");
+  }
   if (max_batch < 1 || max_batch > 4096) {
     return absl::InvalidArgumentError("--max_batch must be in [1, 4096]");
   }

@@ -33,6 +33,10 @@ struct DecodeConfig {
   int chunk_tokens = 256;
   // CPU threads for the forward (0 = OpenBLAS default). Default: 0.
   int threads = 0;
+  // Where sequences live and decode: "cpu" (the three-tier cache of lib/quant) or "cuda:N"
+  // (GPU N's paged cache and fused INT2 attention; codecs bf16 and oscar*, needs a CUDA
+  // build). Default: "cpu".
+  std::string device = "cpu";
   // Data plane: "ucx" (other processes and hosts) or "local" (in-process). Default: "ucx".
   std::string transfer_backend = "ucx";
   // UCX transports (UCX_TLS). Default: "tcp,self,sm".
@@ -41,8 +45,11 @@ struct DecodeConfig {
   bool ucx_peer_failure_detection = true;
   // Largest decode batch (sequences per step). Default: 32.
   int max_batch = 32;
-  // KV bytes the worker may hold across sequences. Default: 1 GiB.
+  // KV bytes the worker may hold across sequences (on a GPU: its KV pages). Default: 1 GiB.
   int64_t kv_capacity_bytes = int64_t{1} << 30;
+  // Tokens reserved for generation when StartSequence does not say (a GPU sequence cannot
+  // grow past its reservation). Default: 2048.
+  int64_t default_max_new_tokens = 2048;
   // A sequence not generating and not kept is dropped after this many seconds. Default: 60.
   double idle_ttl_seconds = 60;
   // Longest EndTurn keep, seconds. Default: 3600.

@@ -8,18 +8,20 @@
 
 namespace oscarkv::decode {
 
-DecodeEngine::DecodeEngine(const engine::ServingEngine* engine, transfer::TransferBackend* backend,
-                           DecodeMetrics* metrics, const DecodeEngineOptions& options)
+DecodeEngine::DecodeEngine(const engine::ServingEngine* engine, DecodeDevice* device,
+                           transfer::TransferBackend* backend, DecodeMetrics* metrics,
+                           const DecodeEngineOptions& options)
     : engine_(engine),
+      device_(device),
       metrics_(metrics),
       options_(options),
       fetcher_(backend),
       pool_(options.kv_capacity_bytes, absl::Seconds(options.idle_ttl_seconds)),
       batcher_(
-          [engine, metrics](std::span<model::Sequence* const> seqs,
-                            std::span<const int32_t> tokens, std::vector<float>* logits) {
+          [device, metrics](std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
+                            std::vector<float>* logits) {
             const auto t0 = std::chrono::steady_clock::now();
-            absl::Status s = engine->DecodeStep(seqs, tokens, logits);
+            absl::Status s = device->Step(seqs, tokens, logits);
             metrics->step_seconds.Observe(
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
             metrics->steps_total.Increment();
@@ -87,7 +89,7 @@ absl::StatusOr<ReceiveSlots> DecodeEngine::PrepareReceive(const StartParams& p,
   return out;
 }
 
-absl::Status DecodeEngine::CompleteReceive(uint64_t id) {
+absl::Status DecodeEngine::CompleteReceive(uint64_t id, int64_t max_new_tokens) {
   std::shared_ptr<Receive> r;
   {
     std::lock_guard<std::mutex> lock(ids_mu_);
@@ -125,23 +127,35 @@ absl::Status DecodeEngine::CompleteReceive(uint64_t id) {
   }
   metrics_->received_bytes_total.Increment(static_cast<double>(bytes));
   metrics_->received_blocks_total.Increment(static_cast<double>(views.size()));
-  absl::StatusOr<std::unique_ptr<model::Sequence>> seq = engine_->SequenceFromBlocks(views);
-  if (!seq.ok()) {
-    metrics_->sequences_rejected_total.Increment();
-    return Annotate(seq.status(), "rebuilding the pushed sequence");
-  }
-  auto entry = std::make_unique<PooledSequence>();
-  entry->id = id;
-  entry->request_id = r->params.request_id;
-  entry->session_id = r->params.session_id;
-  entry->kv_bytes = engine_->SequenceKvBytes(**seq);
-  entry->bf16_equivalent_bytes = Bf16Bytes((*seq)->length());
-  entry->sequence = *std::move(seq);
-  OSCARKV_RETURN_IF_ERROR(pool_.Insert(std::move(entry), absl::Now()).status());
-  metrics_->sequences_started_total.Increment();
+  absl::StatusOr<uint64_t> pooled = BuildAndPool(views, r->params, max_new_tokens, id);
+  if (!pooled.ok()) return Annotate(pooled.status(), "building the pushed sequence");
   metrics_->fetch_seconds.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> DecodeEngine::BuildAndPool(std::span<const kvformat::BlockView> views,
+                                                    const StartParams& params,
+                                                    int64_t max_new_tokens, uint64_t entry_id) {
+  absl::StatusOr<std::unique_ptr<HeldSequence>> seq = device_->Build(views, max_new_tokens);
+  if (!seq.ok()) {
+    metrics_->sequences_rejected_total.Increment();
+    return seq.status();
+  }
+  auto entry = std::make_unique<PooledSequence>();
+  entry->id = entry_id;
+  entry->request_id = params.request_id;
+  entry->session_id = params.session_id;
+  entry->kv_bytes = (*seq)->kv_bytes();
+  entry->bf16_equivalent_bytes = Bf16Bytes((*seq)->length());
+  entry->sequence = *std::move(seq);
+  absl::StatusOr<uint64_t> id = pool_.Insert(std::move(entry), absl::Now());
+  if (!id.ok()) {
+    metrics_->sequences_rejected_total.Increment();
+    return id.status();
+  }
+  metrics_->sequences_started_total.Increment();
+  return *id;
 }
 
 int64_t DecodeEngine::Bf16Bytes(int64_t tokens) const {
@@ -170,19 +184,11 @@ absl::StatusOr<StartResult> DecodeEngine::StartSequence(const StartParams& p) {
   if (!fetched.ok()) return fail(Annotate(fetched.status(), "fetching prompt blocks"));
   metrics_->received_bytes_total.Increment(static_cast<double>(fetched->bytes));
   metrics_->received_blocks_total.Increment(static_cast<double>(fetched->views.size()));
-  absl::StatusOr<std::unique_ptr<model::Sequence>> seq =
-      engine_->SequenceFromBlocks(fetched->views);
-  if (!seq.ok()) return fail(Annotate(seq.status(), "rebuilding the sequence"));
-  auto entry = std::make_unique<PooledSequence>();
-  entry->request_id = p.request_id;
-  entry->session_id = p.session_id;
-  const int64_t tokens = (*seq)->length();
-  entry->kv_bytes = engine_->SequenceKvBytes(**seq);
-  entry->bf16_equivalent_bytes = Bf16Bytes(tokens);
-  entry->sequence = *std::move(seq);
-  absl::StatusOr<uint64_t> id = pool_.Insert(std::move(entry), absl::Now());
-  if (!id.ok()) return fail(id.status());
-  metrics_->sequences_started_total.Increment();
+  const int64_t max_new = p.max_new_tokens > 0 ? p.max_new_tokens : options_.default_max_new_tokens;
+  absl::StatusOr<uint64_t> id = BuildAndPool(fetched->views, p, max_new, /*entry_id=*/0);
+  if (!id.ok()) return Annotate(id.status(), "building the sequence");
+  int64_t tokens = 0;
+  for (const kvformat::BlockView& v : fetched->views) tokens += v.header.token_count;
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics_->fetch_seconds.Observe(dt);
   VLOG(1) << "sequence " << *id << " (" << p.request_id << "): " << tokens << " tokens, "
@@ -199,8 +205,19 @@ absl::Status DecodeEngine::Generate(uint64_t id, const GenerateParams& params,
   if (params.first_token < 0 || params.first_token >= vocab) {
     return absl::InvalidArgumentError("first_token outside the vocabulary");
   }
-  if (absl::Status s = CompleteReceive(id); !s.ok() && !absl::IsNotFound(s)) return s;
-  OSCARKV_ASSIGN_OR_RETURN(model::Sequence * seq, pool_.BeginGenerate(id));
+  if (absl::Status s = CompleteReceive(id, params.max_new_tokens);
+      !s.ok() && !absl::IsNotFound(s)) {
+    return s;
+  }
+  OSCARKV_ASSIGN_OR_RETURN(HeldSequence * seq, pool_.BeginGenerate(id));
+  // Each step appends its input token: first_token, then all sampled tokens but the last.
+  if (seq->remaining_tokens() < params.max_new_tokens) {
+    pool_.FinishGenerate(id, seq->kv_bytes(), Bf16Bytes(seq->length()), absl::Now());
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_new_tokens ", params.max_new_tokens, " exceeds the room reserved for sequence ", id,
+        " on ", device_->name(), " (", seq->remaining_tokens(),
+        " tokens; StartSequence's max_new_tokens sets it)"));
+  }
   BatchRequest r;
   r.sequence = seq;
   r.first_token = params.first_token;
@@ -223,8 +240,7 @@ absl::Status DecodeEngine::Generate(uint64_t id, const GenerateParams& params,
   };
   r.on_done = [this, id, seq, on_done = std::move(on_done)](FinishReason reason,
                                                             const absl::Status& s) {
-    pool_.FinishGenerate(id, engine_->SequenceKvBytes(*seq), Bf16Bytes(seq->length()),
-                         absl::Now());
+    pool_.FinishGenerate(id, seq->kv_bytes(), Bf16Bytes(seq->length()), absl::Now());
     on_done(reason, s);
   };
   const uint64_t batch_id = batcher_.Submit(std::move(r));

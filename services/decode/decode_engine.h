@@ -1,6 +1,6 @@
-// The decode worker's domain: fetch a sequence's blocks (KvFetcher), rebuild its three-tier
-// cache (ServingEngine::SequenceFromBlocks), hold it (TokenPool), run it in the continuous
-// batcher (DecodeBatcher) and end turns. Knows no proto or gRPC.
+// The decode worker's domain: fetch a sequence's blocks (KvFetcher), build its KV on the worker's
+// DecodeDevice (the CPU three-tier cache, or GPU pages), hold it (TokenPool), run it in the
+// continuous batcher (DecodeBatcher) and end turns. Knows no proto or gRPC.
 //
 // Threads: StartSequence/Generate/EndTurn from any thread (gRPC pool); the batcher's loop thread
 // runs the steps and the token callbacks. No lock of its own: TokenPool and DecodeBatcher each
@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "lib/engine/serving_engine.h"
 #include "services/decode/decode_batcher.h"
+#include "services/decode/decode_device.h"
 #include "services/decode/decode_metrics.h"
 #include "services/decode/kv_fetcher.h"
 #include "services/decode/token_pool.h"
@@ -32,6 +33,9 @@ struct StartParams {
   uint64_t model_fingerprint = 0;     // 0 = unchecked
   uint64_t calib_fingerprint = 0;     // checked when model_fingerprint is set
   std::vector<BlockSource> blocks;    // ALL the prompt's blocks, in order
+  // Tokens the sequence may generate (a GPU device reserves room for them at admission);
+  // 0 = DecodeEngineOptions::default_max_new_tokens.
+  int64_t max_new_tokens = 0;
 };
 
 struct StartResult {
@@ -67,16 +71,21 @@ struct DecodeEngineOptions {
   int64_t kv_capacity_bytes = int64_t{1} << 30;
   double idle_ttl_seconds = 60;
   double max_keep_seconds = 3600;
+  // Room reserved for generated tokens when a request does not say (StartParams).
+  int64_t default_max_new_tokens = 2048;
 };
 
 class DecodeEngine {
  public:
-  // `engine`, `backend` and `metrics` are not owned and must outlive this object.
-  DecodeEngine(const engine::ServingEngine* engine, transfer::TransferBackend* backend,
-               DecodeMetrics* metrics, const DecodeEngineOptions& options);
+  // Not owned, must outlive this object: `engine` (the worker's model and codec identity:
+  // codec, fingerprints, tokenizer, block size), `device` (where sequences live and step),
+  // `backend`, `metrics`.
+  DecodeEngine(const engine::ServingEngine* engine, DecodeDevice* device,
+               transfer::TransferBackend* backend, DecodeMetrics* metrics,
+               const DecodeEngineOptions& options);
   ~DecodeEngine();  // Stop()
 
-  // Fetches and verifies the blocks, rebuilds the sequence and pools it.
+  // Fetches and verifies the blocks, builds the sequence on the device and pools it.
   // @return kInvalidArgument (codec mismatch, no blocks), kFailedPrecondition (model identity
   //   or block mismatch), kDataLoss (checksum), kResourceExhausted (pool full), transfer errors.
   absl::StatusOr<StartResult> StartSequence(const StartParams& params);
@@ -89,7 +98,8 @@ class DecodeEngine {
 
   // Runs `id` in the batcher (after building it from received slots, in push mode). `on_token` (loop thread, must not block; false = stop) gets each
   // new token; `on_done` is called once at the end.
-  // @return kNotFound, kFailedPrecondition (already generating), kInvalidArgument.
+  // @return kNotFound, kFailedPrecondition (already generating), kInvalidArgument (bad
+  //   params, or more tokens than the sequence has room for).
   absl::Status Generate(uint64_t id, const GenerateParams& params,
                         std::function<bool(int32_t)> on_token,
                         std::function<void(FinishReason, const absl::Status&)> on_done);
@@ -107,6 +117,7 @@ class DecodeEngine {
   int Load() const { return batcher_.Load(); }
   BatcherStats batcher_stats() const { return batcher_.stats(); }
   const engine::ServingEngine& serving_engine() const { return *engine_; }
+  const DecodeDevice& device() const { return *device_; }
   // Stops the batcher (running requests end with kCancelled).
   void Stop() { batcher_.Stop(); }
 
@@ -115,9 +126,14 @@ class DecodeEngine {
   struct Receive;
   // Builds and pools a pushed sequence whose blocks have arrived. kNotFound when `id` is not
   // a pending receive (then nothing is done).
-  absl::Status CompleteReceive(uint64_t id);
+  absl::Status CompleteReceive(uint64_t id, int64_t max_new_tokens);
+  // Builds the sequence from verified blocks and pools it under `entry_id` (0 = a new id).
+  absl::StatusOr<uint64_t> BuildAndPool(std::span<const kvformat::BlockView> views,
+                                        const StartParams& params, int64_t max_new_tokens,
+                                        uint64_t entry_id);
 
   const engine::ServingEngine* engine_;
+  DecodeDevice* device_;
   DecodeMetrics* metrics_;
   DecodeEngineOptions options_;
   KvFetcher fetcher_;

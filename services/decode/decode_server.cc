@@ -7,10 +7,15 @@
 #include "lib/rpc/server_runner.h"
 #include "lib/rpc/worker_registration.h"
 #include "lib/rpc/worker_runtime.h"
+#include "lib/rpc/worker_flags.h"
 #include "lib/transfer/backend_factory.h"
+#include "services/decode/decode_device.h"
 #include "services/decode/decode_engine.h"
 #include "services/decode/decode_metrics.h"
 #include "services/decode/decode_service.h"
+#ifdef OSCARKV_HAVE_MODEL_GPU
+#include "services/decode/gpu_decode_device.h"
+#endif
 
 namespace oscarkv::decode {
 namespace {
@@ -32,6 +37,20 @@ void FillModelIdentity(const engine::ServingEngine& e, oscarkv::common::v1::Mode
   m->set_head_dim(static_cast<uint32_t>(c.head_dim));
 }
 
+
+absl::StatusOr<std::unique_ptr<DecodeDevice>> MakeDevice(const DecodeConfig& c,
+                                                         const engine::ServingEngine* serving) {
+  OSCARKV_ASSIGN_OR_RETURN(const int ordinal, rpc::ParseDeviceFlag(c.device));
+  if (ordinal < 0) return NewCpuDecodeDevice(serving);
+#ifdef OSCARKV_HAVE_MODEL_GPU
+  return NewGpuDecodeDevice(serving, {.device = ordinal,
+                                      .max_batch = c.max_batch,
+                                      .kv_budget_bytes = c.kv_capacity_bytes});
+#else
+  return absl::UnimplementedError(
+      absl::StrCat("--device ", c.device, ": this build has no CUDA (rebuild where nvcc is found)"));
+#endif
+}
 
 }  // namespace
 
@@ -79,12 +98,17 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(const DecodeC
                                                config.calibration, config.chunk_tokens));
     serving = s->own_serving_engine_.get();
   }
+  absl::StatusOr<std::unique_ptr<DecodeDevice>> device = MakeDevice(config, serving);
+  if (!device.ok()) return Annotate(device.status(), "decode device");
+  s->device_ = *std::move(device);
   DecodeEngineOptions eo;
   eo.max_batch = config.max_batch;
   eo.kv_capacity_bytes = config.kv_capacity_bytes;
   eo.idle_ttl_seconds = config.idle_ttl_seconds;
   eo.max_keep_seconds = config.max_keep_seconds;
-  s->engine_ = std::make_unique<DecodeEngine>(serving, s->backend_, s->metrics_.get(), eo);
+  eo.default_max_new_tokens = config.default_max_new_tokens;
+  s->engine_ = std::make_unique<DecodeEngine>(serving, s->device_.get(), s->backend_,
+                                              s->metrics_.get(), eo);
   s->service_ = std::make_unique<DecodeService>(s->engine_.get());
 
   s->collect_ = std::make_shared<CollectState>();
@@ -143,7 +167,8 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(const DecodeC
   }
   LOG(INFO) << "decode " << config.worker_id << " serving gRPC on port " << s->grpc_port()
             << ", metrics on port " << s->metrics_port() << ", codec " << serving->codec().name
-            << ", max batch " << config.max_batch << ", transfer "
+            << ", device " << s->device_->name() << ", max batch " << config.max_batch
+            << ", transfer "
             << s->backend_->capabilities().name;
   return s;
 }

@@ -1,4 +1,5 @@
-// Owns and wires one decode worker: model + ServingEngine (or borrowed ones), transfer backend
+// Owns and wires one decode worker: model + ServingEngine (or borrowed ones), the DecodeDevice
+// (CPU, or a GPU with --device cuda:N), transfer backend
 // (or a borrowed one), DecodeEngine, the gRPC service and server, the metrics HTTP server
 // (/metrics /healthz /readyz) and a sweep thread for expired sequences. Create starts serving;
 // Shutdown drains (not ready → refuse new sequences → gRPC drain with deadline → stop).
@@ -29,6 +30,7 @@ class MetricsHttpServer;
 
 namespace oscarkv::decode {
 
+class DecodeDevice;
 class DecodeEngine;
 class DecodeService;
 struct DecodeMetrics;
@@ -76,6 +78,7 @@ class DecodeServer {
   transfer::TransferBackend* backend_ = nullptr;
   std::unique_ptr<model::Model> own_model_;
   std::unique_ptr<engine::ServingEngine> own_serving_engine_;
+  std::unique_ptr<DecodeDevice> device_;  // declared before engine_: outlives its sequences
   std::unique_ptr<DecodeEngine> engine_;
   std::unique_ptr<DecodeService> service_;
   std::unique_ptr<rpc::ServerRunner> runner_;

@@ -20,6 +20,7 @@ grpc::Status DecodeService::StartSequence(grpc::ServerContext*,
   p.codec = req->codec();
   p.model_fingerprint = req->model().model_fingerprint();
   p.calib_fingerprint = req->model().calib_fingerprint();
+  p.max_new_tokens = req->max_new_tokens();
   const bool push = std::none_of(
       req->prompt_blocks().begin(), req->prompt_blocks().end(),
       [](const auto& d) { return d.has_location() && !d.location().endpoint_address().empty(); });

@@ -28,7 +28,7 @@ uint64_t TokenPool::ReserveId() {
   return next_id_++;
 }
 
-absl::StatusOr<model::Sequence*> TokenPool::BeginGenerate(uint64_t id) {
+absl::StatusOr<HeldSequence*> TokenPool::BeginGenerate(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(id);
   if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", id));

@@ -1,5 +1,5 @@
-// The decode worker's sequence table: every sequence it holds (its three-tier cache inside a
-// model::Sequence built by ServingEngine), its state, and the KV bytes it occupies, with a byte
+// The decode worker's sequence table: every sequence it holds (its KV on the worker's
+// DecodeDevice), its state, and the KV bytes it occupies, with a byte
 // capacity. A sequence lives from StartSequence until EndTurn releases it, or until its keep
 // (pin) TTL or idle TTL runs out (Sweep).
 #ifndef OSCARKV_SERVICES_DECODE_TOKEN_POOL_H_
@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "lib/model/model.h"
+#include "services/decode/decode_device.h"
 
 namespace oscarkv::decode {
 
@@ -21,8 +21,8 @@ struct PooledSequence {
   uint64_t id = 0;
   std::string request_id;
   std::string session_id;
-  std::unique_ptr<model::Sequence> sequence;
-  int64_t kv_bytes = 0;           // bytes its cache occupies (ServingEngine::SequenceKvBytes)
+  std::unique_ptr<HeldSequence> sequence;
+  int64_t kv_bytes = 0;           // bytes its cache occupies (HeldSequence::kv_bytes)
   int64_t bf16_equivalent_bytes = 0;  // the same tokens as a BF16 cache
   bool generating = false;        // a Generate is running on it
   bool kept = false;              // pinned by EndTurn(keep)
@@ -51,7 +51,7 @@ class TokenPool {
   uint64_t ReserveId();
   // Marks `id` generating and returns its sequence. @return kNotFound, or kFailedPrecondition
   // when a Generate already runs on it.
-  absl::StatusOr<model::Sequence*> BeginGenerate(uint64_t id);
+  absl::StatusOr<HeldSequence*> BeginGenerate(uint64_t id);
   // Ends a Generate; refreshes the KV byte count and the idle expiry.
   void FinishGenerate(uint64_t id, int64_t kv_bytes, int64_t bf16_equivalent_bytes,
                       absl::Time now);

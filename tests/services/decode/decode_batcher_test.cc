@@ -15,14 +15,20 @@ namespace {
 
 constexpr int kVocab = 64;
 
+// The batcher only passes sequences through to the step.
+struct FakeSequence final : HeldSequence {
+  int64_t length() const override { return 0; }
+  int64_t kv_bytes() const override { return 0; }
+};
+
 struct FakeStep {
   std::mutex mu;
-  std::vector<std::vector<model::Sequence*>> batches;
+  std::vector<std::vector<HeldSequence*>> batches;
   std::chrono::milliseconds delay{2};
   bool fail = false;
 
   StepFunction Fn() {
-    return [this](std::span<model::Sequence* const> seqs, std::span<const int32_t> tokens,
+    return [this](std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
                   std::vector<float>* logits) -> absl::Status {
       std::this_thread::sleep_for(delay);
       std::lock_guard<std::mutex> lock(mu);
@@ -40,7 +46,7 @@ struct Result {
   std::promise<FinishReason> done;
 };
 
-BatchRequest Make(model::Sequence* seq, int32_t first, int max_new, Result* r,
+BatchRequest Make(HeldSequence* seq, int32_t first, int max_new, Result* r,
                   std::vector<int32_t> stops = {}) {
   BatchRequest q;
   q.sequence = seq;
@@ -59,7 +65,7 @@ TEST(DecodeBatcher, SequencesJoinARunningBatchAndLeaveAtTheirLength) {
   FakeStep step;
   step.delay = std::chrono::milliseconds(5);
   DecodeBatcher batcher(step.Fn(), kVocab, 8);
-  model::Sequence a(nullptr), b(nullptr);
+  FakeSequence a, b;
   Result ra, rb;
   batcher.Submit(Make(&a, 0, 20, &ra));
   std::this_thread::sleep_for(std::chrono::milliseconds(30));  // a is mid-generation
@@ -90,7 +96,7 @@ TEST(DecodeBatcher, SequencesJoinARunningBatchAndLeaveAtTheirLength) {
 TEST(DecodeBatcher, StopTokenEndsWithoutBeingDelivered) {
   FakeStep step;
   DecodeBatcher batcher(step.Fn(), kVocab, 4);
-  model::Sequence a(nullptr);
+  FakeSequence a;
   Result r;
   batcher.Submit(Make(&a, 10, 50, &r, {14}));
   EXPECT_EQ(r.done.get_future().get(), FinishReason::kStop);
@@ -100,7 +106,7 @@ TEST(DecodeBatcher, StopTokenEndsWithoutBeingDelivered) {
 TEST(DecodeBatcher, CancelAndCallbackFalseLeaveTheBatch) {
   FakeStep step;
   DecodeBatcher batcher(step.Fn(), kVocab, 4);
-  model::Sequence a(nullptr), b(nullptr);
+  FakeSequence a, b;
   Result ra, rb;
   const uint64_t id = batcher.Submit(Make(&a, 0, 1000000, &ra));
   BatchRequest qb = Make(&b, 0, 1000000, &rb);
@@ -123,7 +129,7 @@ TEST(DecodeBatcher, CancelAndCallbackFalseLeaveTheBatch) {
 TEST(DecodeBatcher, StepErrorFailsTheBatchAndStopCancelsTheRest) {
   FakeStep step;
   DecodeBatcher batcher(step.Fn(), kVocab, 4);
-  model::Sequence a(nullptr);
+  FakeSequence a;
   Result ra;
   {
     std::lock_guard<std::mutex> lock(step.mu);
@@ -136,14 +142,14 @@ TEST(DecodeBatcher, StepErrorFailsTheBatchAndStopCancelsTheRest) {
     std::lock_guard<std::mutex> lock(step.mu);
     step.fail = false;
   }
-  model::Sequence b(nullptr);
+  FakeSequence b;
   Result rb;
   batcher.Submit(Make(&b, 0, 1000000, &rb));
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
   batcher.Stop();
   EXPECT_EQ(rb.done.get_future().get(), FinishReason::kCancelled);
   Result rc;
-  model::Sequence c(nullptr);
+  FakeSequence c;
   batcher.Submit(Make(&c, 0, 3, &rc));  // after Stop: finishes at once
   EXPECT_EQ(rc.done.get_future().get(), FinishReason::kCancelled);
 }
@@ -151,8 +157,7 @@ TEST(DecodeBatcher, StepErrorFailsTheBatchAndStopCancelsTheRest) {
 TEST(DecodeBatcher, MaxBatchIsRespected) {
   FakeStep step;
   DecodeBatcher batcher(step.Fn(), kVocab, 2);
-  std::vector<model::Sequence> seqs;
-  for (int i = 0; i < 5; ++i) seqs.emplace_back(nullptr);
+  std::vector<FakeSequence> seqs(5);
   std::vector<Result> rs(5);
   for (int i = 0; i < 5; ++i) batcher.Submit(Make(&seqs[i], i, 4, &rs[i]));
   for (auto& r : rs) EXPECT_EQ(r.done.get_future().get(), FinishReason::kLength);

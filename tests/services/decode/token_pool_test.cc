@@ -6,9 +6,14 @@
 namespace oscarkv::decode {
 namespace {
 
+struct FakeSequence final : HeldSequence {
+  int64_t length() const override { return 0; }
+  int64_t kv_bytes() const override { return 0; }
+};
+
 std::unique_ptr<PooledSequence> Entry(int64_t bytes) {
   auto e = std::make_unique<PooledSequence>();
-  e->sequence = std::make_unique<model::Sequence>(nullptr);
+  e->sequence = std::make_unique<FakeSequence>();
   e->kv_bytes = bytes;
   e->bf16_equivalent_bytes = bytes * 7;
   return e;

@@ -1,0 +1,57 @@
+// Where a decode worker keeps its sequences' KV and runs its decode steps: on the CPU (the
+// three-tier cache of lib/quant inside a model::Sequence, ServingEngine::DecodeStep) or on a GPU
+// (pages of lib/model_gpu's paged cache, GpuModel::DecodeStep with the fused INT2 attention).
+// DecodeEngine, TokenPool and DecodeBatcher see only these two interfaces.
+#ifndef OSCARKV_SERVICES_DECODE_DECODE_DEVICE_H_
+#define OSCARKV_SERVICES_DECODE_DECODE_DEVICE_H_
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/engine/serving_engine.h"
+#include "lib/kvformat/block.h"
+
+namespace oscarkv::decode {
+
+// One sequence's KV, held by the device that built it. Destroying it frees its memory there.
+class HeldSequence {
+ public:
+  virtual ~HeldSequence() = default;
+  // Tokens it holds.
+  virtual int64_t length() const = 0;
+  // Bytes its KV occupies now (for the pool's capacity and the metrics).
+  virtual int64_t kv_bytes() const = 0;
+  // Tokens it may still grow by (a GPU sequence reserves pages for a final length at admission);
+  // unlimited on the CPU.
+  virtual int64_t remaining_tokens() const { return std::numeric_limits<int64_t>::max(); }
+};
+
+// Thread-safe: Build may run on any thread while Step runs on the batcher's thread.
+class DecodeDevice {
+ public:
+  virtual ~DecodeDevice() = default;
+  // "cpu" or "cuda:N" (logs, metrics labels).
+  virtual std::string name() const = 0;
+  // Builds a sequence from ALL of a prompt's blocks (parsed, checksum-verified, in order), with
+  // room to generate `max_new_tokens` more.
+  // @return kFailedPrecondition / kInvalidArgument for blocks that do not fit this worker's
+  //   model and codec; kResourceExhausted when the device has no room now.
+  virtual absl::StatusOr<std::unique_ptr<HeldSequence>> Build(
+      std::span<const kvformat::BlockView> blocks, int64_t max_new_tokens) = 0;
+  // One batched decode step: appends tokens[b] to *seqs[b] (all built here, distinct) and writes
+  // logits [B, vocab].
+  virtual absl::Status Step(std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
+                            std::vector<float>* logits) = 0;
+};
+
+// The CPU device over `engine` (not owned, must outlive it).
+std::unique_ptr<DecodeDevice> NewCpuDecodeDevice(const engine::ServingEngine* engine);
+
+}  // namespace oscarkv::decode
+
+#endif  // OSCARKV_SERVICES_DECODE_DECODE_DEVICE_H_
