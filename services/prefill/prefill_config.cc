@@ -19,6 +19,10 @@ void PrefillConfig::AddFlags(CLI::App& app, PrefillConfig& c) {
       ->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads (0 = OpenBLAS default)")
       ->capture_default_str();
+  rpc::AddDeviceFlag(app, c.device);
+  app.add_option("--max_prompt_tokens", c.max_prompt_tokens,
+                 "longest prompt on a GPU device (sizes its scratch)")
+      ->capture_default_str();
   rpc::AddTransferFlags(app, c.transfer_backend, c.ucx_transports, c.ucx_peer_failure_detection);
   app.add_option("--kvstore_address", c.kvstore_address, "kvstore gRPC host:port (empty = none)")
       ->capture_default_str();
@@ -50,6 +54,8 @@ absl::Status PrefillConfig::Validate() const {
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateServiceEndpoint(grpc_address, metrics_port, worker_id));
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateRegistrationFlags(router_address, advertise_address));
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateWorkerModelFlags(model, codec, chunk_tokens, threads));
+  OSCARKV_RETURN_IF_ERROR(rpc::ParseDeviceFlag(device).status());
+  if (max_prompt_tokens < 1) return absl::InvalidArgumentError("--max_prompt_tokens must be >= 1");
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateTransferFlags(transfer_backend, ucx_transports));
   if (max_concurrent < 1 || max_concurrent > 1024) {
     return absl::InvalidArgumentError("--max_concurrent must be in [1, 1024]");

@@ -33,6 +33,12 @@ struct PrefillConfig {
   int chunk_tokens = 256;
   // CPU threads for the forward (0 = OpenBLAS default). Default: 0.
   int threads = 0;
+  // Where prompts are prefilled: "cpu" (ServingEngine's chunked prefill, shares the kvstore) or
+  // "cuda:N" (GPU N's one-pass prefill; codecs bf16 and oscar*, needs a CUDA build; does not
+  // read or write the kvstore, see PrefillDevice::shares_kvstore). Default: "cpu".
+  std::string device = "cpu";
+  // Longest prompt on a GPU device (sizes its scratch). Default: 32768.
+  int64_t max_prompt_tokens = 32768;
   // Data plane: "ucx" (other processes and hosts) or "local" (in-process). Default: "ucx".
   std::string transfer_backend = "ucx";
   // UCX transports (UCX_TLS). Default: "tcp,self,sm".

@@ -16,11 +16,12 @@ double Since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-PrefillEngine::PrefillEngine(const engine::ServingEngine* engine,
+PrefillEngine::PrefillEngine(const engine::ServingEngine* engine, PrefillDevice* device,
                              transfer::TransferBackend* backend, KvStoreClient* store,
                              KvPublisher* publisher, PrefillMetrics* metrics,
                              PrefillEngineOptions options)
     : engine_(engine),
+      device_(device),
       backend_(backend),
       store_(store),
       publisher_(publisher),
@@ -141,7 +142,7 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   // 1. Prefix lookup and fetch.
   auto t0 = std::chrono::steady_clock::now();
   Prefix prefix;
-  const bool use_store = params.use_kvstore && store_ != nullptr;
+  const bool use_store = params.use_kvstore && store_ != nullptr && device_->shares_kvstore();
   if (use_store) {
     const std::vector<kvformat::BlockKey> keys = engine_->ReusableKeys(params.tokens);
     if (!keys.empty()) {
@@ -159,12 +160,12 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
 
   // 2. Prefill the rest.
   t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<engine::PrefillResult> result = engine_->Prefill(params.tokens, prefix.views);
+  absl::StatusOr<DevicePrefillResult> result = device_->Prefill(params.tokens, prefix.views);
   if (!result.ok() && !prefix.views.empty()) {
     LOG(WARNING) << params.request_id << ": reused blocks refused (" << result.status()
                  << "), computing in full";
     prefix.views.clear();
-    result = engine_->Prefill(params.tokens);
+    result = device_->Prefill(params.tokens, {});
   }
   if (!result.ok()) {
     metrics_->failures_total.Increment();

@@ -1,6 +1,7 @@
 // The prefill worker's domain: one request's prompt → look up its reusable block keys in the
 // kvstore → fetch the hit blocks through lib/transfer and parse them with expectations
-// (checksums, fingerprints, codec, keys) → ServingEngine::Prefill over the rest → stage ALL
+// (checksums, fingerprints, codec, keys) → prefill the rest on the worker's PrefillDevice (CPU:
+// ServingEngine::Prefill; a GPU device does not share the kvstore and prefills it all) → stage ALL
 // blocks in the outbox for the decode worker, put the reusable ones to the kvstore → sample the
 // first token. Knows no proto or gRPC (the kvstore is reached through KvStoreClient).
 //
@@ -23,6 +24,7 @@
 #include "lib/engine/serving_engine.h"
 #include "lib/transfer/transfer_backend.h"
 #include "services/prefill/kv_publisher.h"
+#include "services/prefill/prefill_device.h"
 #include "services/prefill/kvstore_client.h"
 #include "services/prefill/prefill_metrics.h"
 #include "lib/engine/sampler.h"
@@ -45,7 +47,7 @@ struct PrefillParams {
 
 struct PrefillTimings {
   double prefix_fetch_seconds = 0;
-  double compute_seconds = 0;   // ServingEngine::Prefill (forward + block encoding)
+  double compute_seconds = 0;   // PrefillDevice::Prefill (forward + block encoding)
   double transfer_seconds = 0;  // staging + kvstore puts
   double total_seconds = 0;
 };
@@ -67,9 +69,11 @@ struct PrefillEngineOptions {
 
 class PrefillEngine {
  public:
-  // Not owned, must outlive this: `engine`, `backend`, `publisher`, `metrics`; `store` may be
-  // null (no kvstore: no reuse, no store publishing).
-  PrefillEngine(const engine::ServingEngine* engine, transfer::TransferBackend* backend,
+  // Not owned, must outlive this: `engine` (the model and codec identity: codec, fingerprints,
+  // block keys), `device` (where the prompt is prefilled), `backend`, `publisher`, `metrics`;
+  // `store` may be null (no kvstore: no reuse, no store publishing).
+  PrefillEngine(const engine::ServingEngine* engine, PrefillDevice* device,
+                transfer::TransferBackend* backend,
                 KvStoreClient* store, KvPublisher* publisher, PrefillMetrics* metrics,
                 PrefillEngineOptions options);
 
@@ -96,6 +100,7 @@ class PrefillEngine {
                                      std::span<const kvformat::BlockKey> keys);
 
   const engine::ServingEngine* engine_;
+  PrefillDevice* device_;
   transfer::TransferBackend* backend_;
   KvStoreClient* store_;
   KvPublisher* publisher_;

@@ -7,12 +7,17 @@
 #include "lib/rpc/server_runner.h"
 #include "lib/rpc/worker_registration.h"
 #include "lib/rpc/worker_runtime.h"
+#include "lib/rpc/worker_flags.h"
 #include "lib/transfer/backend_factory.h"
 #include "services/prefill/kv_publisher.h"
 #include "services/prefill/kvstore_client.h"
+#include "services/prefill/prefill_device.h"
 #include "services/prefill/prefill_engine.h"
 #include "services/prefill/prefill_metrics.h"
 #include "services/prefill/prefill_service.h"
+#ifdef OSCARKV_HAVE_MODEL_GPU
+#include "services/prefill/gpu_prefill_device.h"
+#endif
 
 namespace oscarkv::prefill {
 namespace {
@@ -34,6 +39,19 @@ void FillModelIdentity(const engine::ServingEngine& e, oscarkv::common::v1::Mode
   m->set_head_dim(static_cast<uint32_t>(c.head_dim));
 }
 
+
+absl::StatusOr<std::unique_ptr<PrefillDevice>> MakeDevice(const PrefillConfig& c,
+                                                          const engine::ServingEngine* serving) {
+  OSCARKV_ASSIGN_OR_RETURN(const int ordinal, rpc::ParseDeviceFlag(c.device));
+  if (ordinal < 0) return NewCpuPrefillDevice(serving);
+#ifdef OSCARKV_HAVE_MODEL_GPU
+  return NewGpuPrefillDevice(serving,
+                             {.device = ordinal, .max_prompt_tokens = c.max_prompt_tokens});
+#else
+  return absl::UnimplementedError(
+      absl::StrCat("--device ", c.device, ": this build has no CUDA (rebuild where nvcc is found)"));
+#endif
+}
 
 }  // namespace
 
@@ -80,8 +98,16 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(const Prefi
   s->publisher_ = std::make_unique<KvPublisher>(
       s->backend_, s->store_.get(), config.worker_id, absl::Seconds(config.outbox_ttl_seconds),
       static_cast<uint64_t>(config.outbox_capacity_bytes));
+  absl::StatusOr<std::unique_ptr<PrefillDevice>> device = MakeDevice(config, serving);
+  if (!device.ok()) return Annotate(device.status(), "prefill device");
+  s->device_ = *std::move(device);
+  if (s->store_ != nullptr && !s->device_->shares_kvstore()) {
+    LOG(WARNING) << "prefill on " << s->device_->name()
+                 << " neither reuses nor stores kvstore blocks (its one-pass KV is not the "
+                    "chunked prefill's bit for bit); --kvstore_address is unused";
+  }
   s->engine_ = std::make_unique<PrefillEngine>(
-      serving, s->backend_, s->store_.get(), s->publisher_.get(), s->metrics_.get(),
+      serving, s->device_.get(), s->backend_, s->store_.get(), s->publisher_.get(), s->metrics_.get(),
       PrefillEngineOptions{config.worker_id, config.max_concurrent});
   s->service_ = std::make_unique<PrefillService>(s->engine_.get());
 

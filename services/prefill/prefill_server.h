@@ -29,6 +29,7 @@ class MetricsHttpServer;
 
 namespace oscarkv::prefill {
 
+class PrefillDevice;
 class PrefillEngine;
 class KvPublisher;
 class KvStoreClient;
@@ -69,6 +70,7 @@ class PrefillServer {
   transfer::TransferBackend* backend_ = nullptr;
   std::unique_ptr<model::Model> own_model_;
   std::unique_ptr<engine::ServingEngine> own_serving_engine_;
+  std::unique_ptr<PrefillDevice> device_;
   std::unique_ptr<KvStoreClient> store_;
   std::unique_ptr<KvPublisher> publisher_;
   std::unique_ptr<PrefillEngine> engine_;

@@ -1,0 +1,37 @@
+// The CPU prefill device: ServingEngine::Prefill.
+#include <utility>
+
+#include "lib/base/status_macros.h"
+#include "services/prefill/prefill_device.h"
+
+namespace oscarkv::prefill {
+namespace {
+
+class CpuPrefillDevice final : public PrefillDevice {
+ public:
+  explicit CpuPrefillDevice(const engine::ServingEngine* engine) : engine_(engine) {}
+  std::string name() const override { return "cpu"; }
+  bool shares_kvstore() const override { return true; }
+
+  absl::StatusOr<DevicePrefillResult> Prefill(
+      std::span<const int32_t> prompt, std::span<const kvformat::BlockView> reused) override {
+    OSCARKV_ASSIGN_OR_RETURN(engine::PrefillResult r, engine_->Prefill(prompt, reused));
+    DevicePrefillResult out;
+    out.last_logits = std::move(r.last_logits);
+    out.blocks = std::move(r.blocks);
+    out.reused_tokens = r.reused_tokens;
+    out.computed_tokens = r.computed_tokens;
+    return out;
+  }
+
+ private:
+  const engine::ServingEngine* engine_;
+};
+
+}  // namespace
+
+std::unique_ptr<PrefillDevice> NewCpuPrefillDevice(const engine::ServingEngine* engine) {
+  return std::make_unique<CpuPrefillDevice>(engine);
+}
+
+}  // namespace oscarkv::prefill
