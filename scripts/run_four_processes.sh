@@ -4,14 +4,19 @@
 # oscarkv_kvstore, oscarkv_prefill, oscarkv_decode (KV blocks between them over UCX), which
 # register with the router (--router_address) and heartbeat. Waits until each is ready and the
 # router has a prefill and a decode worker, prints the URL, and stops all four (SIGTERM, drain)
-# when this script exits (Ctrl-C).
+# when this script exits (Ctrl-C). GPU workers: --prefill-device cuda:0 --decode-device cuda:1
+# (docs/TOPOLOGIES.md "GPU workers"; needs a CUDA build).
 #
 #   bash scripts/run_four_processes.sh [--port 8000] [--codec oscar] [--calibration FILE]
-#                                      [--model default] [--build build]
+#        [--model default] [--build build | --bin-dir DIR] [--prefill-device cpu|cuda:N]
+#        [--decode-device cpu|cuda:N]
+# --bin-dir: the four binaries (oscarkv, oscarkv_kvstore, oscarkv_prefill, oscarkv_decode) in one
+# folder instead of a build tree (scripts/device/stage_model.sh ships them so).
 # Logs: $LOG_DIR (default /tmp/oscarkv-four) /{kvstore,prefill,decode,router}.log
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PORT=8000; CODEC=oscar; CALIB=""; MODEL=default; BUILD=${OSCARKV_BUILD_DIR:-build}
+PORT=8000; CODEC=oscar; CALIB=""; MODEL=default; BUILD=${OSCARKV_BUILD_DIR:-build}; BIN_DIR=""
+PREFILL_DEVICE=cpu; DECODE_DEVICE=cpu
 while [ $# -gt 0 ]; do
   case "$1" in
     --port) PORT=$2; shift 2 ;;
@@ -19,7 +24,10 @@ while [ $# -gt 0 ]; do
     --calibration) CALIB=$2; shift 2 ;;
     --model) MODEL=$2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
-    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
+    --bin-dir) BIN_DIR=$2; shift 2 ;;
+    --prefill-device) PREFILL_DEVICE=$2; shift 2 ;;
+    --decode-device) DECODE_DEVICE=$2; shift 2 ;;
+    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -27,9 +35,14 @@ LOG_DIR=${LOG_DIR:-/tmp/oscarkv-four}
 mkdir -p "$LOG_DIR"
 KV_GRPC=50061; KV_METRICS=9461; PF_GRPC=50081; PF_METRICS=9481; DC_GRPC=50071; DC_METRICS=9471
 RT_GRPC=${RT_GRPC:-9000}
-for b in services/kvstore/oscarkv_kvstore services/prefill/oscarkv_prefill \
-         services/decode/oscarkv_decode tools/oscarkv; do
-  [ -x "$BUILD/$b" ] || { echo "missing $BUILD/$b: build first (bash scripts/build.sh)" >&2; exit 1; }
+KVSTORE=$BUILD/services/kvstore/oscarkv_kvstore; PREFILL=$BUILD/services/prefill/oscarkv_prefill
+DECODE=$BUILD/services/decode/oscarkv_decode; OSCARKV=$BUILD/tools/oscarkv
+if [ -n "$BIN_DIR" ]; then
+  KVSTORE=$BIN_DIR/oscarkv_kvstore; PREFILL=$BIN_DIR/oscarkv_prefill
+  DECODE=$BIN_DIR/oscarkv_decode; OSCARKV=$BIN_DIR/oscarkv
+fi
+for b in "$KVSTORE" "$PREFILL" "$DECODE" "$OSCARKV"; do
+  [ -x "$b" ] || { echo "missing $b: build first (bash scripts/build.sh)" >&2; exit 1; }
 done
 worker_flags=(--model "$MODEL" --codec "$CODEC" --transfer_backend ucx --metrics_host 127.0.0.1
               --router_address 127.0.0.1:$RT_GRPC)
@@ -55,18 +68,18 @@ wait_ready() {  # name url
 router_flags=(serve --router_only --router_grpc_address 127.0.0.1:$RT_GRPC --host 127.0.0.1
               --port "$PORT" --model "$MODEL" --codec "$CODEC")
 [ -n "$CALIB" ] && router_flags+=(--calibration "$CALIB")
-"$BUILD/tools/oscarkv" "${router_flags[@]}" >"$LOG_DIR/router.log" 2>&1 &
+"$OSCARKV" "${router_flags[@]}" >"$LOG_DIR/router.log" 2>&1 &
 pids+=($!)
-"$BUILD/services/kvstore/oscarkv_kvstore" --grpc_address 127.0.0.1:$KV_GRPC \
+"$KVSTORE" --grpc_address 127.0.0.1:$KV_GRPC \
   --metrics_host 127.0.0.1 --metrics_port $KV_METRICS --router_address 127.0.0.1:$RT_GRPC \
   >"$LOG_DIR/kvstore.log" 2>&1 &
 pids+=($!)
 wait_ready kvstore http://127.0.0.1:$KV_METRICS/readyz
-"$BUILD/services/prefill/oscarkv_prefill" --grpc_address 127.0.0.1:$PF_GRPC \
+"$PREFILL" --grpc_address 127.0.0.1:$PF_GRPC --device "$PREFILL_DEVICE" \
   --metrics_port $PF_METRICS --kvstore_address 127.0.0.1:$KV_GRPC "${worker_flags[@]}" \
   >"$LOG_DIR/prefill.log" 2>&1 &
 pids+=($!)
-"$BUILD/services/decode/oscarkv_decode" --grpc_address 127.0.0.1:$DC_GRPC \
+"$DECODE" --grpc_address 127.0.0.1:$DC_GRPC --device "$DECODE_DEVICE" \
   --metrics_port $DC_METRICS "${worker_flags[@]}" >"$LOG_DIR/decode.log" 2>&1 &
 pids+=($!)
 wait_ready prefill http://127.0.0.1:$PF_METRICS/readyz

@@ -11,7 +11,10 @@
 #        clipping lever at 8k and greedy agreement (50 prompts x 128 tokens); with --niah the
 #        needle in a haystack at 2k/4k/8k (5 depths x 3 trials, true decode); with --multigpu
 #        (two GPUs) the prefill-GPU -> decode-GPU run of bench/multigpu over NCCL and the CUDA
-#        UCX carried in stage2 (ucx-cu13.tar.xz). Logs in $OUT.
+#        UCX carried in stage2 (ucx-cu13.tar.xz); with --services the four-process topology
+#        with GPU workers (scripts/run_four_processes.sh: prefill on GPU 0, decode on GPU 1, or
+#        both on GPU 0 with one GPU), measured through the router by services_client.py and
+#        checked against `oscarkv generate --device cuda`, for bf16 and oscar. Logs in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
@@ -33,10 +36,10 @@ export LD_LIBRARY_PATH="$SCRATCH/lib:$cublas:${LD_LIBRARY_PATH:-}"
 export OSCARKV_DEFAULT_MODEL="$SCRATCH/model.gguf"
 BIN="$SCRATCH/bin"
 status=0
-bench=0; quality=0; clip=0; niah=0; multigpu=0; tests=1
+bench=0; quality=0; clip=0; niah=0; multigpu=0; services=0; tests=1
 for a in "${@:3}"; do
   case "$a" in --bench) bench=1 ;; --quality) quality=1 ;; --clip) clip=1 ;; --niah) niah=1 ;;
-    --multigpu) multigpu=1 ;; --skip-tests) tests=0 ;;
+    --multigpu) multigpu=1 ;; --services) services=1 ;; --skip-tests) tests=0 ;;
     *) echo "unknown $a" >&2; exit 2 ;; esac
 done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
@@ -53,13 +56,44 @@ if [ $tests = 1 ]; then
       | tee "$OUT/generate_$codec.log" || status=1
   done
 fi
-if [ $multigpu = 1 ]; then
-  # NVLink multicast stays off on these shared hosts (device README); the bench forces it too.
-  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# NVLink multicast stays off on these shared hosts (device README); the bench forces it too.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if [ $multigpu = 1 ] || [ $services = 1 ]; then
   nccl=$(dirname "$(find / -name 'libnccl.so.2' -not -path '*/proc/*' 2>/dev/null | head -1)")
   tar -C "$SCRATCH" -xJf "$SCRATCH"/ucx-cu13.tar.xz
-  # The CUDA-enabled UCX goes first: it replaces Debian's (CPU-only) libucp for this run.
+  # The PyPI UCX (with its transport modules) goes first: it replaces the carried Debian libucp.
   MG_LIBS="$SCRATCH/ucx-cu13/lib:$nccl:$LD_LIBRARY_PATH"
+fi
+if [ $services = 1 ]; then
+  ngpu=$(nvidia-smi -L | wc -l)
+  dec=cuda:1; [ "$ngpu" -lt 2 ] && dec=cuda:0
+  for codec in ${SVC_CODECS:-bf16 oscar}; do
+    # --model default = $OSCARKV_DEFAULT_MODEL (the reassembled checkpoint), with its calibration.
+    echo "== services: router + kvstore (host), prefill cuda:0, decode $dec, codec $codec"
+    LOG_DIR="$OUT/services_$codec" LD_LIBRARY_PATH="$MG_LIBS" timeout 400 \
+      bash scripts/run_four_processes.sh --bin-dir "$BIN" \
+      --codec "$codec" --prefill-device cuda:0 --decode-device "$dec" \
+      > "$OUT/services_$codec.log" 2>&1 &
+    svc=$!
+    for _ in $(seq 1 240); do
+      grep -q "ready at" "$OUT/services_$codec.log" 2>/dev/null && break
+      kill -0 $svc 2>/dev/null || break; sleep 0.5
+    done
+    cat "$OUT/services_$codec.log"
+    if grep -q "ready at" "$OUT/services_$codec.log"; then
+      LD_LIBRARY_PATH="$MG_LIBS" timeout 300 python3 scripts/device/services_client.py \
+        --text "$SCRATCH/mobydick.txt" --chars "${SVC_CHARS:-4000,16000,30000}" \
+        --label "$codec" --out "$OUT/services.jsonl" \
+        --generate "$BIN/oscarkv generate --device cuda --codec $codec" \
+        2>&1 | tee "$OUT/services_client_$codec.log" || status=1
+    else
+      status=1
+    fi
+    kill -TERM $svc 2>/dev/null; wait $svc 2>/dev/null
+    tail -n 5 "$OUT/services_$codec"/*.log
+  done
+fi
+if [ $multigpu = 1 ]; then
   echo "== GPU topology"; nvidia-smi topo -m 2>&1 | tee "$OUT/topo.txt"
   echo "== UCX"; LD_LIBRARY_PATH="$MG_LIBS" "$SCRATCH"/ucx-cu13/bin/ucx_info -v 2>&1 | head -3
   LD_LIBRARY_PATH="$MG_LIBS" "$SCRATCH"/ucx-cu13/bin/ucx_info -d 2>&1 \

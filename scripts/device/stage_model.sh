@@ -6,8 +6,8 @@
 #                  stage2 also holds ucx-cu13.tar.xz, PyPI libucx-cu13's CUDA-enabled UCX
 #                  (scripts/device/fetch_gpu_deps.sh), for the multi-GPU run
 #   .carry/stage3: the last third of the model + the stripped binaries (model_gpu_test,
-#                  model_kernels_gpu_test, gpu_e2e_bench, oscarkv, and multigpu_bench when NCCL
-#                  was found) and the shared libraries ldd lists (minus libc, libm, libstdc++,
+#                  model_kernels_gpu_test, gpu_e2e_bench, oscarkv, the kvstore, prefill and
+#                  decode workers, and multigpu_bench when NCCL was found) and the shared libraries ldd lists (minus libc, libm, libstdc++,
 #                  libgcc_s, the loader, the CUDA runtime/cuBLAS and NCCL, which the GPU
 #                  machine has), as bins.tar.xz; model.sha256 checks the reassembled file.
 # Then, back to back (the machine keeps the scratch folder 30 s after a call):
@@ -21,15 +21,17 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 if [ "${2:-}" != "--allow-dirty" ] &&
-   [ -n "$(git status --porcelain -- lib kernels tools bench/e2e bench/multigpu tests)" ]; then
-  echo "uncommitted changes under lib/ kernels/ tools/ bench/e2e bench/multigpu tests/:" >&2
-  git status --short -- lib kernels tools bench/e2e bench/multigpu tests >&2
+   [ -n "$(git status --porcelain -- lib kernels tools services bench/e2e bench/multigpu tests)" ]; then
+  echo "uncommitted changes under lib/ kernels/ tools/ services/ bench/e2e bench/multigpu tests/:" >&2
+  git status --short -- lib kernels tools services bench/e2e bench/multigpu tests >&2
   echo "commit or stash them (or pass --allow-dirty)" >&2
   exit 1
 fi
 bins=(tests/lib/model_gpu/model_gpu_test tests/kernels/model_kernels_gpu_test
-      bench/e2e/gpu_e2e_bench tools/oscarkv)
-targets=(model_gpu_test model_kernels_gpu_test gpu_e2e_bench oscarkv)
+      bench/e2e/gpu_e2e_bench tools/oscarkv services/kvstore/oscarkv_kvstore
+      services/prefill/oscarkv_prefill services/decode/oscarkv_decode)
+targets=(model_gpu_test model_kernels_gpu_test gpu_e2e_bench oscarkv oscarkv_kvstore
+         oscarkv_prefill oscarkv_decode)
 if cmake --build "$BUILD" --target help | grep -q '^multigpu_bench:'; then
   bins+=(bench/multigpu/multigpu_bench)
   targets+=(multigpu_bench)
