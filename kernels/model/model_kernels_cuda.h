@@ -40,9 +40,11 @@ cudaError_t F32ToBf16Cuda(const float* in, int64_t n, uint16_t* out_bf16, cudaSt
 cudaError_t ArgmaxRowsCuda(const float* logits, int rows, int vocab, int32_t* out,
                            cudaStream_t stream);
 
-// Causal BF16 attention over one prompt (PrefillAttentionParams in model_kernels_ref.h).
-// Requires head_dim 64 or 128, Hq % Hkv == 0, sm_scale > 0, q/k/v 16-byte aligned with row
-// strides that are multiples of 4 floats, out_bf16 4-byte aligned (else cudaErrorInvalidValue).
+// Causal BF16 attention over one prompt, or over one chunk of it with q_offset > 0
+// (PrefillAttentionParams in model_kernels_ref.h). Requires head_dim 64 or 128, Hq % Hkv == 0,
+// sm_scale > 0, q_offset >= 0 and q_offset + num_tokens <= INT_MAX - 128, q/k/v 16-byte aligned
+// with row strides that are multiples of 4 floats, out_bf16 4-byte aligned (else
+// cudaErrorInvalidValue).
 // q is rounded to bf16 for the MMAs; P is rounded to bf16 before P V.
 cudaError_t PrefillAttentionCuda(const PrefillAttentionParams& params, cudaStream_t stream);
 

@@ -123,41 +123,43 @@ void ArgmaxRowsRef(const float* logits, int rows, int vocab, int32_t* out) {
 
 void PrefillAttentionRef(const PrefillAttentionParams& p) {
   const int64_t t_len = p.num_tokens;
+  const int64_t kv_len = p.q_offset + t_len;  // keys: the earlier tokens, then the query rows
   const int d = p.head_dim, group = p.num_q_heads / p.num_kv_heads;
-  // K and V rounded to bf16 once, as the BF16 cache stores them: [Hkv][T][D].
-  std::vector<float> kb(static_cast<size_t>(p.num_kv_heads) * t_len * d);
+  // K and V rounded to bf16 once, as the BF16 cache stores them: [Hkv][kv_len][D].
+  std::vector<float> kb(static_cast<size_t>(p.num_kv_heads) * kv_len * d);
   std::vector<float> vb(kb.size());
   for (int h = 0; h < p.num_kv_heads; ++h) {
-    for (int64_t t = 0; t < t_len; ++t) {
+    for (int64_t t = 0; t < kv_len; ++t) {
       for (int i = 0; i < d; ++i) {
-        const size_t dst = (static_cast<size_t>(h) * t_len + t) * d + i;
+        const size_t dst = (static_cast<size_t>(h) * kv_len + t) * d + i;
         kb[dst] = RoundToBf16(p.k[t * p.k_row_stride + h * d + i]);
         vb[dst] = RoundToBf16(p.v[t * p.v_row_stride + h * d + i]);
       }
     }
   }
-  std::vector<float> s(t_len), acc(d);
+  std::vector<float> s(kv_len), acc(d);
   for (int qh = 0; qh < p.num_q_heads; ++qh) {
     const int g = qh / group;
-    const float* kg = kb.data() + static_cast<size_t>(g) * t_len * d;
-    const float* vg = vb.data() + static_cast<size_t>(g) * t_len * d;
+    const float* kg = kb.data() + static_cast<size_t>(g) * kv_len * d;
+    const float* vg = vb.data() + static_cast<size_t>(g) * kv_len * d;
     for (int64_t t = 0; t < t_len; ++t) {
       const float* q = p.q + t * p.q_row_stride + qh * d;
+      const int64_t last = p.q_offset + t;  // last visible key: this query's own position
       float mx = -INFINITY;
-      for (int64_t j = 0; j <= t; ++j) {
+      for (int64_t j = 0; j <= last; ++j) {
         float dot = 0.0f;
         for (int i = 0; i < d; ++i) dot += q[i] * kg[j * d + i];
         s[j] = dot * p.sm_scale;
         mx = s[j] > mx ? s[j] : mx;
       }
       float sum = 0.0f;
-      for (int64_t j = 0; j <= t; ++j) {
+      for (int64_t j = 0; j <= last; ++j) {
         s[j] = std::exp(s[j] - mx);
         sum += s[j];
       }
       const float inv = 1.0f / sum;
       for (int i = 0; i < d; ++i) acc[i] = 0.0f;
-      for (int64_t j = 0; j <= t; ++j) {
+      for (int64_t j = 0; j <= last; ++j) {
         const float w = s[j] * inv;
         for (int i = 0; i < d; ++i) acc[i] += w * vg[j * d + i];
       }

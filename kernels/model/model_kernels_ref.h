@@ -41,20 +41,26 @@ struct QkvPostParams {
   RopePairing pairing = RopePairing::kAdjacentPairs;
 };
 
-// Causal attention over one prompt of T tokens: query row t (head h) attends to keys 0..t of KV
-// head h / (Hq / Hkv). q, k and v are f32; k and v are rounded to bf16 before use (as the BF16
-// cache stores them), q is used as f32 by the reference (the GPU may round it to bf16 for its
-// MMAs); softmax and accumulation in f32; out is rounded to bf16.
+// Causal attention of T query tokens at positions q_offset .. q_offset + T - 1 over the keys of
+// positions 0 .. q_offset + T - 1: query row t (head h) attends to key rows 0..q_offset + t of KV
+// head h / (Hq / Hkv). q_offset = 0 is one whole prompt; q_offset > 0 is one chunk of a chunked
+// prefill whose k/v hold the earlier tokens followed by the chunk's own rows. q, k and v are f32;
+// k and v are rounded to bf16 before use (as the BF16 cache stores them), q is used as f32 by the
+// reference (the GPU may round it to bf16 for its MMAs); softmax and accumulation in f32; out is
+// rounded to bf16.
 struct PrefillAttentionParams {
   const float* q = nullptr;  // [T][Hq][D], q_row_stride floats between tokens
-  const float* k = nullptr;  // [T][Hkv][D], k_row_stride
-  const float* v = nullptr;  // [T][Hkv][D], v_row_stride
+  const float* k = nullptr;  // [q_offset + T][Hkv][D], k_row_stride
+  const float* v = nullptr;  // [q_offset + T][Hkv][D], v_row_stride
   int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0;
-  int64_t num_tokens = 0;  // T
+  int64_t num_tokens = 0;  // T (query rows)
+  // Absolute position of query row 0: query row r sees key rows [0, q_offset + r]; k/v hold
+  // q_offset + num_tokens rows. Default: 0 (one whole prompt).
+  int64_t q_offset = 0;
   int num_q_heads = 0, num_kv_heads = 0;
   int head_dim = 0;        // 64 or 128
   float sm_scale = 0.0f;   // 1/sqrt(D) normally
-  uint16_t* out_bf16 = nullptr;  // [T][Hq*D] bf16, contiguous
+  uint16_t* out_bf16 = nullptr;  // [T][Hq*D] bf16, contiguous (the T query rows)
 };
 
 // Writes `tokens` rows of [heads][D] f32 (rounded to bf16) into BF16 page units

@@ -3,6 +3,11 @@
 // (16 rows per warp) and walks the key tiles of 64 tokens from 0 to its diagonal with an online
 // softmax; S = Q K^T and O += P V run as mma.sync m16n8k16 bf16 with f32 accumulators.
 //
+// Query offset (chunked prefill): with q_offset > 0 the T query rows sit at positions
+// q_offset .. q_offset + T - 1 and the keys span 0 .. q_offset + T - 1, so a query tile's key walk
+// runs to its own diagonal q_offset + q0 + kBlockM and the causal mask compares key positions with
+// q_offset + row. Query tiles, Q loads and outputs stay over the T query rows.
+//
 // Q, K and V arrive as f32 rows with strides (the fused QKV GEMM output), so they cannot be
 // cp.async'ed into shared memory as MMA operands: each thread loads its share of the next K tile
 // (float4) into registers before the S products of the current tile and stores it, rounded to bf16,
@@ -107,9 +112,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int q_tile = num_q_tiles - 1 - static_cast<int>(blockIdx.x);
   const int head = blockIdx.y;
   const int kv_head = head / (p.num_q_heads / p.num_kv_heads);
-  const int num_tokens = static_cast<int>(p.num_tokens);
+  const int num_tokens = static_cast<int>(p.num_tokens);  // query rows
+  const int q_offset = static_cast<int>(p.q_offset);      // position of query row 0
+  const int kv_len = q_offset + num_tokens;               // key rows
   const int q0 = q_tile * kBlockM;
-  const int kv_end = min(num_tokens, q0 + kBlockM);
+  const int kv_end = min(kv_len, q_offset + q0 + kBlockM);
   const int num_kv_tiles = (kv_end + kBlockN - 1) / kBlockN;
 
   const float* k_src = p.k + static_cast<int64_t>(kv_head) * kHeadDim;
@@ -126,9 +133,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   TileRegs<kBlockN, kHeadDim> next;
-  next.Load(k_src, p.k_row_stride, 0, num_tokens);
+  next.Load(k_src, p.k_row_stride, 0, kv_len);
   next.Store(s_k);
-  next.Load(v_src, p.v_row_stride, 0, num_tokens);
+  next.Load(v_src, p.v_row_stride, 0, kv_len);
   next.Store(s_v);
   __syncthreads();
 
@@ -149,7 +156,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.f, 0.f};
   const float scale_log2 = p.sm_scale * 1.4426950408889634f;
-  const int my_row[2] = {warp_row0 + g, warp_row0 + g + 8};
+  const int my_row[2] = {warp_row0 + g, warp_row0 + g + 8};  // query rows (output rows)
+  const int warp_pos0 = q_offset + warp_row0;                 // key position of warp_row0
+  const int my_pos[2] = {q_offset + my_row[0], q_offset + my_row[1]};
   const bool warp_has_rows = warp_row0 < num_tokens;
 
   for (int j = 0; j < num_kv_tiles; ++j) {
@@ -159,9 +168,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint16_t* k_tile = s_k + buf * kBlockN * kHeadDim;
     const uint16_t* v_tile = s_v + buf * kBlockN * kHeadDim;
     // Warp-uniform: some key of this tile is visible to some row of this warp.
-    const bool active = warp_has_rows && kv0 <= warp_row0 + 15;
+    const bool active = warp_has_rows && kv0 <= warp_pos0 + 15;
 
-    if (has_next) next.Load(k_src, p.k_row_stride, kv0 + kBlockN, num_tokens);
+    if (has_next) next.Load(k_src, p.k_row_stride, kv0 + kBlockN, kv_len);
 
     float s[kNTiles][4];
     if (active) {
@@ -182,19 +191,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (has_next) {
       next.Store(s_k + (buf ^ 1) * kBlockN * kHeadDim);
-      next.Load(v_src, p.v_row_stride, kv0 + kBlockN, num_tokens);
+      next.Load(v_src, p.v_row_stride, kv0 + kBlockN, kv_len);
     }
 
     if (active) {
       // Causal and length mask, only on tiles that reach past this warp's first row or the end.
-      if (kv0 + kBlockN - 1 > warp_row0 || kv0 + kBlockN > num_tokens) {
+      if (kv0 + kBlockN - 1 > warp_pos0 || kv0 + kBlockN > kv_len) {
 #pragma unroll
         for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int col = kv0 + 8 * n + 2 * t4 + (e & 1);
-            const int row = my_row[e >> 1];
-            if (col > row || col >= num_tokens) s[n][e] = -INFINITY;
+            const int pos = my_pos[e >> 1];
+            if (col > pos || col >= kv_len) s[n][e] = -INFINITY;
           }
         }
       }
@@ -209,7 +218,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         const float m_new = fmaxf(row_max[rr], mx);
         // A row with nothing visible yet keeps m = -inf; exponents then use base 0 (no NaN).
         const float base = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-        const float alpha = exp2f(row_max[rr] * scale_log2 - base);
+        // A tile with no visible key for this row (with q_offset % 16 != 0 a warp's rows can
+        // straddle a tile start) must be an exact no-op, so that a chunk's rows equal the same
+        // rows of a whole-prompt run: exp2f of the fused multiply-add's rounding residue need not
+        // be 1. With q_offset = 0 every active tile shows key kv0 to every row, so for finite
+        // inputs this never fires there and the one-pass prefill's results are unchanged.
+        const float alpha = mx == -INFINITY ? 1.f : exp2f(row_max[rr] * scale_log2 - base);
         row_max[rr] = m_new;
         float sum = 0.f;
 #pragma unroll
@@ -283,7 +297,11 @@ bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 cudaError_t PrefillAttentionCuda(const PrefillAttentionParams& params, cudaStream_t stream) {
   const PrefillAttentionParams& p = params;
-  if (p.num_tokens < 0 || p.num_tokens > INT_MAX - kBlockM) return cudaErrorInvalidValue;
+  // The kernel indexes key rows (q_offset + num_tokens, plus one tile's slack) in int.
+  if (p.num_tokens < 0 || p.q_offset < 0 || p.num_tokens > INT_MAX - kBlockM ||
+      p.q_offset > INT_MAX - kBlockM - p.num_tokens) {
+    return cudaErrorInvalidValue;
+  }
   if (p.num_tokens == 0) return cudaSuccess;
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out_bf16 == nullptr ||
       p.num_q_heads <= 0 || p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0 ||

@@ -488,6 +488,173 @@ void TestPrefillAttention(bool small) {
   }
 }
 
+// Float64 causal attention of T query rows at positions q_offset.. over bf16-rounded k/v (the
+// definition of PrefillAttentionParams). Returns [T][Hq][D].
+std::vector<double> PrefillAttentionF64(const PrefillAttentionParams& p) {
+  const int d = p.head_dim, group = p.num_q_heads / p.num_kv_heads;
+  const int64_t kv_len = p.q_offset + p.num_tokens;
+  std::vector<double> out(static_cast<size_t>(p.num_tokens) * p.num_q_heads * d);
+  std::vector<double> s(kv_len), kb(static_cast<size_t>(kv_len) * d), vb(kb.size());
+  for (int qh = 0; qh < p.num_q_heads; ++qh) {
+    const int kvh = qh / group;
+    if (qh % group == 0) {
+      for (int64_t j = 0; j < kv_len; ++j) {
+        for (int i = 0; i < d; ++i) {
+          kb[j * d + i] = kvformat::RoundToBf16(p.k[j * p.k_row_stride + kvh * d + i]);
+          vb[j * d + i] = kvformat::RoundToBf16(p.v[j * p.v_row_stride + kvh * d + i]);
+        }
+      }
+    }
+    for (int64_t t = 0; t < p.num_tokens; ++t) {
+      const float* q = p.q + t * p.q_row_stride + qh * d;
+      const int64_t last = p.q_offset + t;
+      double mx = -INFINITY;
+      for (int64_t j = 0; j <= last; ++j) {
+        double dot = 0.0;
+        for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * kb[j * d + i];
+        s[j] = dot * p.sm_scale;
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0.0;
+      for (int64_t j = 0; j <= last; ++j) sum += (s[j] = std::exp(s[j] - mx));
+      double* o = out.data() + (t * p.num_q_heads + qh) * d;
+      for (int i = 0; i < d; ++i) o[i] = 0.0;
+      for (int64_t j = 0; j <= last; ++j) {
+        for (int i = 0; i < d; ++i) o[i] += s[j] * vb[j * d + i];
+      }
+      for (int i = 0; i < d; ++i) o[i] /= sum;
+    }
+  }
+  return out;
+}
+
+// Chunked prefill: T query rows at q_offset over q_offset + T keys. The GPU result is checked
+// against PrefillAttentionRef and the float64 definition (kMaxPrefillAttentionRelErr each), and
+// must equal bit for bit the last T rows of the GPU's whole-prompt run over all q_offset + T rows
+// (a row sees the same key tiles in the same order either way, and a tile with no key visible to
+// a row is an exact no-op for it). q/k/v come from one fused [q | k | v] buffer as GpuModel passes
+// them, or from three buffers with different padded strides; outputs are poisoned, with a guard.
+void TestPrefillAttentionOffset(bool small) {
+  const std::vector<int> offsets =
+      small ? std::vector<int>{0, 63, 200} : std::vector<int>{0, 1, 63, 64, 200, 256, 1000};
+  const std::vector<int> lengths =
+      small ? std::vector<int>{1, 17, 130} : std::vector<int>{1, 17, 64, 128, 256, 300};
+  struct Heads {
+    int hq, hkv;
+  };
+  const std::vector<Heads> heads =
+      small ? std::vector<Heads>{{3, 1}} : std::vector<Heads>{{3, 1}, {8, 2}};  // GQA 3 and 4
+  for (size_t io = 0; io < offsets.size(); ++io) {
+    for (size_t it = 0; it < lengths.size(); ++it) {
+      for (const int d : {64, 128}) {
+        for (const Heads& hh : heads) {
+          const int q_offset = offsets[io], t = lengths[it];
+          const bool fused = (io + it) % 2 == 0;
+          const int64_t n = q_offset + t;
+          const int qn = hh.hq * d, kn = hh.hkv * d;
+          const uint64_t seed = 7000 + 31 * q_offset + t + d + hh.hq;
+          // Host inputs: all n rows of q, k and v (q rows before q_offset feed the whole run).
+          std::vector<float> qkv, q_sep, k_sep, v_sep;
+          int64_t qs, ks, vs;
+          if (fused) {
+            qs = ks = vs = qn + 2 * kn;
+            qkv = Normal(static_cast<size_t>(n) * qs, seed, 1.5f);
+          } else {
+            qs = qn + 4;
+            ks = kn + 8;
+            vs = kn + 12;
+            q_sep = Normal(static_cast<size_t>(n) * qs, seed, 1.5f);
+            k_sep = Normal(static_cast<size_t>(n) * ks, seed + 1, 1.5f);
+            v_sep = Normal(static_cast<size_t>(n) * vs, seed + 2);
+          }
+          const float* hq_ptr = fused ? qkv.data() : q_sep.data();
+          const float* hk_ptr = fused ? qkv.data() + qn : k_sep.data();
+          const float* hv_ptr = fused ? qkv.data() + qn + kn : v_sep.data();
+
+          PrefillAttentionParams p;
+          p.q_row_stride = qs;
+          p.k_row_stride = ks;
+          p.v_row_stride = vs;
+          p.num_tokens = t;
+          p.q_offset = q_offset;
+          p.num_q_heads = hh.hq;
+          p.num_kv_heads = hh.hkv;
+          p.head_dim = d;
+          p.sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
+          const size_t out_n = static_cast<size_t>(t) * qn;
+          std::vector<uint16_t> ref(out_n);
+          PrefillAttentionParams hp = p;
+          hp.q = hq_ptr + static_cast<int64_t>(q_offset) * qs;
+          hp.k = hk_ptr;
+          hp.v = hv_ptr;
+          hp.out_bf16 = ref.data();
+          PrefillAttentionRef(hp);
+          const std::vector<double> ref64 = PrefillAttentionF64(hp);
+
+          float *d_q, *d_k, *d_v;
+          std::vector<float*> owned;
+          if (fused) {
+            float* d_qkv = ToDevice(qkv);
+            owned = {d_qkv};
+            d_q = d_qkv;
+            d_k = d_qkv + qn;
+            d_v = d_qkv + qn + kn;
+          } else {
+            d_q = ToDevice(q_sep);
+            d_k = ToDevice(k_sep);
+            d_v = ToDevice(v_sep);
+            owned = {d_q, d_k, d_v};
+          }
+          uint16_t* d_out = DeviceAlloc<uint16_t>(out_n);
+          uint16_t* d_whole = DeviceAlloc<uint16_t>(static_cast<size_t>(n) * qn);
+          PrefillAttentionParams dp = p;
+          dp.q = d_q + static_cast<int64_t>(q_offset) * qs;
+          dp.k = d_k;
+          dp.v = d_v;
+          dp.out_bf16 = d_out;
+          GPU_CHECK(PrefillAttentionCuda(dp, nullptr));
+          PrefillAttentionParams whole = dp;
+          whole.q = d_q;
+          whole.num_tokens = n;
+          whole.q_offset = 0;
+          whole.out_bf16 = d_whole;
+          GPU_CHECK(PrefillAttentionCuda(whole, nullptr));
+          GPU_CHECK(cudaDeviceSynchronize());
+
+          const auto got16 = ToHost(d_out, out_n + 32);  // + guard (must stay 0xffff)
+          const auto whole16 = ToHost(d_whole, static_cast<size_t>(n) * qn);
+          std::vector<float> got(out_n);
+          std::vector<double> ref_d(out_n);
+          size_t tail_mismatches = 0;
+          for (size_t i = 0; i < out_n; ++i) {
+            got[i] = kvformat::Bf16BitsToFloat(got16[i]);
+            ref_d[i] = kvformat::Bf16BitsToFloat(ref[i]);
+            tail_mismatches += got16[i] != whole16[static_cast<size_t>(q_offset) * qn + i];
+          }
+          bool guard_ok = true;
+          for (size_t i = out_n; i < out_n + 32; ++i) guard_ok &= got16[i] == 0xffff;
+          const double err_ref = RelErr(got.data(), ref_d.data(), out_n);
+          const double err_f64 = RelErr(got.data(), ref64.data(), out_n);
+          char buf[200];
+          std::snprintf(buf, sizeof(buf),
+                        "rel_err(ref)=%.3g rel_err(f64)=%.3g tail_mismatches=%zu guard=%s", err_ref,
+                        err_f64, tail_mismatches, guard_ok ? "ok" : "OVERWRITTEN");
+          Report(err_ref <= kMaxPrefillAttentionRelErr && err_f64 <= kMaxPrefillAttentionRelErr &&
+                     tail_mismatches == 0 && guard_ok,
+                 "PrefillAttentionOffset q_offset=" + std::to_string(q_offset) +
+                     " T=" + std::to_string(t) + " hq=" + std::to_string(hh.hq) +
+                     " hkv=" + std::to_string(hh.hkv) + " d=" + std::to_string(d) +
+                     (fused ? " fused" : " separate"),
+                 buf);
+          for (float* ptr : owned) GPU_CHECK(cudaFree(ptr));
+          GPU_CHECK(cudaFree(d_out));
+          GPU_CHECK(cudaFree(d_whole));
+        }
+      }
+    }
+  }
+}
+
 // Pack then unpack into a second, poisoned pool: packed bytes equal the reference's, and every
 // listed page comes back bit-exact (unlisted pages keep the poison).
 void TestPagePacking(bool small) {
@@ -554,6 +721,11 @@ void TestInvalidArguments() {
   p.num_q_heads = 3;
   p.num_kv_heads = 2;
   ok &= PrefillAttentionCuda(p, nullptr) == cudaErrorInvalidValue;
+  p.num_kv_heads = 1;
+  p.q_offset = -1;
+  ok &= PrefillAttentionCuda(p, nullptr) == cudaErrorInvalidValue;
+  p.q_offset = INT32_MAX - 64;  // key rows would overflow the kernel's int positions
+  ok &= PrefillAttentionCuda(p, nullptr) == cudaErrorInvalidValue;
   ok &= ArgmaxRowsCuda(nullptr, 1, 0, nullptr, nullptr) == cudaErrorInvalidValue;
   ok &= F32ToBf16Cuda(nullptr, 0, nullptr, nullptr) == cudaSuccess;  // empty: no launch
   PagePackParams pp;
@@ -587,6 +759,7 @@ int main(int argc, char** argv) {
   TestArgmax(small);
   TestPages(small);
   TestPrefillAttention(small);
+  TestPrefillAttentionOffset(small);
   TestRotateRows(small);
   TestPagePacking(small);
   TestInvalidArguments();

@@ -339,6 +339,58 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PrefillAttentionTest,
                          ::testing::Values(AttnCase{1, 2, 1, 64}, AttnCase{37, 9, 3, 64},
                                            AttnCase{70, 8, 2, 128}));
 
+// A chunk of a chunked prefill is the tail of the whole prompt: PrefillAttentionRef with q_offset
+// on the last T query rows (k/v over all q_offset + T rows) gives, bit for bit, the last T output
+// rows of PrefillAttentionRef over the whole prompt, and writes nothing past its T rows.
+struct OffsetCase {
+  int q_offset, t, hq, hkv, d;
+};
+class PrefillAttentionOffsetTest : public ::testing::TestWithParam<OffsetCase> {};
+
+TEST_P(PrefillAttentionOffsetTest, ChunkEqualsTailOfWholePrompt) {
+  const OffsetCase c = GetParam();
+  const int64_t n = c.q_offset + c.t;
+  const int qn = c.hq * c.d, kn = c.hkv * c.d;
+  const int64_t stride = qn + 2 * kn;  // fused [q | k | v] rows, as GpuModel passes them
+  const auto qkv = Normal(n * stride, 1000 + c.q_offset + c.t, 1.5f);
+  PrefillAttentionParams whole;
+  whole.q = qkv.data();
+  whole.k = qkv.data() + qn;
+  whole.v = qkv.data() + qn + kn;
+  whole.q_row_stride = whole.k_row_stride = whole.v_row_stride = stride;
+  whole.num_tokens = n;
+  whole.num_q_heads = c.hq;
+  whole.num_kv_heads = c.hkv;
+  whole.head_dim = c.d;
+  whole.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  std::vector<uint16_t> whole_out(static_cast<size_t>(n) * qn, 0xffff);
+  whole.out_bf16 = whole_out.data();
+  PrefillAttentionRef(whole);
+
+  PrefillAttentionParams chunk = whole;
+  chunk.q = qkv.data() + c.q_offset * stride;
+  chunk.num_tokens = c.t;
+  chunk.q_offset = c.q_offset;
+  std::vector<uint16_t> chunk_out(static_cast<size_t>(c.t + 1) * qn, 0xffff);  // + guard row
+  chunk.out_bf16 = chunk_out.data();
+  PrefillAttentionRef(chunk);
+
+  for (size_t i = 0; i < static_cast<size_t>(c.t) * qn; ++i) {
+    ASSERT_EQ(chunk_out[i], whole_out[static_cast<size_t>(c.q_offset) * qn + i]) << i;
+  }
+  for (size_t i = static_cast<size_t>(c.t) * qn; i < chunk_out.size(); ++i) {
+    ASSERT_EQ(chunk_out[i], 0xffff) << "guard row written at " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Chunks, PrefillAttentionOffsetTest,
+                         ::testing::Values(OffsetCase{0, 17, 3, 1, 64}, OffsetCase{1, 1, 3, 1, 64},
+                                           OffsetCase{63, 17, 8, 2, 128},
+                                           OffsetCase{64, 64, 3, 1, 64},
+                                           OffsetCase{200, 1, 8, 2, 128},
+                                           OffsetCase{256, 130, 3, 1, 64},
+                                           OffsetCase{1000, 37, 8, 2, 64}));
+
 // The GPU's rotation must store exactly the rows the CPU cache stores: RotateRowsRef rounded to
 // bf16 equals lib/quant's RotateRowToBf16 bit for bit, and matches a float64 product closely.
 TEST(ModelKernelsRef, RotateRowsIsTheCpuCacheRotation) {
