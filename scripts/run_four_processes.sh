@@ -9,14 +9,14 @@
 #
 #   bash scripts/run_four_processes.sh [--port 8000] [--codec oscar] [--calibration FILE]
 #        [--model default] [--build build | --bin-dir DIR] [--prefill-device cpu|cuda:N]
-#        [--decode-device cpu|cuda:N]
+#        [--decode-device cpu|cuda:N] [--gpu-prefill chunked|one_pass]
 # --bin-dir: the four binaries (oscarkv, oscarkv_kvstore, oscarkv_prefill, oscarkv_decode) in one
 # folder instead of a build tree (scripts/device/stage_model.sh ships them so).
 # Logs: $LOG_DIR (default /tmp/oscarkv-four) /{kvstore,prefill,decode,router}.log
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=8000; CODEC=oscar; CALIB=""; MODEL=default; BUILD=${OSCARKV_BUILD_DIR:-build}; BIN_DIR=""
-PREFILL_DEVICE=cpu; DECODE_DEVICE=cpu
+PREFILL_DEVICE=cpu; DECODE_DEVICE=cpu; GPU_PREFILL=chunked
 while [ $# -gt 0 ]; do
   case "$1" in
     --port) PORT=$2; shift 2 ;;
@@ -27,6 +27,7 @@ while [ $# -gt 0 ]; do
     --bin-dir) BIN_DIR=$2; shift 2 ;;
     --prefill-device) PREFILL_DEVICE=$2; shift 2 ;;
     --decode-device) DECODE_DEVICE=$2; shift 2 ;;
+    --gpu-prefill) GPU_PREFILL=$2; shift 2 ;;
     -h|--help) sed -n 2,15p "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -75,7 +76,7 @@ pids+=($!)
   >"$LOG_DIR/kvstore.log" 2>&1 &
 pids+=($!)
 wait_ready kvstore http://127.0.0.1:$KV_METRICS/readyz
-"$PREFILL" --grpc_address 127.0.0.1:$PF_GRPC --device "$PREFILL_DEVICE" \
+"$PREFILL" --grpc_address 127.0.0.1:$PF_GRPC --device "$PREFILL_DEVICE" --gpu_prefill "$GPU_PREFILL" \
   --metrics_port $PF_METRICS --kvstore_address 127.0.0.1:$KV_GRPC "${worker_flags[@]}" \
   >"$LOG_DIR/prefill.log" 2>&1 &
 pids+=($!)

@@ -40,6 +40,7 @@ BlockKey ChainSeed(const KeyChainParams& params) {
   AppendLe(bytes, params.calib_fingerprint, 8);
   AppendLe(bytes, static_cast<uint16_t>(params.codec), 2);
   AppendLe(bytes, static_cast<uint16_t>(params.block_tokens), 2);
+  bytes.insert(bytes.end(), params.numerics.begin(), params.numerics.end());
   return ToKey(XXH3_128bits(bytes.data(), bytes.size()));
 }
 

@@ -1,7 +1,7 @@
 // Block keys: a 128-bit XXH3 hash chain over token ids (FORMAT.md "Block keys").
 //
 //   seed  = XXH3_128("oscarkv-block-key-v1" ‖ model_fp u64 ‖ calib_fp u64 ‖ codec u16 ‖
-//                    block_tokens u16)                                        (all little-endian)
+//                    block_tokens u16 [‖ numerics bytes, when not empty])    (all little-endian)
 //   key_i = XXH3_128(key_{i-1} ‖ token ids of block i as u32)     key_{-1} = seed
 //
 // A key is 16 bytes: `lo` then `hi`, each u64 little-endian (XXH128_hash_t low64 / high64).
@@ -28,6 +28,10 @@ struct KeyChainParams {
   uint64_t calib_fingerprint = 0;  // Default: 0 = no calibration
   CodecId codec = CodecId::kOscar;  // Default: kOscar (M6)
   int block_tokens = kDefaultBlockTokens;  // Default: 64; must be in [1, 65535]
+  // Which computation made the KV when it is not the CPU engine's: KV is reusable bit for bit
+  // only between workers that compute it the same way (e.g. "cuda-sm90-132sm" for GPU prefill
+  // workers of one GPU type). Default: "" (the CPU engine; keys as before this field existed).
+  std::string numerics;
 };
 
 // The chain seed: the `prev_key` of a sequence's first block.

@@ -162,7 +162,39 @@ absl::StatusOr<PackedKv> PackedKvFromBlocks(const KvPageTableConfig& shape,
   return out;
 }
 
-BlockCutSpec CutSpecFor(const engine::ServingEngine& engine, std::span<const int32_t> prompt) {
+kvformat::BlockKind CutBlockKind(const BlockCutSpec& cut, int64_t b) {
+  const bool quantised = cut.codec != kvformat::CodecId::kBf16 &&
+                         b * cut.block_tokens >= cut.sink_tokens &&
+                         b < cut.reuse_boundary / cut.block_tokens;
+  return quantised ? BlockKind::kQuantized : BlockKind::kBf16;
+}
+
+absl::StatusOr<std::vector<std::byte>> SerializeCutBlock(const BlockCutSpec& cut,
+                                                         const KvPageTableConfig& shape, int64_t b,
+                                                         int tokens,
+                                                         std::span<const std::byte> payload) {
+  kvformat::BlockFields fields{.codec = cut.codec,
+                               .kind = CutBlockKind(cut, b),
+                               .model_fingerprint = cut.model_fingerprint,
+                               .calib_fingerprint = cut.calib_fingerprint,
+                               .first_position = static_cast<uint32_t>(b * cut.block_tokens),
+                               .token_count = tokens,
+                               .layer_count = shape.num_layers,
+                               .kv_heads = shape.num_kv_heads,
+                               .head_dim = shape.head_dim};
+  if (b < static_cast<int64_t>(cut.keys.size())) {
+    fields.key = cut.keys[b];
+    fields.prev_key = b == 0 ? cut.chain_seed : cut.keys[b - 1];
+  }
+  return kvformat::SerializeBlock(fields, payload);
+}
+
+std::string GpuNumericsTag(int major, int minor, int sms) {
+  return absl::StrCat("cuda-sm", major, minor, "-", sms, "sm");
+}
+
+BlockCutSpec CutSpecFor(const engine::ServingEngine& engine, std::span<const int32_t> prompt,
+                        const std::string& numerics) {
   BlockCutSpec cut;
   cut.codec = engine.codec().id;
   cut.model_fingerprint = engine.model_fingerprint();
@@ -170,8 +202,10 @@ BlockCutSpec CutSpecFor(const engine::ServingEngine& engine, std::span<const int
   cut.block_tokens = engine.options().block_tokens;
   cut.sink_tokens = engine.codec().sink_tokens;
   cut.reuse_boundary = engine.ReuseBoundary(static_cast<int64_t>(prompt.size()));
-  cut.keys = engine.ReusableKeys(prompt);
-  cut.chain_seed = kvformat::ChainSeed(engine.KeyParams());
+  kvformat::KeyChainParams params = engine.KeyParams();
+  params.numerics = numerics;
+  cut.keys = kvformat::ComputeBlockKeys(params, prompt.first(cut.reuse_boundary));
+  cut.chain_seed = kvformat::ChainSeed(params);
   cut.clips = EffectiveClipRatios(engine.tier_config());
   return cut;
 }
@@ -201,16 +235,13 @@ absl::StatusOr<std::vector<std::vector<std::byte>>> BlocksFromPackedKv(
   }
   const auto* base = reinterpret_cast<const uint8_t*>(packed.bytes.data());
   const int64_t code_bytes = d / 4;
-  const int64_t reusable_blocks = cut.reuse_boundary / bt;
   std::vector<float> row(d);
   std::vector<std::vector<std::byte>> out;
   for (int64_t b = 0; b * bt < n; ++b) {
     const int64_t first = b * bt;
     const int tokens = static_cast<int>(std::min<int64_t>(bt, n - first));
-    const bool reusable = b < reusable_blocks;
-    const bool quantised =
-        cut.codec != kvformat::CodecId::kBf16 && first >= cut.sink_tokens && reusable;
-    const BlockKind kind = quantised ? BlockKind::kQuantized : BlockKind::kBf16;
+    const BlockKind kind = CutBlockKind(cut, b);
+    const bool quantised = kind == BlockKind::kQuantized;
     const kvformat::BlockLayout layout{cut.codec, kind, layers, hkv, d, tokens};
     std::vector<std::byte> payload(layout.payload_bytes());
     auto* dst = reinterpret_cast<uint8_t*>(payload.data());
@@ -264,21 +295,8 @@ absl::StatusOr<std::vector<std::vector<std::byte>>> BlocksFromPackedKv(
         }
       }
     }
-    kvformat::BlockFields fields{.codec = cut.codec,
-                                 .kind = kind,
-                                 .model_fingerprint = cut.model_fingerprint,
-                                 .calib_fingerprint = cut.calib_fingerprint,
-                                 .first_position = static_cast<uint32_t>(first),
-                                 .token_count = tokens,
-                                 .layer_count = layers,
-                                 .kv_heads = hkv,
-                                 .head_dim = d};
-    if (reusable) {
-      fields.key = cut.keys[b];
-      fields.prev_key = b == 0 ? cut.chain_seed : cut.keys[b - 1];
-    }
     OSCARKV_ASSIGN_OR_RETURN(std::vector<std::byte> bytes,
-                             kvformat::SerializeBlock(fields, payload));
+                             SerializeCutBlock(cut, shape, b, tokens, payload));
     out.push_back(std::move(bytes));
   }
   return out;

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -84,9 +85,26 @@ struct BlockCutSpec {
   ClipRatios clips;  // for tokens of a quantised block that the pages hold in BF16
 };
 
+// Kind of block `b` of the cut: quantised for blocks of a quantising codec past the sink and
+// wholly before the reuse boundary, else BF16.
+kvformat::BlockKind CutBlockKind(const BlockCutSpec& cut, int64_t b);
+
+// Serialises block `b` of the cut (first token b * block_tokens, `tokens` tokens, the model shape
+// of `shape`, key and prev_key when reusable) with `payload`.
+absl::StatusOr<std::vector<std::byte>> SerializeCutBlock(const BlockCutSpec& cut,
+                                                         const KvPageTableConfig& shape, int64_t b,
+                                                         int tokens,
+                                                         std::span<const std::byte> payload);
+
 // The cut `engine` makes of `prompt` (its ReuseBoundary, ReusableKeys, chain seed, codec,
-// fingerprints and clip ratios).
-BlockCutSpec CutSpecFor(const engine::ServingEngine& engine, std::span<const int32_t> prompt);
+// fingerprints and clip ratios). `numerics` (kvformat::KeyChainParams) is mixed into the keys:
+// empty for KV the CPU engine computed, GpuNumericsTag for the GPU's chunked prefill.
+BlockCutSpec CutSpecFor(const engine::ServingEngine& engine, std::span<const int32_t> prompt,
+                        const std::string& numerics = "");
+
+// "cuda-sm<major><minor>-<SMs>sm": the numerics tag of KV computed by GpuModel on a GPU of this
+// compute capability and SM count (cuBLAS is deterministic for one GPU type and shape).
+std::string GpuNumericsTag(int major, int minor, int sms);
 
 // The reverse of PackedKvFromBlocks, for a GPU prefill worker: the prompt's packed KV
 // (GpuModel::PackSequence, on the host) and `tail` (GpuModel's TailRows, from

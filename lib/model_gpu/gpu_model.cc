@@ -114,17 +114,23 @@ absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
   OSCARKV_CUBLAS_OK(cublasSetStream(cublas_, stream_));
   OSCARKV_CUDA_OK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount,
                                          options_.device));
+  int cc_major = 0, cc_minor = 0;
+  OSCARKV_CUDA_OK(
+      cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, options_.device));
+  OSCARKV_CUDA_OK(
+      cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, options_.device));
+  numerics_tag_ = GpuNumericsTag(cc_major, cc_minor, num_sms_);
 
-  // Rotations: [L][3][D][D] = R_K, R_V, R_V^T (the last rotates attention outputs back);
-  // identity where a layer has none.
+  // Rotations: [L][4][D][D] = R_K, R_V, R_V^T (rotates attention outputs back), R_K^T (the
+  // chunked prefill's stored rows back); identity where a layer has none.
   const int64_t d = c.head_dim, dd = d * d;
   has_rotation_ = !tiers.rotations.k.empty() || !tiers.rotations.v.empty();
   if (has_rotation_) {
-    std::vector<float> host(static_cast<size_t>(c.num_layers) * 3 * dd, 0.0f);
+    std::vector<float> host(static_cast<size_t>(c.num_layers) * kRotationsPerLayer * dd, 0.0f);
     for (int l = 0; l < c.num_layers; ++l) {
       for (int kv = 0; kv < 2; ++kv) {
         const auto& list = kv == 0 ? tiers.rotations.k : tiers.rotations.v;
-        float* dst = host.data() + (static_cast<int64_t>(l) * 3 + kv) * dd;
+        float* dst = host.data() + (static_cast<int64_t>(l) * kRotationsPerLayer + kv) * dd;
         if (!list.empty() && !list[l].empty()) {
           if (static_cast<int64_t>(list[l].size()) != dd) {
             return absl::InvalidArgumentError("rotation matrix of the wrong size");
@@ -134,10 +140,12 @@ absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
           for (int64_t i = 0; i < d; ++i) dst[i * d + i] = 1.0f;
         }
       }
-      const float* rv = host.data() + (static_cast<int64_t>(l) * 3 + 1) * dd;
-      float* rvt = host.data() + (static_cast<int64_t>(l) * 3 + 2) * dd;
+      float* base = host.data() + static_cast<int64_t>(l) * kRotationsPerLayer * dd;
       for (int64_t i = 0; i < d; ++i) {
-        for (int64_t j = 0; j < d; ++j) rvt[i * d + j] = rv[j * d + i];
+        for (int64_t j = 0; j < d; ++j) {
+          base[2 * dd + i * d + j] = base[dd + j * d + i];  // R_V^T
+          base[3 * dd + i * d + j] = base[j * d + i];       // R_K^T
+        }
       }
     }
     OSCARKV_RETURN_IF_ERROR(rotations_.Allocate(host.size() * 4, "rotations"));
@@ -221,57 +229,97 @@ absl::Status GpuModel::UploadMeta(const std::vector<int32_t>& host) {
   return absl::OkStatus();
 }
 
-absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& meta) {
+const float* GpuModel::RotationOf(int layer, int which) const {
+  if (!has_rotation_) return nullptr;
+  const int64_t dd = int64_t{config_.head_dim} * config_.head_dim;
+  return rotations_.as<float>() + (int64_t{layer} * kRotationsPerLayer + which) * dd;
+}
+
+absl::Status GpuModel::LayerQkv(int l, int64_t rows, const int32_t* positions) {
   const model::ModelConfig& c = config_;
   const int d = c.head_dim, hq = c.num_heads, hkv = c.num_kv_heads;
   const int64_t dm = c.d_model, qdim = int64_t{hq} * d, kvdim = int64_t{hkv} * d;
-  const int64_t qkvdim = qdim + 2 * kvdim, dff = c.d_ff;
+  const int64_t qkvdim = qdim + 2 * kvdim;
   const float eps = static_cast<float>(c.norm_eps);
+  const GpuLayerWeights& w = weights_.layer(l);
+  float* x = x_.as<float>();
+  uint16_t* h = h_.as<uint16_t>();
+  float* qkv = qkv_.as<float>();
+  OSCARKV_CUDA_OK(k::RmsNormToBf16Cuda(x, w.attn_norm, rows, static_cast<int>(dm), eps, h,
+                                       stream_));
+  OSCARKV_RETURN_IF_ERROR(Gemm(h, w.wqkv, rows, dm, qkvdim, 0.0f, qkv));
+  k::QkvPostParams post;
+  post.q = qkv;
+  post.k = qkv + qdim;
+  post.v = qkv + qdim + kvdim;
+  post.q_row_stride = post.k_row_stride = post.v_row_stride = qkvdim;
+  post.rows = rows;
+  post.num_q_heads = hq;
+  post.num_kv_heads = hkv;
+  post.head_dim = d;
+  post.rope_dim = c.rope_dim;
+  post.positions = positions;
+  if (w.bqkv != nullptr) {
+    post.bq = w.bqkv;
+    post.bk = w.bqkv + qdim;
+    post.bv = w.bqkv + qdim + kvdim;
+  }
+  post.q_norm = w.q_norm;
+  post.k_norm = w.k_norm;
+  post.eps = eps;
+  post.rope_theta = c.rope_theta;
+  post.rope_scale = c.rope_scale;
+  post.freq_div = weights_.rope_freqs();
+  post.pairing = c.rope_style == model::RopeStyle::kNeox ? k::RopePairing::kNeox
+                                                         : k::RopePairing::kAdjacentPairs;
+  OSCARKV_CUDA_OK(k::QkvPostCuda(post, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status GpuModel::LayerOutputAndFfn(int l, int64_t rows) {
+  const model::ModelConfig& c = config_;
+  const int64_t dm = c.d_model, qdim = int64_t{c.num_heads} * c.head_dim, dff = c.d_ff;
+  const float eps = static_cast<float>(c.norm_eps);
+  const GpuLayerWeights& w = weights_.layer(l);
+  float* x = x_.as<float>();
+  uint16_t* h = h_.as<uint16_t>();
+  const uint16_t* attn_bf16 = attn_bf16_.as<uint16_t>();
+  const int64_t chunk = std::max<int64_t>(options_.ffn_chunk_tokens, options_.max_batch);
+  OSCARKV_RETURN_IF_ERROR(Gemm(attn_bf16, w.wo, rows, qdim, dm, 1.0f, x));
+
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t n = std::min(chunk, rows - r0);
+    OSCARKV_CUDA_OK(k::RmsNormToBf16Cuda(x + r0 * dm, w.ffn_norm, n, static_cast<int>(dm), eps,
+                                         h + r0 * dm, stream_));
+    OSCARKV_RETURN_IF_ERROR(Gemm(h + r0 * dm, w.w_gate_up, n, dm, 2 * dff, 0.0f,
+                                 gate_up_.as<float>()));
+    OSCARKV_CUDA_OK(k::SiluMulToBf16Cuda(gate_up_.as<float>(), n, static_cast<int>(dff),
+                                         act_bf16_.as<uint16_t>(), stream_));
+    OSCARKV_RETURN_IF_ERROR(Gemm(act_bf16_.as<uint16_t>(), w.w_down, n, dff, dm, 1.0f,
+                                 x + r0 * dm));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& meta) {
+  const model::ModelConfig& c = config_;
+  const int d = c.head_dim, hq = c.num_heads, hkv = c.num_kv_heads;
+  const int64_t qdim = int64_t{hq} * d, kvdim = int64_t{hkv} * d;
+  const int64_t qkvdim = qdim + 2 * kvdim;
   const KvPageTableConfig& pc = pages_.config();
   const int64_t bf16_unit = k::Bf16PageUnitBytes(d), int2_unit = k::Int2PageUnitBytes(d);
   const int64_t bf16_layer_bytes = int64_t{pc.bf16_pages} * hkv * bf16_unit;
   const int64_t int2_layer_bytes = int64_t{pc.int2_pages} * hkv * int2_unit;
-  float* x = x_.as<float>();
-  uint16_t* h = h_.as<uint16_t>();
   float* qkv = qkv_.as<float>();
-  const int64_t chunk = std::max<int64_t>(options_.ffn_chunk_tokens, options_.max_batch);
 
   for (int l = 0; l < c.num_layers; ++l) {
-    const GpuLayerWeights& w = weights_.layer(l);
     uint8_t* bf16_pool = bf16_pool_.as<uint8_t>() + l * bf16_layer_bytes;
     uint8_t* int2_pool = int2_pool_.as<uint8_t>() + l * int2_layer_bytes;
-    const float* r_k = has_rotation_ ? rotations_.as<float>() + (int64_t{l} * 3) * d * d : nullptr;
-    const float* r_v = has_rotation_ ? r_k + int64_t{d} * d : nullptr;
-    const float* r_v_t = has_rotation_ ? r_k + 2 * int64_t{d} * d : nullptr;
+    const float* r_k = RotationOf(l, 0);
+    const float* r_v = RotationOf(l, 1);
+    const float* r_v_t = RotationOf(l, 2);
 
-    OSCARKV_CUDA_OK(k::RmsNormToBf16Cuda(x, w.attn_norm, rows, static_cast<int>(dm), eps, h,
-                                         stream_));
-    OSCARKV_RETURN_IF_ERROR(Gemm(h, w.wqkv, rows, dm, qkvdim, 0.0f, qkv));
-    k::QkvPostParams post;
-    post.q = qkv;
-    post.k = qkv + qdim;
-    post.v = qkv + qdim + kvdim;
-    post.q_row_stride = post.k_row_stride = post.v_row_stride = qkvdim;
-    post.rows = rows;
-    post.num_q_heads = hq;
-    post.num_kv_heads = hkv;
-    post.head_dim = d;
-    post.rope_dim = c.rope_dim;
-    post.positions = meta.positions;
-    if (w.bqkv != nullptr) {
-      post.bq = w.bqkv;
-      post.bk = w.bqkv + qdim;
-      post.bv = w.bqkv + qdim + kvdim;
-    }
-    post.q_norm = w.q_norm;
-    post.k_norm = w.k_norm;
-    post.eps = eps;
-    post.rope_theta = c.rope_theta;
-    post.rope_scale = c.rope_scale;
-    post.freq_div = weights_.rope_freqs();
-    post.pairing = c.rope_style == model::RopeStyle::kNeox ? k::RopePairing::kNeox
-                                                           : k::RopePairing::kAdjacentPairs;
-    OSCARKV_CUDA_OK(k::QkvPostCuda(post, stream_));
+    OSCARKV_RETURN_IF_ERROR(LayerQkv(l, rows, meta.positions));
 
     // Cache rows in the tier basis (rotated by R_K / R_V), f32; rounded to bf16 when stored.
     if (prefill) OSCARKV_CUDA_OK(cudaEventRecord(cache_events_[2 * l], stream_));
@@ -424,19 +472,7 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
       }
       OSCARKV_CUDA_OK(k::F32ToBf16Cuda(o, rows * qdim, attn_bf16, stream_));
     }
-    OSCARKV_RETURN_IF_ERROR(Gemm(attn_bf16, w.wo, rows, qdim, dm, 1.0f, x));
-
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-      const int64_t n = std::min(chunk, rows - r0);
-      OSCARKV_CUDA_OK(k::RmsNormToBf16Cuda(x + r0 * dm, w.ffn_norm, n, static_cast<int>(dm), eps,
-                                           h + r0 * dm, stream_));
-      OSCARKV_RETURN_IF_ERROR(Gemm(h + r0 * dm, w.w_gate_up, n, dm, 2 * dff, 0.0f,
-                                   gate_up_.as<float>()));
-      OSCARKV_CUDA_OK(k::SiluMulToBf16Cuda(gate_up_.as<float>(), n, static_cast<int>(dff),
-                                           act_bf16_.as<uint16_t>(), stream_));
-      OSCARKV_RETURN_IF_ERROR(Gemm(act_bf16_.as<uint16_t>(), w.w_down, n, dff, dm, 1.0f,
-                                   x + r0 * dm));
-    }
+    OSCARKV_RETURN_IF_ERROR(LayerOutputAndFfn(l, rows));
   }
   return absl::OkStatus();
 }

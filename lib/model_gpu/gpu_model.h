@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -59,6 +60,13 @@ struct PrefillTimings {
   double cache_write_seconds = 0;
 };
 
+// What GpuModel::PrefillChunked returns.
+struct ChunkedPrefillResult {
+  std::vector<float> last_logits;             // [vocab] after the last prompt token
+  std::vector<std::vector<std::byte>> blocks;  // the prompt's blocks, serialised, in order
+  int64_t reused_tokens = 0;                   // taken from the reused blocks
+};
+
 class GpuModel {
  public:
   // `tiers`: codec, rotations (per layer, or empty = identity) and clip ratios, e.g.
@@ -84,6 +92,18 @@ class GpuModel {
   absl::Status AddSequence(int64_t id, std::span<const int32_t> prompt, int64_t max_total_tokens,
                            int32_t* next_greedy, std::vector<float>* last_logits = nullptr,
                            std::vector<float>* all_logits = nullptr, TailRows* tail = nullptr);
+
+  // ServingEngine's chunked prefill over a stored prefix, on this GPU (gpu_chunked_prefill.cc):
+  // chunks of `chunk_tokens` attend to themselves and to the stored form of every earlier token;
+  // the output is the prompt's blocks cut by `cut` (CutSpecFor), their quantised history made on
+  // the GPU. `reused`: parsed blocks for a leading run of the prompt's reusable blocks (used up
+  // to a chunk boundary). Needs no admitted sequence and leaves none; one call at a time.
+  // @return kInvalidArgument for bad tokens, a prompt longer than max_prompt_tokens or a cut that
+  //   does not fit the chunk; kFailedPrecondition for a reused block of another prompt or
+  //   engine (the caller retries without); CUDA errors.
+  absl::StatusOr<ChunkedPrefillResult> PrefillChunked(std::span<const int32_t> prompt,
+                                                      const BlockCutSpec& cut, int chunk_tokens,
+                                                      std::span<const kvformat::BlockView> reused);
 
   // Speed-only: admits `id` with `length` tokens of random KV (no forward pass), as if a prompt
   // of that length had been prefilled.
@@ -116,6 +136,8 @@ class GpuModel {
   const KvPageTable& pages() const { return pages_; }
   const GpuModelOptions& options() const { return options_; }
   const PrefillTimings& last_prefill() const { return last_prefill_; }
+  // GpuNumericsTag of this GPU: the `numerics` of the keys of KV that PrefillChunked makes.
+  const std::string& numerics_tag() const { return numerics_tag_; }
   size_t weight_bytes() const { return weights_.device_bytes(); }
   // Physical bytes of the two KV pools (>= the budget's share each can use).
   size_t kv_pool_bytes() const { return bf16_pool_.bytes() + int2_pool_.bytes(); }
@@ -139,6 +161,14 @@ class GpuModel {
   // `plan_dev` (device copies of the step's metadata).
   struct StepMeta;
   absl::Status RunLayers(int64_t rows, bool prefill, const StepMeta& meta);
+  // One layer's attention norm, fused QKV product, biases, QK norms and RoPE at `positions`
+  // (device) over rows of x_, into qkv_.
+  absl::Status LayerQkv(int l, int64_t rows, const int32_t* positions);
+  // One layer's output projection of attn_bf16_ (residual into x_) and its FFN.
+  absl::Status LayerOutputAndFfn(int l, int64_t rows);
+  // Device rotation `which` of `layer` (0 R_K, 1 R_V, 2 R_V^T, 3 R_K^T); null without rotations.
+  const float* RotationOf(int layer, int which) const;
+  static constexpr int kRotationsPerLayer = 4;
   absl::Status Logits(int64_t rows, const float* x_rows, std::vector<float>* logits_out,
                       int32_t* argmax_out);
   absl::Status UploadMeta(const std::vector<int32_t>& host);
@@ -153,6 +183,7 @@ class GpuModel {
   float k_clip_ = 1.0f, v_clip_ = 1.0f;
   PrefillTimings last_prefill_;
   int num_sms_ = 0;
+  std::string numerics_tag_;
   bool pools_filled_ = false;  // AddSyntheticSequence filled the pools with random KV
 
   cudaStream_t stream_ = nullptr;
@@ -166,6 +197,9 @@ class GpuModel {
   DeviceBuffer q_rot_, attn_out_, attn_out_rot_, partial_out_, partial_lse_, logits_, argmax_;
   DeviceBuffer meta_;  // per-step int32 metadata
   DeviceBuffer tail_;  // TailRows of the running prefill (grown on demand)
+  // PrefillChunked's buffers (grown on demand): stored-form rows, quantised block payloads, bf16
+  // rows of BF16-block tokens, one chunk's INT2 segments and bf16 rows.
+  DeviceBuffer chunk_stored_, chunk_payload_, chunk_bf16_rows_, chunk_segments_, chunk_bf16_tmp_;
   std::vector<int32_t> meta_host_;
 };
 

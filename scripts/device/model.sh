@@ -14,7 +14,8 @@
 #        UCX carried in stage2 (ucx-cu13.tar.xz); with --services the four-process topology
 #        with GPU workers (scripts/run_four_processes.sh: prefill on GPU 0, decode on GPU 1, or
 #        both on GPU 0 with one GPU), measured through the router by services_client.py and
-#        checked against `oscarkv generate --device cuda`, for bf16 and oscar. Logs in $OUT.
+#        for bf16 and oscar with the chunked GPU prefill (kvstore reuse checked) and oscar with
+#        the one-pass GPU prefill (checked against `oscarkv generate --device cuda`). Logs in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
@@ -67,30 +68,34 @@ fi
 if [ $services = 1 ]; then
   ngpu=$(nvidia-smi -L | wc -l)
   dec=cuda:1; [ "$ngpu" -lt 2 ] && dec=cuda:0
-  for codec in ${SVC_CODECS:-bf16 oscar}; do
+  # codec:mode pairs; chunked prefill shares the kvstore (the streamed repeat reuses the stored
+  # prefix), one_pass matches `oscarkv generate --device cuda` token for token.
+  for run in ${SVC_RUNS:-bf16:chunked oscar:chunked oscar:one_pass}; do
+    codec=${run%%:*}; mode=${run##*:}; name="${codec}_$mode"
     # --model default = $OSCARKV_DEFAULT_MODEL (the reassembled checkpoint), with its calibration.
-    echo "== services: router + kvstore (host), prefill cuda:0, decode $dec, codec $codec"
-    LOG_DIR="$OUT/services_$codec" LD_LIBRARY_PATH="$MG_LIBS" timeout 400 \
+    echo "== services: router + kvstore (host), prefill cuda:0 ($mode), decode $dec, codec $codec"
+    LOG_DIR="$OUT/services_$name" LD_LIBRARY_PATH="$MG_LIBS" timeout 400 \
       bash scripts/run_four_processes.sh --bin-dir "$BIN" \
-      --codec "$codec" --prefill-device cuda:0 --decode-device "$dec" \
-      > "$OUT/services_$codec.log" 2>&1 &
+      --codec "$codec" --prefill-device cuda:0 --decode-device "$dec" --gpu-prefill "$mode" \
+      > "$OUT/services_$name.log" 2>&1 &
     svc=$!
     for _ in $(seq 1 240); do
-      grep -q "ready at" "$OUT/services_$codec.log" 2>/dev/null && break
+      grep -q "ready at" "$OUT/services_$name.log" 2>/dev/null && break
       kill -0 $svc 2>/dev/null || break; sleep 0.5
     done
-    cat "$OUT/services_$codec.log"
-    if grep -q "ready at" "$OUT/services_$codec.log"; then
+    cat "$OUT/services_$name.log"
+    check=()
+    [ "$mode" = one_pass ] && check=(--generate "$BIN/oscarkv generate --device cuda --codec $codec")
+    if grep -q "ready at" "$OUT/services_$name.log"; then
       LD_LIBRARY_PATH="$MG_LIBS" timeout 300 python3 scripts/device/services_client.py \
         --text "$SCRATCH/mobydick.txt" --chars "${SVC_CHARS:-4000,16000,30000}" \
-        --label "$codec" --out "$OUT/services.jsonl" \
-        --generate "$BIN/oscarkv generate --device cuda --codec $codec" \
-        2>&1 | tee "$OUT/services_client_$codec.log" || status=1
+        --label "$name" --out "$OUT/services.jsonl" "${check[@]}" \
+        2>&1 | tee "$OUT/services_client_$name.log" || status=1
     else
       status=1
     fi
     kill -TERM $svc 2>/dev/null; wait $svc 2>/dev/null
-    tail -n 5 "$OUT/services_$codec"/*.log
+    tail -n 5 "$OUT/services_$name"/*.log
   done
 fi
 if [ $multigpu = 1 ]; then

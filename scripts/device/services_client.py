@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Measures a running oscarkv deployment through its router (any topology; written for the GPU
 workers run of scripts/device/model.sh --services): per prompt length, greedy /v1/completions
-over real text, non-streamed (whole request) and streamed (time to first token), with the
-prefill worker's phase times and the bytes the decode worker received taken from their
-/metrics before and after each request. With --generate, also checks the answer token for token
-against `oscarkv generate` (same prompt, codec and device: prints prompt + text).
+over real text, first non-streamed (a cold prompt: the whole request), then the same prompt
+streamed (time to first token; a prefill worker that shares the kvstore reuses the first
+request's stored prefix here, and the answer must not change), with the prefill worker's phase
+times, reused tokens and the bytes the decode worker received taken from their /metrics around
+each request. With --generate, also checks the first answer token for token against `oscarkv
+generate` (same prompt, codec and device: prints prompt + text).
 
 Writes one JSON line per request to --out and a summary to stdout. Standard library only.
 """
@@ -77,7 +79,7 @@ def main():
                     resp = json.load(r)
                 e2e = time.time() - t0
                 p1, d1 = scrape(args.prefill_metrics), scrape(args.decode_metrics)
-                # Streamed: time to the first chunk that carries text.
+                # Streamed, same prompt: time to the first chunk that carries text.
                 t0 = time.time()
                 ttft = None
                 streamed = ""
@@ -90,6 +92,7 @@ def main():
                         if piece and ttft is None:
                             ttft = time.time() - t0
                         streamed += piece
+                p2 = scrape(args.prefill_metrics)
                 usage = resp["usage"]
                 completion = resp["choices"][0]["text"]
                 phase = lambda name: delta(  # noqa: E731
@@ -107,6 +110,10 @@ def main():
                     "decode_step_seconds": delta(d1, d0, "oscarkv_decode_step_seconds_sum"),
                     "decode_steps": delta(d1, d0, "oscarkv_decode_steps_total"),
                     "streamed_equals_non_streamed": streamed == completion,
+                    "reused_tokens_cold": delta(p1, p0, "oscarkv_prefill_tokens_reused_total"),
+                    "reused_tokens_streamed": delta(p2, p1, "oscarkv_prefill_tokens_reused_total"),
+                    "prefill_compute_seconds_streamed": delta(
+                        p2, p1, 'oscarkv_prefill_phase_seconds_sum{phase="compute"}'),
                 }
                 rec["received_bytes_per_prompt_token"] = (
                     rec["decode_received_bytes"] / max(1, rec["prompt_tokens"]))
@@ -127,11 +134,15 @@ def main():
                     status = 1
                 out.write(json.dumps(rec) + "\n")
                 out.flush()
-                print("%s %6d prompt tokens: e2e %.3f s, TTFT %.3f s (prefill compute %.3f, "
-                      "transfer %.3f), decode %.1f tok/s, %.0f bytes received (%.0f per prompt "
+                print("%s %6d prompt tokens: e2e %.3f s (prefill compute %.3f, transfer %.3f); "
+                      "again streamed: TTFT %.3f s, %d tokens reused, compute %.3f s, same "
+                      "answer: %s; decode %.1f tok/s, %.0f bytes received (%.0f per prompt "
                       "token)%s" % (
-                          args.label, rec["prompt_tokens"], e2e, ttft or -1,
+                          args.label, rec["prompt_tokens"], e2e,
                           rec["prefill_compute_seconds"], rec["prefill_transfer_seconds"],
+                          ttft or -1, rec["reused_tokens_streamed"],
+                          rec["prefill_compute_seconds_streamed"],
+                          rec["streamed_equals_non_streamed"],
                           rec.get("decode_tokens_per_second", 0), rec["decode_received_bytes"],
                           rec["received_bytes_per_prompt_token"],
                           "" if "matches_generate" not in rec else

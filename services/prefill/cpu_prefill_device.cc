@@ -12,6 +12,9 @@ class CpuPrefillDevice final : public PrefillDevice {
   explicit CpuPrefillDevice(const engine::ServingEngine* engine) : engine_(engine) {}
   std::string name() const override { return "cpu"; }
   bool shares_kvstore() const override { return true; }
+  std::vector<kvformat::BlockKey> ReusableKeys(std::span<const int32_t> prompt) const override {
+    return engine_->ReusableKeys(prompt);
+  }
 
   absl::StatusOr<DevicePrefillResult> Prefill(
       std::span<const int32_t> prompt, std::span<const kvformat::BlockView> reused) override {

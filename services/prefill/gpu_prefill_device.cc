@@ -23,11 +23,52 @@ class GpuPrefillDevice final : public PrefillDevice {
       : engine_(engine), options_(options), shape_(shape), gpu_(std::move(gpu)) {}
 
   std::string name() const override { return absl::StrCat("cuda:", options_.device); }
-  bool shares_kvstore() const override { return false; }
+  bool shares_kvstore() const override { return !options_.one_pass; }
+  std::vector<kvformat::BlockKey> ReusableKeys(std::span<const int32_t> prompt) const override {
+    return model_gpu::CutSpecFor(*engine_, prompt, gpu_->numerics_tag()).keys;
+  }
 
   absl::StatusOr<DevicePrefillResult> Prefill(
-      std::span<const int32_t> prompt, std::span<const kvformat::BlockView> /*reused*/) override {
-    const model_gpu::BlockCutSpec cut = model_gpu::CutSpecFor(*engine_, prompt);
+      std::span<const int32_t> prompt, std::span<const kvformat::BlockView> reused) override {
+    return options_.one_pass ? PrefillOnePass(prompt) : PrefillChunked(prompt, reused);
+  }
+
+ private:
+  absl::StatusOr<DevicePrefillResult> PrefillChunked(
+      std::span<const int32_t> prompt, std::span<const kvformat::BlockView> reused) {
+    const model_gpu::BlockCutSpec cut =
+        model_gpu::CutSpecFor(*engine_, prompt, gpu_->numerics_tag());
+    model_gpu::ChunkedPrefillResult r;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      OSCARKV_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
+      OSCARKV_ASSIGN_OR_RETURN(r, gpu_->PrefillChunked(prompt, cut, engine_->options().chunk_tokens,
+                                                      reused));
+    }
+    DevicePrefillResult out;
+    out.last_logits = std::move(r.last_logits);
+    out.reused_tokens = r.reused_tokens;
+    out.computed_tokens = static_cast<int64_t>(prompt.size()) - r.reused_tokens;
+    out.blocks = ToSequenceBlocks(cut, std::move(r.blocks));
+    return out;
+  }
+
+  static std::vector<engine::SequenceBlock> ToSequenceBlocks(
+      const model_gpu::BlockCutSpec& cut, std::vector<std::vector<std::byte>> blocks) {
+    std::vector<engine::SequenceBlock> out;
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      engine::SequenceBlock block;
+      block.reusable = b < cut.keys.size();
+      if (block.reusable) block.key = cut.keys[b];
+      block.bytes = std::move(blocks[b]);
+      out.push_back(std::move(block));
+    }
+    return out;
+  }
+
+  absl::StatusOr<DevicePrefillResult> PrefillOnePass(std::span<const int32_t> prompt) {
+    const model_gpu::BlockCutSpec cut =
+        model_gpu::CutSpecFor(*engine_, prompt, gpu_->numerics_tag());
     const int64_t n = static_cast<int64_t>(prompt.size());
     DevicePrefillResult out;
     model_gpu::TailRows tail;
@@ -59,18 +100,11 @@ class GpuPrefillDevice final : public PrefillDevice {
     }
     OSCARKV_ASSIGN_OR_RETURN(std::vector<std::vector<std::byte>> blocks,
                              model_gpu::BlocksFromPackedKv(shape_, packed, tail, cut));
-    for (size_t b = 0; b < blocks.size(); ++b) {
-      engine::SequenceBlock block;
-      block.reusable = b < cut.keys.size();
-      if (block.reusable) block.key = cut.keys[b];
-      block.bytes = std::move(blocks[b]);
-      out.blocks.push_back(std::move(block));
-    }
+    out.blocks = ToSequenceBlocks(cut, std::move(blocks));
     out.computed_tokens = n;
     return out;
   }
 
- private:
   const engine::ServingEngine* engine_;
   const GpuPrefillDeviceOptions options_;
   const model_gpu::KvPageTableConfig shape_;

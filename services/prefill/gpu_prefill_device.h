@@ -1,8 +1,12 @@
-// The GPU prefill device (built where lib/model_gpu is): GpuModel prefills the whole prompt in
-// one pass on one GPU (BF16 causal attention, history quantised into INT2 pages by the fused
-// demotion), then the pages and the tail's bf16 rows are cut into the prompt's blocks
-// (model_gpu::BlocksFromPackedKv) and the sequence is freed. It does not share the kvstore
-// (PrefillDevice::shares_kvstore): its one-pass KV is not the chunked prefill's bit for bit.
+// The GPU prefill device (built where lib/model_gpu is), in one of two modes:
+//   * chunked (default): GpuModel::PrefillChunked, ServingEngine's chunked prefill over a stored
+//     prefix on the GPU; the blocks (INT2 history quantised on the GPU) carry keys with the GPU's
+//     numerics tag, so GPU workers of one kind reuse each other's stored prefixes bit-exactly
+//     through the kvstore (and never the CPU workers').
+//   * one_pass: GpuModel::AddSequence prefills the whole prompt at once (BF16 causal attention,
+//     history demoted into INT2 pages), the pages and the tail's bf16 rows are cut into blocks
+//     (model_gpu::BlocksFromPackedKv). Faster on long prompts, but its KV depends on the prompt's
+//     length through the GEMM shapes, so it neither reads nor writes the kvstore.
 #ifndef OSCARKV_SERVICES_PREFILL_GPU_PREFILL_DEVICE_H_
 #define OSCARKV_SERVICES_PREFILL_GPU_PREFILL_DEVICE_H_
 
@@ -17,6 +21,7 @@ namespace oscarkv::prefill {
 
 struct GpuPrefillDeviceOptions {
   int device = 0;                              // CUDA ordinal; Default: 0
+  bool one_pass = false;                       // one_pass mode (see above); Default: chunked
   int64_t max_prompt_tokens = 32768;           // longest prompt; Default: 32768
   int64_t kv_budget_bytes = int64_t{2} << 30;  // KV pages of the prompt being prefilled; 2 GiB
 };

@@ -20,6 +20,9 @@ void PrefillConfig::AddFlags(CLI::App& app, PrefillConfig& c) {
   app.add_option("--threads", c.threads, "CPU threads (0 = OpenBLAS default)")
       ->capture_default_str();
   rpc::AddDeviceFlag(app, c.device);
+  app.add_option("--gpu_prefill", c.gpu_prefill,
+                 "GPU prefill: chunked (shares the kvstore) | one_pass (no kvstore)")
+      ->capture_default_str();
   app.add_option("--max_prompt_tokens", c.max_prompt_tokens,
                  "longest prompt on a GPU device (sizes its scratch)")
       ->capture_default_str();
@@ -55,7 +58,13 @@ absl::Status PrefillConfig::Validate() const {
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateRegistrationFlags(router_address, advertise_address));
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateWorkerModelFlags(model, codec, chunk_tokens, threads));
   OSCARKV_RETURN_IF_ERROR(rpc::ParseDeviceFlag(device).status());
-  if (max_prompt_tokens < 1) return absl::InvalidArgumentError("--max_prompt_tokens must be >= 1");
+  if (max_prompt_tokens < chunk_tokens) {
+    return absl::InvalidArgumentError("--max_prompt_tokens must be >= --chunk_tokens");
+  }
+  if (gpu_prefill != "chunked" && gpu_prefill != "one_pass") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu_prefill must be chunked or one_pass, got '", gpu_prefill, "'"));
+  }
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateTransferFlags(transfer_backend, ucx_transports));
   if (max_concurrent < 1 || max_concurrent > 1024) {
     return absl::InvalidArgumentError("--max_concurrent must be in [1, 1024]");

@@ -33,10 +33,13 @@ struct PrefillConfig {
   int chunk_tokens = 256;
   // CPU threads for the forward (0 = OpenBLAS default). Default: 0.
   int threads = 0;
-  // Where prompts are prefilled: "cpu" (ServingEngine's chunked prefill, shares the kvstore) or
-  // "cuda:N" (GPU N's one-pass prefill; codecs bf16 and oscar*, needs a CUDA build; does not
-  // read or write the kvstore, see PrefillDevice::shares_kvstore). Default: "cpu".
+  // Where prompts are prefilled: "cpu" (ServingEngine's chunked prefill) or "cuda:N" (GPU N;
+  // codecs bf16 and oscar*, needs a CUDA build). Default: "cpu".
   std::string device = "cpu";
+  // GPU prefill mode: "chunked" (the chunked prefill on the GPU; shares the kvstore with GPU
+  // workers of the same GPU type) or "one_pass" (the whole prompt at once; faster on long
+  // prompts, no kvstore). See services/prefill/gpu_prefill_device.h. Default: "chunked".
+  std::string gpu_prefill = "chunked";
   // Longest prompt on a GPU device (sizes its scratch). Default: 32768.
   int64_t max_prompt_tokens = 32768;
   // Data plane: "ucx" (other processes and hosts) or "local" (in-process). Default: "ucx".

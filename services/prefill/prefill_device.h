@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "lib/engine/serving_engine.h"
 #include "lib/kvformat/block.h"
+#include "lib/kvformat/block_key.h"
 
 namespace oscarkv::prefill {
 
@@ -31,9 +32,11 @@ class PrefillDevice {
   // "cpu" or "cuda:N".
   virtual std::string name() const = 0;
   // Whether stored prefix blocks may seed this device's prefill and its blocks may be stored for
-  // others: only when its KV is bit-identical to what any worker sharing the store computes
-  // (ServingEngine's chunked prefill; the GPU's one-pass prefill differs in the low bits).
+  // others (ServingEngine's chunked prefill, on the CPU or the GPU; not the GPU's one-pass mode).
   virtual bool shares_kvstore() const = 0;
+  // Keys of the prompt's reusable blocks as this device labels them (the GPU mixes its numerics
+  // tag in: its KV matches other GPU workers of its kind bit for bit, not the CPU's).
+  virtual std::vector<kvformat::BlockKey> ReusableKeys(std::span<const int32_t> prompt) const = 0;
   // Prefills `prompt`; `reused` as ServingEngine::Prefill takes it (ignored when
   // !shares_kvstore()). @return ServingEngine::Prefill's errors, and device errors.
   virtual absl::StatusOr<DevicePrefillResult> Prefill(

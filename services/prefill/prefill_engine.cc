@@ -144,7 +144,7 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   Prefix prefix;
   const bool use_store = params.use_kvstore && store_ != nullptr && device_->shares_kvstore();
   if (use_store) {
-    const std::vector<kvformat::BlockKey> keys = engine_->ReusableKeys(params.tokens);
+    const std::vector<kvformat::BlockKey> keys = device_->ReusableKeys(params.tokens);
     if (!keys.empty()) {
       absl::StatusOr<Prefix> p = FetchPrefix(params, keys);
       if (p.ok()) {

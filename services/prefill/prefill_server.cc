@@ -45,8 +45,9 @@ absl::StatusOr<std::unique_ptr<PrefillDevice>> MakeDevice(const PrefillConfig& c
   OSCARKV_ASSIGN_OR_RETURN(const int ordinal, rpc::ParseDeviceFlag(c.device));
   if (ordinal < 0) return NewCpuPrefillDevice(serving);
 #ifdef OSCARKV_HAVE_MODEL_GPU
-  return NewGpuPrefillDevice(serving,
-                             {.device = ordinal, .max_prompt_tokens = c.max_prompt_tokens});
+  return NewGpuPrefillDevice(serving, {.device = ordinal,
+                                       .one_pass = c.gpu_prefill == "one_pass",
+                                       .max_prompt_tokens = c.max_prompt_tokens});
 #else
   return absl::UnimplementedError(
       absl::StrCat("--device ", c.device, ": this build has no CUDA (rebuild where nvcc is found)"));
@@ -102,9 +103,9 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(const Prefi
   if (!device.ok()) return Annotate(device.status(), "prefill device");
   s->device_ = *std::move(device);
   if (s->store_ != nullptr && !s->device_->shares_kvstore()) {
-    LOG(WARNING) << "prefill on " << s->device_->name()
-                 << " neither reuses nor stores kvstore blocks (its one-pass KV is not the "
-                    "chunked prefill's bit for bit); --kvstore_address is unused";
+    LOG(WARNING) << "one-pass prefill on " << s->device_->name()
+                 << " neither reuses nor stores kvstore blocks (its KV is not reproducible "
+                    "chunk by chunk); --kvstore_address is unused";
   }
   s->engine_ = std::make_unique<PrefillEngine>(
       serving, s->device_.get(), s->backend_, s->store_.get(), s->publisher_.get(), s->metrics_.get(),

@@ -463,5 +463,75 @@ TEST_F(GpuModelTest, PrefillExportsBlocksThatRoundTripToTheSamePages) {
   }
 }
 
+// The chunked prefill on the GPU (what prefill workers sharing the kvstore run): a prompt
+// prefilled over the stored blocks of an earlier prompt with the same start gives the same blocks
+// and logits, bit for bit, as without them (a hit changes work, never output); and its logits
+// stay within the GPU/CPU budget of the CPU engine's chunked prefill of the same prompt.
+TEST_F(GpuModelTest, ChunkedPrefillOverAStoredPrefixEqualsComputingItAll) {
+  const std::vector<int32_t> ids = model_->tokenizer().Encode(ReadFixture(), true);
+  ASSERT_GT(ids.size(), 1400u);
+  const std::span<const int32_t> first(ids.data(), 1100), second(ids.data(), 1400);
+  for (const std::string codec : {"bf16", "oscar"}) {
+    auto engine = engine::ServingEngine::Create(
+        model_, {.codec = codec,
+                 .calibration_path = engine::ResolveCalibrationPath("", "default", codec)});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto gpu = Gpu(*Factory(codec));
+    ASSERT_NE(gpu, nullptr);
+    const std::string tag = gpu->numerics_tag();
+    const BlockCutSpec cut1 = CutSpecFor(**engine, first, tag);
+    const BlockCutSpec cut2 = CutSpecFor(**engine, second, tag);
+    ASSERT_GT(cut1.reuse_boundary, 0);
+    EXPECT_NE(cut2.keys[0], CutSpecFor(**engine, second).keys[0]);  // GPU keys are not the CPU's
+    auto a = gpu->PrefillChunked(first, cut1, 256, {});
+    ASSERT_TRUE(a.ok()) << a.status();
+    auto full = gpu->PrefillChunked(second, cut2, 256, {});
+    ASSERT_TRUE(full.ok()) << full.status();
+    std::vector<kvformat::BlockView> stored;
+    for (size_t b = 0; b < cut1.keys.size(); ++b) {
+      auto v = kvformat::ParseBlock(a->blocks[b]);
+      ASSERT_TRUE(v.ok()) << v.status();
+      stored.push_back(*v);
+    }
+    auto hit = gpu->PrefillChunked(second, cut2, 256, stored);
+    ASSERT_TRUE(hit.ok()) << hit.status();
+    EXPECT_EQ(hit->reused_tokens, cut1.reuse_boundary) << codec;
+    EXPECT_EQ(full->reused_tokens, 0);
+    ASSERT_EQ(hit->blocks.size(), full->blocks.size());
+    for (size_t b = 0; b < full->blocks.size(); ++b) {
+      EXPECT_TRUE(hit->blocks[b] == full->blocks[b]) << codec << " block " << b;
+    }
+    EXPECT_EQ(0, std::memcmp(hit->last_logits.data(), full->last_logits.data(),
+                             full->last_logits.size() * sizeof(float)))
+        << codec;
+    // The same prefix gives the same blocks in both prompts.
+    for (size_t b = 0; b < cut1.keys.size(); ++b) {
+      EXPECT_TRUE(a->blocks[b] == full->blocks[b]) << codec << " prefix block " << b;
+    }
+
+    // Against the CPU engine's chunked prefill of the same prompt.
+    auto cpu = (*engine)->Prefill(second);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    double num = 0, den = 0;
+    for (size_t v = 0; v < cpu->last_logits.size(); ++v) {
+      const double diff = double(full->last_logits[v]) - cpu->last_logits[v];
+      num += diff * diff;
+      den += double(cpu->last_logits[v]) * cpu->last_logits[v];
+    }
+    const int vocab = static_cast<int>(cpu->last_logits.size());
+    std::printf("%s chunked prefill of 1400 tokens: %zu blocks, GPU vs CPU last logits rel err "
+                "%.4f, top-1 %s\n", codec.c_str(), full->blocks.size(), std::sqrt(num / den),
+                Argmax(full->last_logits.data(), vocab) == Argmax(cpu->last_logits.data(), vocab)
+                    ? "same" : "differs");
+    EXPECT_LT(std::sqrt(num / den), 0.05) << codec;
+    // The blocks import into a GPU decode worker's pages.
+    std::vector<kvformat::BlockView> views;
+    for (const auto& b : full->blocks) views.push_back(*kvformat::ParseBlock(b));
+    auto shape = GpuPageShape(model_->config(), (*engine)->codec());
+    ASSERT_TRUE(shape.ok());
+    EXPECT_TRUE(PackedKvFromBlocks(*shape, cut2.codec, cut2.clips.k, cut2.clips.v, views).ok());
+  }
+}
+
 }  // namespace
 }  // namespace oscarkv::model_gpu
