@@ -69,18 +69,7 @@ absl::StatusOr<ChunkedPrefillResult> GpuModel::PrefillChunked(
   const int64_t n = static_cast<int64_t>(prompt.size());
   const int bt = cut.block_tokens;
   const KvPageTableConfig& shape = pages_.config();
-  if (n == 0) return absl::InvalidArgumentError("empty prompt");
-  if (n > options_.max_prompt_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", n, " tokens is longer than the ",
-                                                   "GPU model's max_prompt_tokens (",
-                                                   options_.max_prompt_tokens, ")"));
-  }
-  for (int32_t t : prompt) {
-    if (t < 0 || t >= c.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token id ", t, " outside vocab of ", c.vocab_size));
-    }
-  }
+  OSCARKV_RETURN_IF_ERROR(CheckPrompt(prompt));
   if (bt <= 0 || chunk_tokens <= 0 || chunk_tokens % bt != 0 ||
       chunk_tokens > options_.max_prompt_tokens || cut.reuse_boundary % chunk_tokens != 0 ||
       cut.sink_tokens % bt != 0) {

@@ -503,11 +503,7 @@ absl::Status GpuModel::Logits(int64_t rows, const float* x_rows, std::vector<flo
   return absl::OkStatus();
 }
 
-absl::Status GpuModel::AddSequence(int64_t id, std::span<const int32_t> prompt,
-                                   int64_t max_total_tokens, int32_t* next_greedy,
-                                   std::vector<float>* last_logits,
-                                   std::vector<float>* all_logits, TailRows* tail) {
-  const auto t0 = std::chrono::steady_clock::now();
+absl::Status GpuModel::CheckPrompt(std::span<const int32_t> prompt) const {
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) return absl::InvalidArgumentError("empty prompt");
   if (n > options_.max_prompt_tokens) {
@@ -521,6 +517,25 @@ absl::Status GpuModel::AddSequence(int64_t id, std::span<const int32_t> prompt,
           absl::StrCat("token id ", t, " outside vocab of ", config_.vocab_size));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<GpuModel>> GpuModel::ForEngine(const engine::ServingEngine& engine,
+                                                              const GpuModelOptions& options) {
+  const model::ModelConfig& config = engine.model().config();
+  OSCARKV_CUDA_OK(cudaSetDevice(options.device));
+  OSCARKV_ASSIGN_OR_RETURN(GpuWeights weights,
+                           GpuWeights::Upload(config, engine.model().weights()));
+  return Create(config, std::move(weights), engine.tier_config(), options);
+}
+
+absl::Status GpuModel::AddSequence(int64_t id, std::span<const int32_t> prompt,
+                                   int64_t max_total_tokens, int32_t* next_greedy,
+                                   std::vector<float>* last_logits,
+                                   std::vector<float>* all_logits, TailRows* tail) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  OSCARKV_RETURN_IF_ERROR(CheckPrompt(prompt));
   const int64_t kvdim = int64_t{config_.num_kv_heads} * config_.head_dim;
   const int64_t tail_bytes =
       tail == nullptr ? 0 : int64_t{config_.num_layers} * 2 * (n - tail->begin) * kvdim * 2;

@@ -33,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/engine/serving_engine.h"
 #include "lib/model/model_config.h"
 #include "lib/model_gpu/block_import.h"
 #include "lib/model_gpu/cuda_status.h"
@@ -76,6 +77,9 @@ class GpuModel {
                                                           GpuWeights weights,
                                                           const quant::ThreeTierCacheConfig& tiers,
                                                           const GpuModelOptions& options);
+  // Create() with `engine`'s model (weights uploaded to options.device) and tier configuration.
+  static absl::StatusOr<std::unique_ptr<GpuModel>> ForEngine(const engine::ServingEngine& engine,
+                                                             const GpuModelOptions& options);
   ~GpuModel();
   GpuModel(const GpuModel&) = delete;
   GpuModel& operator=(const GpuModel&) = delete;
@@ -149,6 +153,8 @@ class GpuModel {
         options_(options) {}
 
   absl::Status Init(const quant::ThreeTierCacheConfig& tiers);
+  // kInvalidArgument for an empty prompt, one longer than max_prompt_tokens, or a bad token.
+  absl::Status CheckPrompt(std::span<const int32_t> prompt) const;
   // y[rows, out] (f32) = x[rows, in] (bf16) W[out, in]^T (bf16) + beta * y.
   absl::Status Gemm(const uint16_t* x, const uint16_t* w, int64_t rows, int64_t in, int64_t out,
                     float beta, float* y);

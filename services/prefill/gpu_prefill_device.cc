@@ -9,7 +9,6 @@
 #include "lib/base/status_macros.h"
 #include "lib/model_gpu/block_import.h"
 #include "lib/model_gpu/gpu_model.h"
-#include "lib/model_gpu/gpu_weights.h"
 
 namespace oscarkv::prefill {
 namespace {
@@ -117,20 +116,15 @@ class GpuPrefillDevice final : public PrefillDevice {
 
 absl::StatusOr<std::unique_ptr<PrefillDevice>> NewGpuPrefillDevice(
     const engine::ServingEngine* engine, const GpuPrefillDeviceOptions& options) {
-  const model::ModelConfig& config = engine->model().config();
   OSCARKV_ASSIGN_OR_RETURN(model_gpu::KvPageTableConfig shape,
-                           model_gpu::GpuPageShape(config, engine->codec()));
-  OSCARKV_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options.device), "cudaSetDevice"));
-  OSCARKV_ASSIGN_OR_RETURN(model_gpu::GpuWeights weights,
-                           model_gpu::GpuWeights::Upload(config, engine->model().weights()));
+                           model_gpu::GpuPageShape(engine->model().config(), engine->codec()));
   model_gpu::GpuModelOptions o;
   o.device = options.device;
   o.max_batch = 1;
   o.max_prompt_tokens = options.max_prompt_tokens;
   o.kv_budget_bytes = options.kv_budget_bytes;
-  OSCARKV_ASSIGN_OR_RETURN(
-      std::unique_ptr<model_gpu::GpuModel> gpu,
-      model_gpu::GpuModel::Create(config, std::move(weights), engine->tier_config(), o));
+  OSCARKV_ASSIGN_OR_RETURN(std::unique_ptr<model_gpu::GpuModel> gpu,
+                           model_gpu::GpuModel::ForEngine(*engine, o));
   return std::make_unique<GpuPrefillDevice>(engine, options, shape, std::move(gpu));
 }
 
