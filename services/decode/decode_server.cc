@@ -4,6 +4,7 @@
 #include "lib/base/log.h"
 #include "lib/base/status_macros.h"
 #include "lib/metrics/metrics_http_server.h"
+#include "lib/rpc/model_identity.h"
 #include "lib/rpc/server_runner.h"
 #include "lib/rpc/worker_registration.h"
 #include "lib/rpc/worker_runtime.h"
@@ -25,18 +26,6 @@ absl::StatusOr<std::unique_ptr<transfer::TransferBackend>> MakeBackend(const Dec
                                   .ucx_transports = c.ucx_transports,
                                   .ucx_peer_failure_detection = c.ucx_peer_failure_detection});
 }
-
-// What the router learns about this worker's model (blocks are exchangeable only when it matches).
-void FillModelIdentity(const engine::ServingEngine& e, oscarkv::common::v1::ModelIdentity* m) {
-  const model::ModelConfig& c = e.model().config();
-  m->set_model_fingerprint(e.model_fingerprint());
-  m->set_calib_fingerprint(e.calibration_fingerprint());
-  m->set_block_tokens(static_cast<uint32_t>(e.options().block_tokens));
-  m->set_layers(static_cast<uint32_t>(c.num_layers));
-  m->set_kv_heads(static_cast<uint32_t>(c.num_kv_heads));
-  m->set_head_dim(static_cast<uint32_t>(c.head_dim));
-}
-
 
 absl::StatusOr<std::unique_ptr<DecodeDevice>> MakeDevice(const DecodeConfig& c,
                                                          const engine::ServingEngine* serving) {
@@ -149,7 +138,7 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(const DecodeC
     info.set_role(oscarkv::common::v1::WORKER_ROLE_DECODE);
     info.set_transfer_backend(s->backend_->capabilities().name);
     info.set_kv_capacity_bytes(static_cast<uint64_t>(config.kv_capacity_bytes));
-    FillModelIdentity(*serving, info.mutable_model());
+    rpc::FillModelIdentity(*serving, info.mutable_model());
     // Held keys: none yet. Sequences are released at the end of each turn (the router never
     // sends EndTurn(keep)), and the pool does not record block keys.
     OSCARKV_ASSIGN_OR_RETURN(

@@ -4,6 +4,7 @@
 #include "lib/base/log.h"
 #include "lib/base/status_macros.h"
 #include "lib/metrics/metrics_http_server.h"
+#include "lib/rpc/model_identity.h"
 #include "lib/rpc/server_runner.h"
 #include "lib/rpc/worker_registration.h"
 #include "lib/rpc/worker_runtime.h"
@@ -27,18 +28,6 @@ absl::StatusOr<std::unique_ptr<transfer::TransferBackend>> MakeBackend(const Pre
                                   .ucx_transports = c.ucx_transports,
                                   .ucx_peer_failure_detection = c.ucx_peer_failure_detection});
 }
-
-// What the router learns about this worker's model (blocks are exchangeable only when it matches).
-void FillModelIdentity(const engine::ServingEngine& e, oscarkv::common::v1::ModelIdentity* m) {
-  const model::ModelConfig& c = e.model().config();
-  m->set_model_fingerprint(e.model_fingerprint());
-  m->set_calib_fingerprint(e.calibration_fingerprint());
-  m->set_block_tokens(static_cast<uint32_t>(e.options().block_tokens));
-  m->set_layers(static_cast<uint32_t>(c.num_layers));
-  m->set_kv_heads(static_cast<uint32_t>(c.num_kv_heads));
-  m->set_head_dim(static_cast<uint32_t>(c.head_dim));
-}
-
 
 absl::StatusOr<std::unique_ptr<PrefillDevice>> MakeDevice(const PrefillConfig& c,
                                                           const engine::ServingEngine* serving) {
@@ -138,7 +127,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(const Prefi
     info.set_worker_id(config.worker_id);
     info.set_role(oscarkv::common::v1::WORKER_ROLE_PREFILL);
     info.set_transfer_backend(s->backend_->capabilities().name);
-    FillModelIdentity(*serving, info.mutable_model());
+    rpc::FillModelIdentity(*serving, info.mutable_model());
     // Held keys: none. The outbox only stages a request's blocks for its decode worker; reuse
     // across requests goes through the kvstore.
     OSCARKV_ASSIGN_OR_RETURN(
