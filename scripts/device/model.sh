@@ -4,7 +4,8 @@
 #   bash scripts/device/model.sh stage DIR          copy DIR's files to the scratch folder
 #   bash scripts/device/model.sh run DIR [--skip-tests] [--bench] [--quality] [--clip] [--niah]
 #        [--multigpu]   copy DIR's files, reassemble the model, check its sha256, unpack the
-#        binaries; run the GPU-vs-CPU tests (model_gpu_test, model_kernels_gpu_test) and `oscarkv
+#        binaries; run the GPU-vs-CPU tests (model_gpu_test, model_kernels_gpu_test,
+#        int2_dequant_gpu_test) and `oscarkv
 #        generate --device cuda` (unless --skip-tests: a second run on a still-warm machine);
 #        with --bench also the end-to-end benchmarks; with --quality the true-decode quality grid
 #        (20 windows at 2k and 8k, held-out text); with --clip the M5 calibration and the
@@ -46,7 +47,7 @@ done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
 if [ $tests = 1 ]; then
   echo "== GPU vs CPU tests"
-  for t in model_gpu_test model_kernels_gpu_test; do
+  for t in model_gpu_test model_kernels_gpu_test int2_dequant_gpu_test; do
     "$BIN"/$t 2>&1 | tee "$OUT/$t.log" | grep -vE '^\[ +(RUN|OK) |^PASS ' || status=1
     grep -qE "FAILED|^FAIL" "$OUT/$t.log" && status=1
   done

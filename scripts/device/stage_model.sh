@@ -6,7 +6,7 @@
 #                  stage2 also holds ucx-cu13.tar.xz, PyPI libucx-cu13's CUDA-enabled UCX
 #                  (scripts/device/fetch_gpu_deps.sh), for the multi-GPU run
 #   .carry/stage3: the last third of the model + the stripped binaries (model_gpu_test,
-#                  model_kernels_gpu_test, gpu_e2e_bench, oscarkv, the kvstore, prefill and
+#                  model_kernels_gpu_test, int2_dequant_gpu_test, gpu_e2e_bench, oscarkv, the kvstore, prefill and
 #                  decode workers, and multigpu_bench when NCCL was found) and the shared libraries ldd lists (minus libc, libm, libstdc++,
 #                  libgcc_s, the loader, the CUDA runtime/cuBLAS and NCCL, which the GPU
 #                  machine has), as bins.tar.xz; model.sha256 checks the reassembled file.
@@ -28,9 +28,9 @@ if [ "${2:-}" != "--allow-dirty" ] &&
   exit 1
 fi
 bins=(tests/lib/model_gpu/model_gpu_test tests/kernels/model_kernels_gpu_test
-      bench/e2e/gpu_e2e_bench tools/oscarkv services/kvstore/oscarkv_kvstore
+      tests/kernels/int2_dequant_gpu_test bench/e2e/gpu_e2e_bench tools/oscarkv services/kvstore/oscarkv_kvstore
       services/prefill/oscarkv_prefill services/decode/oscarkv_decode)
-targets=(model_gpu_test model_kernels_gpu_test gpu_e2e_bench oscarkv oscarkv_kvstore
+targets=(model_gpu_test model_kernels_gpu_test int2_dequant_gpu_test gpu_e2e_bench oscarkv oscarkv_kvstore
          oscarkv_prefill oscarkv_decode)
 if cmake --build "$BUILD" --target help | grep -q '^multigpu_bench:'; then
   bins+=(bench/multigpu/multigpu_bench)
