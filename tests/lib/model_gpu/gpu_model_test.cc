@@ -468,7 +468,9 @@ TEST_F(GpuModelTest, PrefillExportsBlocksThatRoundTripToTheSamePages) {
 // and logits, bit for bit, as without them (a hit changes work, never output); and its logits
 // stay within the GPU/CPU budget of the CPU engine's chunked prefill of the same prompt.
 TEST_F(GpuModelTest, ChunkedPrefillOverAStoredPrefixEqualsComputingItAll) {
-  const std::vector<int32_t> ids = model_->tokenizer().Encode(ReadFixture(), true);
+  // The fixture twice over: about 1600 tokens, six chunks.
+  const std::vector<int32_t> ids =
+      model_->tokenizer().Encode(ReadFixture() + "\n\n" + ReadFixture(), true);
   ASSERT_GT(ids.size(), 1400u);
   const std::span<const int32_t> first(ids.data(), 1100), second(ids.data(), 1400);
   for (const std::string codec : {"bf16", "oscar"}) {
