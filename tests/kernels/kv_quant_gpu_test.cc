@@ -2,12 +2,13 @@
 // byte-for-byte equal output buffers (codes, fp16 params, and every byte the reference leaves
 // alone still holding the poison written before the run).
 // Per-token rows: bf16 and f32 input, with and without a random orthogonal rotation, K (0.96) and
-// V (0.92) clip ratios, no clip, k = 1, k at the fast path's limit and past it (sorted lists),
+// V (0.92) clip ratios, no clip, k = 1, k past the fast path (sorted lists only),
 // head_dim 128 and 64, H = 3 / 4 / 8; value patterns that stress the exact paths (heavy tails,
 // ties, zero rows and mostly-zero rows, signed zeros, narrow ranges far from 0, fp16-subnormal
-// params); token counts that leave partial pages and units; many units (grid-stride loop);
-// unaligned input and output strides (scalar loads / stores); demotion into shuffled INT2 pages
-// of the decode pool layout. The host part also checks the code-bound constants.
+// params, outliers clustered so that the clip threshold's fast path falls back); token counts
+// that leave partial pages and units; many units (grid-stride loop); unaligned input and output
+// strides (scalar loads / stores); demotion into shuffled INT2 pages of the decode pool layout.
+// The host part also checks the code-bound constants.
 // KIVI-2 / OScaR grouped kinds and token norms into linear segments.
 // Exit 0 = pass, 1 = fail, 77 = no GPU.
 #include <cuda_runtime.h>
@@ -43,10 +44,12 @@ constexpr uint8_t kPoison = 0xa5;
 enum class Pattern {
   kHeavyTail,    // 0.5 t(3) + 0.1 N(0,1): outliers, so the clip matters
   kTies,         // multiples of 0.25 in [-1, 1]: many equal magnitudes in a row
-  kZeroRows,     // per row: all +0, a few nonzeros among zeros (tau = 0), some zeros, >= 0 with zeros
+  kZeroRows,     // by row: all +0; two nonzeros (tau = 0); some zeros; >= 0 with zeros
   kSignedZeros,  // >= 0 rows whose zeros are +0 or -0 at random, and mostly -0 rows
   kNarrow,       // 3 + 0.01 N (bf16) / 1000 + 0.001 N (f32): range far below the minimum
   kTiny,         // 1e-6 t(3): fp16-subnormal scale and min
+  kClustered,    // heavy tail plus 11-12 large values, the top 6 on channels that the kernel's
+                 // fast path keeps in one list (lane 0's): it runs dry, the sorted path runs
 };
 
 struct Case {
@@ -67,12 +70,20 @@ struct Case {
 
 const char* PatternName(Pattern p) {
   switch (p) {
-    case Pattern::kHeavyTail: return "heavy";
-    case Pattern::kTies: return "ties";
-    case Pattern::kZeroRows: return "zero-rows";
-    case Pattern::kSignedZeros: return "signed-zeros";
-    case Pattern::kNarrow: return "narrow";
-    case Pattern::kTiny: return "tiny";
+    case Pattern::kHeavyTail:
+      return "heavy";
+    case Pattern::kTies:
+      return "ties";
+    case Pattern::kZeroRows:
+      return "zero-rows";
+    case Pattern::kSignedZeros:
+      return "signed-zeros";
+    case Pattern::kNarrow:
+      return "narrow";
+    case Pattern::kTiny:
+      return "tiny";
+    case Pattern::kClustered:
+      return "clustered";
   }
   return "?";
 }
@@ -146,6 +157,20 @@ void FillRow(Pattern pattern, bool bf16, int64_t row, int d, std::mt19937_64& rn
     case Pattern::kTiny:
       for (int i = 0; i < d; ++i) x[i] = 1e-6f * heavy(rng);
       return;
+    case Pattern::kClustered: {
+      // Lane 0 of a row holds channels [0, d/16) of each quarter; its bf16 list a is the even
+      // channels of those, its float list a the first two quarters' chunks. The last six (and
+      // largest) outliers all fall into that list.
+      static constexpr int kBf16At128[] = {1, 3, 5, 33, 35, 0, 2, 4, 6, 32, 34};
+      static constexpr int kF32At128[] = {64, 66, 96, 98, 100, 0, 1, 2, 3, 4, 5};
+      static constexpr int kBf16At64[] = {1, 3, 17, 19, 0, 2, 16, 18, 32, 34, 48, 50};
+      static constexpr int kF32At64[] = {32, 34, 48, 50, 0, 1, 2, 3, 16, 17, 18, 19};
+      for (int i = 0; i < d; ++i) x[i] = 0.5f * heavy(rng);
+      const int* at = d == 128 ? (bf16 ? kBf16At128 : kF32At128) : (bf16 ? kBf16At64 : kF32At64);
+      const int n = d == 128 ? 11 : 12;
+      for (int i = 0; i < n; ++i) x[at[i]] = (i % 2 == 0 ? 1.0f : -1.0f) * (5.0f + 0.75f * i);
+      return;
+    }
   }
 }
 
@@ -184,7 +209,10 @@ bool RunCase(const Case& c) {
   const int64_t out_stride = seg + c.output_gap;
 
   KvQuantParams hp;
-  if (c.bf16) hp.input_bf16 = xb.data(); else hp.input_f32 = xf.data();
+  if (c.bf16)
+    hp.input_bf16 = xb.data();
+  else
+    hp.input_f32 = xf.data();
   hp.input_token_stride = c.input_pad == 0 ? 0 : stride;
   hp.rotation = c.rotate ? rot.data() : nullptr;
   hp.tokens = c.tokens;
@@ -272,11 +300,12 @@ bool RunCase(const Case& c) {
   GPU_CHECK(cudaFree(d_xf));
   GPU_CHECK(cudaFree(d_rot));
   const bool ok = mismatches == 0;
-  std::printf("[kv_quant T=%d H=%d D=%d clip=%.3f %s rot=%d paged=%d kind=%d norms=%d %s pad=%d "
-              "gap=%d] %s mismatched bytes %zu\n",
-              c.tokens, c.heads, c.d, c.clip, c.bf16 ? "bf16" : "f32", c.rotate, c.paged,
-              static_cast<int>(c.kind), c.token_norms, PatternName(c.pattern), c.input_pad,
-              c.output_gap, ok ? "PASS" : "FAIL", mismatches);
+  std::printf(
+      "[kv_quant T=%d H=%d D=%d clip=%.3f %s rot=%d paged=%d kind=%d norms=%d %s pad=%d "
+      "gap=%d] %s mismatched bytes %zu\n",
+      c.tokens, c.heads, c.d, c.clip, c.bf16 ? "bf16" : "f32", c.rotate, c.paged,
+      static_cast<int>(c.kind), c.token_norms, PatternName(c.pattern), c.input_pad, c.output_gap,
+      ok ? "PASS" : "FAIL", mismatches);
   return ok;
 }
 
@@ -332,7 +361,7 @@ int main() {
       {13, 8, 128, 0.96f, false, true, true, 24},
       {512, 8, 128, 1.0f, true, false, true, 25},
       {512, 3, 64, 1.0f, true, false, true, 26},
-      // k = 1, k at the top-4 lists' limit (2 G: frequent re-runs on sorted lists), past it.
+      // k = 1, k = 16 (sorted lists only: D = 128 at 0.875), k = 8 (D = 64), large k.
       {256, 8, 128, 0.995f, true, false, true, 27},
       {512, 8, 128, 0.875f, true, false, true, 28},
       {512, 3, 64, 0.875f, true, false, true, 29},
@@ -354,6 +383,12 @@ int main() {
       {256, 3, 64, 0.92f, false, false, true, 44, Pattern::kNarrow},
       {256, 8, 128, 0.92f, true, false, true, 45, Pattern::kTiny},
       {256, 3, 64, 1.0f, false, false, true, 46, Pattern::kTiny},
+      {256, 8, 128, 0.96f, true, false, true, 49, Pattern::kClustered},
+      {256, 8, 128, 0.92f, true, false, true, 50, Pattern::kClustered},
+      {256, 3, 64, 0.92f, true, false, true, 51, Pattern::kClustered},
+      {256, 8, 128, 0.92f, false, false, true, 52, Pattern::kClustered},
+      {256, 3, 64, 0.92f, false, false, false, 53, Pattern::kClustered},
+      {256, 8, 128, 0.96f, false, false, false, 54, Pattern::kClustered},
       {96, 8, 128, 0.92f, true, true, true, 47, Pattern::kTies},
       {96, 3, 64, 0.96f, false, true, true, 48, Pattern::kZeroRows},
       // KIVI-2 (M7): K channel groups, V token groups, no rotation or clip; OScaR (M8): rotated,
