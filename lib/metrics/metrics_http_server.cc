@@ -7,6 +7,8 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/status_macros.h"
+#include "lib/metrics/http_listen.h"
 #include "lib/base/log.h"
 
 namespace oscarkv::metrics {
@@ -92,19 +94,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     return absl::UnavailableError(absl::StrCat("metrics server cannot bind ", options.host, ":",
                                                port, " (address in use or bad host)"));
   }
-  impl->thread = std::thread([s = &impl->server] {
-    if (!s->listen_after_bind()) LOG(WARNING) << "metrics server stopped with an error";
-  });
-  // Stop() before listen_after_bind() marks the server running would be lost, so wait for it.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!server.is_running()) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      server.stop();
-      impl->thread.join();
-      return absl::UnavailableError("metrics server did not start within 10 s");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  OSCARKV_RETURN_IF_ERROR(ListenInBackground(server, &impl->thread, "metrics server"));
   LOG(INFO) << "metrics server listening on " << options.host << ":" << port;
   auto out = std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl)));
   out->port_ = port;

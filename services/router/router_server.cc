@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
+#include "lib/metrics/http_listen.h"
 #include "lib/base/log.h"
 #include "lib/base/status_macros.h"
 #include "lib/metrics/metrics.h"
@@ -118,7 +119,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::CreateImpl(
     LOG(INFO) << "router worker registry (gRPC) listening on " << config.grpc_address
               << " port " << r.grpc_server_->port();
   }
-  r.http_thread_ = std::thread([srv = r.http_.get()] { srv->listen_after_bind(); });
+  OSCARKV_RETURN_IF_ERROR(metrics::ListenInBackground(*r.http_, &r.http_thread_, "router HTTP"));
   LOG(INFO) << "router HTTP listening on " << config.http_host << ":" << r.http_port_
             << " (models: " << r.http_service_->Models().front().id << ")";
   return server;
