@@ -511,7 +511,12 @@ TEST_F(GpuModelTest, ChunkedPrefillOverAStoredPrefixEqualsComputingItAll) {
       EXPECT_TRUE(a->blocks[b] == full->blocks[b]) << codec << " prefix block " << b;
     }
 
-    // Against the CPU engine's chunked prefill of the same prompt.
+    // Against the CPU engine's chunked prefill of the same prompt. The GPU's bf16 activations
+    // move some K/V values across INT2 code boundaries, and each flipped code is a full step, so
+    // the logits differ by more than in bf16; what a bug in the stored form (e.g. a wrong
+    // rotation back) would do instead is make the codes of the chunks that attend to it drift
+    // away from the CPU's: compare the code mismatch of the first chunk (no stored prefix) with
+    // that of the later ones.
     auto cpu = (*engine)->Prefill(second);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     double num = 0, den = 0;
@@ -521,11 +526,32 @@ TEST_F(GpuModelTest, ChunkedPrefillOverAStoredPrefixEqualsComputingItAll) {
       den += double(cpu->last_logits[v]) * cpu->last_logits[v];
     }
     const int vocab = static_cast<int>(cpu->last_logits.size());
+    const bool same_top1 =
+        Argmax(full->last_logits.data(), vocab) == Argmax(cpu->last_logits.data(), vocab);
+    std::vector<double> mismatch;  // per block: fraction of payload bytes that differ
+    for (size_t b = 0; b < full->blocks.size(); ++b) {
+      const auto& g = full->blocks[b];
+      const auto& c = cpu->blocks[b].bytes;
+      ASSERT_EQ(g.size(), c.size()) << codec << " block " << b;
+      int64_t differ = 0;
+      for (size_t i = kvformat::kBlockHeaderBytes; i < g.size(); ++i) differ += g[i] != c[i];
+      mismatch.push_back(double(differ) / double(g.size() - kvformat::kBlockHeaderBytes));
+    }
+    const int per_chunk = 256 / 64;
+    double first = 0, later = 0;
+    for (int b = 0; b < per_chunk; ++b) first += mismatch[b] / per_chunk;
+    for (size_t b = per_chunk; b < mismatch.size(); ++b) {
+      later += mismatch[b] / double(mismatch.size() - per_chunk);
+    }
     std::printf("%s chunked prefill of 1400 tokens: %zu blocks, GPU vs CPU last logits rel err "
-                "%.4f, top-1 %s\n", codec.c_str(), full->blocks.size(), std::sqrt(num / den),
-                Argmax(full->last_logits.data(), vocab) == Argmax(cpu->last_logits.data(), vocab)
-                    ? "same" : "differs");
-    EXPECT_LT(std::sqrt(num / den), 0.05) << codec;
+                "%.4f, top-1 %s; payload bytes differing from the CPU's blocks: first chunk "
+                "%.4f, later chunks %.4f\n  per block:", codec.c_str(), full->blocks.size(),
+                std::sqrt(num / den), same_top1 ? "same" : "differs", first, later);
+    for (double m : mismatch) std::printf(" %.3f", m);
+    std::printf("\n");
+    EXPECT_TRUE(same_top1) << codec;
+    EXPECT_LT(std::sqrt(num / den), codec == "bf16" ? 0.05 : 0.3) << codec;
+    EXPECT_LT(later, 2 * first + 0.02) << codec;
     // The blocks import into a GPU decode worker's pages.
     std::vector<kvformat::BlockView> views;
     for (const auto& b : full->blocks) views.push_back(*kvformat::ParseBlock(b));
