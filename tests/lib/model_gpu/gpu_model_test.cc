@@ -528,30 +528,33 @@ TEST_F(GpuModelTest, ChunkedPrefillOverAStoredPrefixEqualsComputingItAll) {
     const int vocab = static_cast<int>(cpu->last_logits.size());
     const bool same_top1 =
         Argmax(full->last_logits.data(), vocab) == Argmax(cpu->last_logits.data(), vocab);
-    std::vector<double> mismatch;  // per block: fraction of payload bytes that differ
+    // Per quantised block: the fraction of payload bytes (codes and params) that differ.
+    std::vector<double> mismatch;
+    double first = 0, later = 0;
+    int n_first = 0, n_later = 0;
     for (size_t b = 0; b < full->blocks.size(); ++b) {
+      if (CutBlockKind(cut2, b) != kvformat::BlockKind::kQuantized) continue;
       const auto& g = full->blocks[b];
       const auto& c = cpu->blocks[b].bytes;
       ASSERT_EQ(g.size(), c.size()) << codec << " block " << b;
       int64_t differ = 0;
       for (size_t i = kvformat::kBlockHeaderBytes; i < g.size(); ++i) differ += g[i] != c[i];
       mismatch.push_back(double(differ) / double(g.size() - kvformat::kBlockHeaderBytes));
+      (b < 256 / 64 ? first : later) += mismatch.back();
+      ++(b < 256 / 64 ? n_first : n_later);
     }
-    const int per_chunk = 256 / 64;
-    double first = 0, later = 0;
-    for (int b = 0; b < per_chunk; ++b) first += mismatch[b] / per_chunk;
-    for (size_t b = per_chunk; b < mismatch.size(); ++b) {
-      later += mismatch[b] / double(mismatch.size() - per_chunk);
-    }
+    if (n_first > 0) first /= n_first;
+    if (n_later > 0) later /= n_later;
     std::printf("%s chunked prefill of 1400 tokens: %zu blocks, GPU vs CPU last logits rel err "
-                "%.4f, top-1 %s; payload bytes differing from the CPU's blocks: first chunk "
+                "%.4f, top-1 %s; quantised-block bytes differing from the CPU's: first chunk "
                 "%.4f, later chunks %.4f\n  per block:", codec.c_str(), full->blocks.size(),
                 std::sqrt(num / den), same_top1 ? "same" : "differs", first, later);
     for (double m : mismatch) std::printf(" %.3f", m);
     std::printf("\n");
     EXPECT_TRUE(same_top1) << codec;
     EXPECT_LT(std::sqrt(num / den), codec == "bf16" ? 0.05 : 0.3) << codec;
-    EXPECT_LT(later, 2 * first + 0.02) << codec;
+    if (n_first > 0 && n_later > 0) EXPECT_LT(later, 2 * first + 0.02) << codec;
+    if (codec == "oscar") EXPECT_GT(n_later, 0);
     // The blocks import into a GPU decode worker's pages.
     std::vector<kvformat::BlockView> views;
     for (const auto& b : full->blocks) views.push_back(*kvformat::ParseBlock(b));
