@@ -21,6 +21,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/quant/int2_code_bounds.h"
 #include "kernels/quant/kv_quant_device.cuh"
@@ -168,24 +169,52 @@ __device__ __forceinline__ void BitonicClean(uint32_t (&x)[N], int n2) {
     }
   }
 }
+// The 4 largest of k[at .. at + 8) in t, descending (k is scrambled).
+template <class O, int N>
+__device__ __forceinline__ void Top4Of8(uint32_t (&k)[N], int at, uint32_t (&t)[4]) {
+  uint32_t* x = k + at;
+  Cas<O>(x[0], x[1]);
+  Cas<O>(x[2], x[3]);
+  Cas<O>(x[0], x[2]);
+  Cas<O>(x[1], x[3]);
+  Cas<O>(x[1], x[2]);
+  Cas<O>(x[4], x[5]);
+  Cas<O>(x[6], x[7]);
+  Cas<O>(x[4], x[6]);
+  Cas<O>(x[5], x[7]);
+  Cas<O>(x[5], x[6]);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) t[i] = O::Max(x[i], x[7 - i]);  // top half of the bitonic merge
+  BitonicClean<O>(t, 4);
+}
 // The R largest of k[0..N) in t, descending, N = 8 or 16 (k is scrambled). R <= 8.
 template <class O, int N, int R>
 __device__ __forceinline__ void TopOf(uint32_t (&k)[N], uint32_t (&t)[R]) {
   static_assert(N == 8 || N == 16);
   static_assert(R <= 8);
-  Sort8<O>(k, 0);
-  if constexpr (N == 8) {
+  uint32_t m[R <= 4 ? 4 : 8];
+  if constexpr (R <= 4) {
+    Top4Of8<O>(k, 0, m);
+    if constexpr (N == 16) {
+      uint32_t b[4];
+      Top4Of8<O>(k, 8, b);
 #pragma unroll
-    for (int i = 0; i < R; ++i) t[i] = k[i];
+      for (int i = 0; i < 4; ++i) m[i] = O::Max(m[i], b[3 - i]);
+      BitonicClean<O>(m, 4);
+    }
   } else {
-    Sort8<O>(k, 8);
-    uint32_t m[8];
+    Sort8<O>(k, 0);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) m[i] = O::Max(k[i], k[15 - i]);  // top half of the bitonic merge
-    BitonicClean<O>(m, 8);
+    for (int i = 0; i < 8; ++i) m[i] = k[i];
+    if constexpr (N == 16) {
+      Sort8<O>(k, 8);
 #pragma unroll
-    for (int i = 0; i < R; ++i) t[i] = m[i];
+      for (int i = 0; i < 8; ++i) m[i] = O::Max(m[i], k[15 - i]);
+      BitonicClean<O>(m, 8);
+    }
   }
+#pragma unroll
+  for (int i = 0; i < R; ++i) t[i] = m[i];
 }
 // k[0..N) sorted descending, N = 8 or 16.
 template <class O, int N>
@@ -238,11 +267,11 @@ __device__ __forceinline__ uint32_t PopKth(uint32_t (&a)[R], uint32_t (&b)[R], i
   return top;
 }
 
-// Entries of the fast path's lists: with each list holding the top 6 of a lane's column of 8 or 16
-// keys, a list runs dry only if it holds 6 of the top k, which for the served k (<= 11) and 8
-// lists per row is under 1% of rows.
-inline constexpr int kFastListEntries = 6;
-
+// Entries of the fast path's lists, by k. A list runs dry (and its row repeats on sorted lists)
+// only if it holds R of the top k - 1; with 8 lists of 8 or 16 keys per row that is under 1% of
+// rows for k <= 6 with R = 4 and for k <= 12 with R = 6. Larger k: sorted lists only.
+inline constexpr int kShortListMaxK = 6;
+inline constexpr int kLongListMaxK = 12;
 // Tournament keys of packed |bf16| columns (low half: list a, high half: list b): the 15
 // magnitude bits, then the lane and list, so no two lists' keys tie.
 template <int N, int R>
@@ -256,72 +285,84 @@ __device__ __forceinline__ void Bf16Keys(const uint32_t (&col)[N], int gl, uint3
   }
 }
 
-// tau = the k-th largest |y| of the group's row. Fast path: each lane's top 6 of each of its two
-// columns; a group whose lists ran dry repeats with fully sorted columns, which cannot run dry.
-// `sorted_only` skips the fast path (k so large that it would run dry on most rows).
-template <int D>
-__device__ __forceinline__ float ClipThreshold(const Bf16Lane<D>& x, int k, bool sorted_only,
-                                               const RowGroup& rg) {
-  constexpr int N = RowLayout<D>::kColumnKeys;
-  uint32_t col[N];
-  uint32_t key = 0;
-  bool emptied = true;
-  if (!sorted_only) {
+// The fast path's k-th key: the tournament over each lane's top R of its two columns.
+template <int D, int R>
+__device__ __forceinline__ uint32_t FastKthKey(const Bf16Lane<D>& x, int k, int gl, bool* emptied) {
+  uint32_t col[RowLayout<D>::kColumnKeys];
 #pragma unroll
-    for (int i = 0; i < N; ++i) col[i] = x.w[i] & 0x7fff7fffu;
-    uint32_t top[kFastListEntries], a[kFastListEntries], b[kFastListEntries];
-    TopOf<U16x2Order>(col, top);
-    Bf16Keys(top, rg.gl, a, b);
-    key = PopKth<kFastListEntries, true>(a, b, k, rg.gl, &emptied);
-  }
-  const bool redo = (__ballot_sync(kFullMask, emptied) & rg.mask) != 0u;
-  if (__any_sync(kFullMask, redo)) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) col[i] = x.w[i] & 0x7fff7fffu;
-    SortAll<U16x2Order>(col);
-    uint32_t a[N], b[N];
-    Bf16Keys(col, rg.gl, a, b);
-    bool unused;
-    const uint32_t sorted_key = PopKth<N, true>(a, b, k, rg.gl, &unused);
-    if (redo) key = sorted_key;
-  }
-  return __uint_as_float(((key >> 4) & 0x7fffu) << 16);
+  for (int i = 0; i < RowLayout<D>::kColumnKeys; ++i) col[i] = x.w[i] & 0x7fff7fffu;
+  uint32_t top[R], a[R], b[R];
+  TopOf<U16x2Order>(col, top);
+  Bf16Keys(top, gl, a, b);
+  return PopKth<R, true>(a, b, k, gl, emptied);
 }
-
-// The same for float values: the lane's first and second half of channels as the two lists,
-// keys |y| bits + 1 (ties between lists broken in PopKth).
-template <int D>
-__device__ __forceinline__ float ClipThreshold(const FloatLane<D>& x, int k, bool sorted_only,
-                                               const RowGroup& rg) {
+template <int D, int R>
+__device__ __forceinline__ uint32_t FastKthKey(const FloatLane<D>& x, int k, int gl,
+                                               bool* emptied) {
   constexpr int N = RowLayout<D>::kChannels / 2;
   uint32_t ka[N], kb[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    ka[i] = (__float_as_uint(x.v[i]) & 0x7fffffffu) + 1u;
+    kb[i] = (__float_as_uint(x.v[N + i]) & 0x7fffffffu) + 1u;
+  }
+  uint32_t a[R], b[R];
+  TopOf<U32Order>(ka, a);
+  TopOf<U32Order>(kb, b);
+  return PopKth<R, false>(a, b, k, gl, emptied);
+}
+
+// The k-th key over fully sorted columns (cannot run dry).
+template <int D>
+__device__ __forceinline__ uint32_t SortedKthKey(const Bf16Lane<D>& x, int k, int gl) {
+  constexpr int N = RowLayout<D>::kColumnKeys;
+  uint32_t col[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) col[i] = x.w[i] & 0x7fff7fffu;
+  SortAll<U16x2Order>(col);
+  uint32_t a[N], b[N];
+  Bf16Keys(col, gl, a, b);
+  bool unused;
+  return PopKth<N, true>(a, b, k, gl, &unused);
+}
+template <int D>
+__device__ __forceinline__ uint32_t SortedKthKey(const FloatLane<D>& x, int k, int gl) {
+  constexpr int N = RowLayout<D>::kChannels / 2;
+  uint32_t ka[N], kb[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    ka[i] = (__float_as_uint(x.v[i]) & 0x7fffffffu) + 1u;
+    kb[i] = (__float_as_uint(x.v[N + i]) & 0x7fffffffu) + 1u;
+  }
+  SortAll<U32Order>(ka);
+  SortAll<U32Order>(kb);
+  bool unused;
+  return PopKth<N, false>(ka, kb, k, gl, &unused);
+}
+
+__device__ __forceinline__ float KeyMagnitude(uint32_t key, bool bf16_keys) {
+  return bf16_keys ? __uint_as_float(((key >> 4) & 0x7fffu) << 16) : __uint_as_float(key - 1u);
+}
+
+// tau = the k-th largest |y| of the group's row (k uniform over the warp). Fast path: a
+// tournament over each lane's top R of its two lists (R by k, see kShortListMaxK); a group whose
+// lists ran dry repeats with fully sorted lists.
+template <int D, class Lane>
+__device__ __forceinline__ float ClipThreshold(const Lane& x, int k, const RowGroup& rg) {
+  constexpr bool kBf16Keys = std::is_same_v<Lane, Bf16Lane<D>>;
   uint32_t key = 0;
   bool emptied = true;
-  if (!sorted_only) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      ka[i] = (__float_as_uint(x.v[i]) & 0x7fffffffu) + 1u;
-      kb[i] = (__float_as_uint(x.v[N + i]) & 0x7fffffffu) + 1u;
-    }
-    uint32_t a[kFastListEntries], b[kFastListEntries];
-    TopOf<U32Order>(ka, a);
-    TopOf<U32Order>(kb, b);
-    key = PopKth<kFastListEntries, false>(a, b, k, rg.gl, &emptied);
+  if (k <= kShortListMaxK) {
+    key = FastKthKey<D, 4>(x, k, rg.gl, &emptied);
+  } else if (k <= kLongListMaxK) {
+    key = FastKthKey<D, 6>(x, k, rg.gl, &emptied);
   }
   const bool redo = (__ballot_sync(kFullMask, emptied) & rg.mask) != 0u;
   if (__any_sync(kFullMask, redo)) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      ka[i] = (__float_as_uint(x.v[i]) & 0x7fffffffu) + 1u;
-      kb[i] = (__float_as_uint(x.v[N + i]) & 0x7fffffffu) + 1u;
-    }
-    SortAll<U32Order>(ka);
-    SortAll<U32Order>(kb);
-    bool unused;
-    const uint32_t sorted_key = PopKth<N, false>(ka, kb, k, rg.gl, &unused);
+    const uint32_t sorted_key = SortedKthKey<D>(x, k, rg.gl);
     if (redo) key = sorted_key;
   }
-  return __uint_as_float(key - 1u);
+  return KeyMagnitude(key, kBf16Keys);
 }
 
 // ---- Params ----
@@ -365,9 +406,9 @@ __device__ __forceinline__ uint32_t ValueBits(const FloatLane<D>& x, int q, int 
 // the sign reaches the stored fp16 min, so a zero minimum takes the sign of the first value whose
 // clipped value is a zero (with tau = 0 every value clips to a zero of its own sign).
 template <int D, class Lane>
-__device__ __forceinline__ RowStats RowStatsOf(const Lane& x, bool clip, int k, bool sorted_only,
+__device__ __forceinline__ RowStats RowStatsOf(const Lane& x, bool clip, int k,
                                                const RowGroup& rg) {
-  const float tau = clip ? ClipThreshold<D>(x, k, sorted_only, rg) : 0.0f;
+  const float tau = clip ? ClipThreshold<D>(x, k, rg) : 0.0f;
   MinMax r = RowMinMax<D>(x);
   if (clip) {
     // Every |y| <= max|y| and one |y| equals tau, so min <= tau and max >= -tau: clipping the

@@ -54,9 +54,29 @@ struct RowsTarget {
 };
 
 struct RowsClip {
-  bool on;           // clip_ratio < 1
-  int k;             // tau = the k-th largest |y| of the row, k = D - ClipIndex(ratio, D)
-  bool sorted_only;  // k too large for the fast path's lists (ClipThreshold)
+  bool on;  // clip_ratio < 1
+  int k;    // tau = the k-th largest |y| of the row, k = D - ClipIndex(ratio, D)
+};
+
+// A unit: its token group and head. Units are visited in steps of the grid's warp count; the
+// next one is worked out by additions (a division per unit would cost as much as a code row).
+struct Unit {
+  int group;
+  int h;
+};
+struct UnitWalk {
+  int step_groups;  // step / heads
+  int step_heads;   // step % heads
+  int heads;
+  __device__ Unit Next(Unit u) const {
+    u.group += step_groups;
+    u.h += step_heads;
+    if (u.h >= heads) {
+      u.h -= heads;
+      ++u.group;
+    }
+    return u;
+  }
 };
 
 // One lane's raw input of its row of a unit: 4 chunks of D/16 values, bf16 pairs or f32 bits.
@@ -87,37 +107,32 @@ __device__ __forceinline__ void LoadWords(const void* p, uint32_t* dst) {
 }
 
 template <int D, bool kBf16>
-__device__ __forceinline__ void LoadRow(const RowsSource& src, int group, int h,
-                                        const rows::RowGroup& rg, LaneRaw<D, kBf16>& raw) {
+__device__ __forceinline__ void LoadRow(const RowsSource& src, Unit u, const rows::RowGroup& rg,
+                                        LaneRaw<D, kBf16>& raw) {
   using L = rows::RowLayout<D>;
+  using T = std::conditional_t<kBf16, uint16_t, float>;
   constexpr int kCw = LaneRaw<D, kBf16>::kChunkWords;
-  const int t = group * kUnitTokens + rg.slot;
+  const int t = u.group * kUnitTokens + rg.slot;
   if (t >= src.tokens) {
 #pragma unroll
     for (int i = 0; i < 4 * kCw; ++i) raw.w[i] = 0;
     return;
   }
-  const int64_t row = t * src.token_stride + static_cast<int64_t>(h) * D;
+  const T* base =
+      kBf16 ? reinterpret_cast<const T*>(src.bf16) : reinterpret_cast<const T*>(src.f32);
+  const T* row = base + t * src.token_stride + u.h * D + L::Channel(rg.gl, 0, 0);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    const int64_t at = row + L::Channel(rg.gl, q, 0);
+    const T* at = row + q * L::kCodeBytes;  // chunk q: channels q D/4 + gl c ..
     uint32_t* dst = raw.w + q * kCw;
-    if constexpr (kBf16) {
-      if (src.vector_loads) {
-        LoadWords<kCw>(src.bf16 + at, dst);
-      } else {
+    if (src.vector_loads) {
+      LoadWords<kCw>(at, dst);
+    } else if constexpr (kBf16) {
 #pragma unroll
-        for (int i = 0; i < kCw; ++i) {
-          dst[i] = src.bf16[at + 2 * i] | static_cast<uint32_t>(src.bf16[at + 2 * i + 1]) << 16;
-        }
-      }
+      for (int i = 0; i < kCw; ++i) dst[i] = at[2 * i] | static_cast<uint32_t>(at[2 * i + 1]) << 16;
     } else {
-      if (src.vector_loads) {
-        LoadWords<kCw>(src.f32 + at, dst);
-      } else {
 #pragma unroll
-        for (int i = 0; i < kCw; ++i) dst[i] = __float_as_uint(src.f32[at + i]);
-      }
+      for (int i = 0; i < kCw; ++i) dst[i] = __float_as_uint(at[i]);
     }
   }
 }
@@ -281,37 +296,32 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 
   const int groups = (src.tokens + kUnitTokens - 1) / kUnitTokens;
-  const int64_t units = static_cast<int64_t>(groups) * src.heads;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarps;
-  int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  const int step = static_cast<int>(gridDim.x) * kWarps;
+  const UnitWalk walk{step / src.heads, step % src.heads, src.heads};
+  const int first = static_cast<int>(blockIdx.x) * kWarps + warp;
+  Unit u{first / src.heads, first % src.heads};
   Raw raw;
-  if (u < units) {
-    LoadRow<D, kBf16>(src, static_cast<int>(u / src.heads), static_cast<int>(u % src.heads), rg,
-                      raw);
-  }
-  for (; u < units; u += step) {
-    const int group = static_cast<int>(u / src.heads), h = static_cast<int>(u % src.heads);
+  if (u.group < groups) LoadRow<D, kBf16>(src, u, rg, raw);
+  while (u.group < groups) {
     // The next unit's loads stay in flight while this one is processed.
+    const Unit n = walk.Next(u);
     Raw next;
-    const int64_t n = u + step;
-    if (n < units) {
-      LoadRow<D, kBf16>(src, static_cast<int>(n / src.heads), static_cast<int>(n % src.heads), rg,
-                        next);
-    }
+    if (n.group < groups) LoadRow<D, kBf16>(src, n, rg, next);
     int first_row;
-    uint8_t* seg = SegmentOf(tgt, group, h, &first_row);
+    uint8_t* seg = SegmentOf(tgt, u.group, u.h, &first_row);
     Lane x;
     ToLane(raw, x);
     if constexpr (kRotate) RotateRow<D>(x, stage, r_s, rg);
-    const rows::RowStats st = rows::RowStatsOf<D>(x, clip.on, clip.k, clip.sorted_only, rg);
+    const rows::RowStats st = rows::RowStatsOf<D>(x, clip.on, clip.k, rg);
     float bounds[3];
     rows::UnitCodeBounds(st, clip.on, lane, rg, bounds);
     uint32_t w[rows::RowLayout<D>::kChunk / 4];
     rows::PackCodeBytes<D>(x, bounds, w);
-    if (group * kUnitTokens + rg.slot < src.tokens) {
+    if (u.group * kUnitTokens + rg.slot < src.tokens) {
       StoreRow<D>(tgt, seg, first_row + rg.slot, w, st.gp, rg);
     }
     raw = next;
+    u = n;
   }
 }
 
@@ -380,10 +390,7 @@ cudaError_t Launch(const KvQuantParams& p, RowsTarget tgt, cudaStream_t stream) 
   const int elem_bytes = p.input_bf16 != nullptr ? 2 : 4;
   src.vector_loads =
       Aligned(in_ptr, 16) && Aligned(static_cast<uintptr_t>(in_stride) * elem_bytes, 16);
-  RowsClip rc{clip, p.head_dim - clip_idx, false};
-  // The fast path's 8 lists of 6 run dry on more than ~1% of rows past k = 12; larger k goes
-  // straight to fully sorted lists.
-  rc.sorted_only = rc.k > 12;
+  const RowsClip rc{clip, p.head_dim - clip_idx};
   return p.head_dim == 128 ? DispatchRows<128>(src, tgt, rc, p.rotation, stream)
                            : DispatchRows<64>(src, tgt, rc, p.rotation, stream);
 }
