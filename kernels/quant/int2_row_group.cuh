@@ -1,6 +1,7 @@
-// Device pipeline of the per-token INT2 quantizer: a warp holds the 8 rows (tokens) of one unit
-// (8 tokens x one head = one INT2 page segment), each row by a group of 4 lanes. Row min/max,
-// exact clip threshold, params, codes, quartered packing. Every step gives KvQuantRef's bytes:
+// Device pipeline of the per-token INT2 quantizer: each row (token, head) is held by a group of
+// G = D/32 lanes with 32 channels each, so a warp holds 32/G rows: one unit (8 tokens x one
+// head = one INT2 page segment) at D = 128, two at D = 64. Row min/max, exact clip threshold,
+// params, codes, quartered packing. Every step gives KvQuantRef's bytes:
 //   clip threshold  tau = the k-th largest |y| (k = D - ClipIndex), found by a tournament over
 //                   per-lane sorted lists (an order statistic is exact whatever finds it);
 //   params          the reference's float ops on the clipped min/max, including which zero the
@@ -8,9 +9,9 @@
 //   codes           three compares with the exact code bounds of int2_code_bounds.h.
 //
 // Channel layout: the quartered packing puts channels j, j + D/4, j + D/2, j + 3D/4 into code
-// byte j, so lane gl of a group holds bytes [gl c, gl c + c) of the row (c = D/16) and the
-// channels that feed them: chunk q (q = 0..3) = channels q D/4 + gl c .. + c. Each lane then
-// packs whole code bytes, with no exchange between lanes.
+// byte j, so lane gl of a group holds bytes [8 gl, 8 gl + 8) of the row and the channels that
+// feed them: chunk q (q = 0..3) = channels q D/4 + 8 gl .. + 8. Each lane then packs whole code
+// bytes, with no exchange between lanes.
 // A lane's values come as packed bf16 (unrotated bf16 input: sorting, min/max and the code
 // compares run two values per instruction) or as floats (f32 input, rotated rows).
 // Every function is called by all 32 lanes of the warp (full-mask shuffles).
@@ -29,30 +30,35 @@
 namespace oscarkv::kernels::int2_rows {
 
 inline constexpr int kUnitRows = 8;  // rows of a unit: one INT2 page of one head
-inline constexpr int kGroupLanes = 4;
 inline constexpr uint32_t kFullMask = 0xffffffffu;
 
 template <int D>
 struct RowLayout {
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-  static constexpr int kCodeBytes = D / 4;                 // one quartered run per row
-  static constexpr int kChunk = kCodeBytes / kGroupLanes;  // c: code bytes per lane, 8 or 4
-  static constexpr int kChannels = 4 * kChunk;             // channels per lane, 32 or 16
-  static constexpr int kWords = kChannels / 2;             // packed bf16 words per lane
-  static constexpr int kColumnKeys = kWords;               // keys per sorting column
+  static constexpr int kGroupLanes = D / 32;             // G: lanes per row
+  static constexpr int kRowsPerWarp = 32 / kGroupLanes;  // 8 or 16
+  static constexpr int kUnitsPerWarp = kRowsPerWarp / kUnitRows;
+  static constexpr int kCodeBytes = D / 4;      // one quartered run per row
+  static constexpr int kChunk = 8;              // code bytes per lane
+  static constexpr int kChannels = 4 * kChunk;  // channels per lane
+  static constexpr int kWords = kChannels / 2;  // packed bf16 words per lane
+  static constexpr int kColumnKeys = kWords;    // keys per sorting column
   // Channel of chunk q, position b, for lane gl.
   __device__ static int Channel(int gl, int q, int b) { return q * kCodeBytes + gl * kChunk + b; }
 };
 
-// The lane's place in the warp: row `slot` (0..7) of the unit, lane `gl` (0..3) of its group.
+// The lane's place in the warp: row `slot` of the warp's rows (unit slot / 8, row slot % 8),
+// lane `gl` of its group.
+template <int D>
 struct RowGroup {
+  static constexpr int kLanes = RowLayout<D>::kGroupLanes;
   int gl;
   int slot;
   uint32_t mask;  // the group's lanes
   __device__ explicit RowGroup(int lane)
-      : gl(lane % kGroupLanes),
-        slot(lane / kGroupLanes),
-        mask(0xfu << (lane / kGroupLanes * kGroupLanes)) {}
+      : gl(lane % kLanes),
+        slot(lane / kLanes),
+        mask(((1u << kLanes) - 1u) << (lane / kLanes * kLanes)) {}
 };
 
 // A lane's values of its row. Bf16: word q c/2 + i holds channels (q, 2i) in the low half and
@@ -76,21 +82,29 @@ struct RowStats {
 // (__reduce_*_sync with a group's mask compiles to a serialised collective on sm_90 when the
 // masks differ between lanes.)
 
+template <int G>
 __device__ __forceinline__ uint32_t GroupMaxU(uint32_t v) {
-  v = max(v, __shfl_xor_sync(kFullMask, v, 2));
-  return max(v, __shfl_xor_sync(kFullMask, v, 1));
+#pragma unroll
+  for (int o = G / 2; o > 0; o /= 2) v = max(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
 }
+template <int G>
 __device__ __forceinline__ uint32_t GroupMinU(uint32_t v) {
-  v = min(v, __shfl_xor_sync(kFullMask, v, 2));
-  return min(v, __shfl_xor_sync(kFullMask, v, 1));
+#pragma unroll
+  for (int o = G / 2; o > 0; o /= 2) v = min(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
 }
+template <int G>
 __device__ __forceinline__ float GroupMin(float v) {
-  v = fminf(v, __shfl_xor_sync(kFullMask, v, 2));
-  return fminf(v, __shfl_xor_sync(kFullMask, v, 1));
+#pragma unroll
+  for (int o = G / 2; o > 0; o /= 2) v = fminf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
 }
+template <int G>
 __device__ __forceinline__ float GroupMax(float v) {
-  v = fmaxf(v, __shfl_xor_sync(kFullMask, v, 2));
-  return fmaxf(v, __shfl_xor_sync(kFullMask, v, 1));
+#pragma unroll
+  for (int o = G / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
 }
 
 // ---- Packed bf16 helpers (one instruction each on sm_90) ----
@@ -239,18 +253,18 @@ __device__ __forceinline__ void SortAll(uint32_t (&k)[N]) {
 // element leaves per step: with unique keys the list whose head is the maximum, otherwise the
 // lowest (lane, list) among equal heads. Sets *emptied when a list ran out before the end: its
 // unlisted elements may then be above the result.
-template <int R, bool kUniqueKeys>
+template <int G, int R, bool kUniqueKeys>
 __device__ __forceinline__ uint32_t PopKth(uint32_t (&a)[R], uint32_t (&b)[R], int k, int gl,
                                            bool* emptied) {
   uint32_t top = 0;
   for (int step = 0; step < k; ++step) {
-    top = GroupMaxU(max(a[0], b[0]));
+    top = GroupMaxU<G>(max(a[0], b[0]));
     bool pop_a = a[0] == top;
     bool pop_b = b[0] == top;
     if constexpr (!kUniqueKeys) {
       const uint32_t id_a = static_cast<uint32_t>(gl) << 1;
       const uint32_t id = pop_a ? id_a : (pop_b ? id_a + 1u : 0xffffffffu);
-      const uint32_t winner = GroupMinU(id);
+      const uint32_t winner = GroupMinU<G>(id);
       pop_a = winner == id_a;
       pop_b = winner == id_a + 1u;
     }
@@ -268,10 +282,16 @@ __device__ __forceinline__ uint32_t PopKth(uint32_t (&a)[R], uint32_t (&b)[R], i
 }
 
 // Entries of the fast path's lists, by k. A list runs dry (and its row repeats on sorted lists)
-// only if it holds R of the top k - 1; with 8 lists of 8 or 16 keys per row that is under 1% of
-// rows for k <= 6 with R = 4 and for k <= 12 with R = 6. Larger k: sorted lists only.
-inline constexpr int kShortListMaxK = 6;
-inline constexpr int kLongListMaxK = 12;
+// only if it holds R of the first k - 1 keys popped: never when k <= R, and for the larger k
+// allowed below (8 lists per row at D = 128, 4 at D = 64) on under 1% of rows. Larger k: sorted
+// lists only.
+template <int D>
+__device__ __forceinline__ int ListEntriesFor(int k) {
+  constexpr int kShortMaxK = D == 128 ? 6 : 4;
+  constexpr int kLongMaxK = D == 128 ? 12 : 8;
+  return k <= kShortMaxK ? 4 : k <= kLongMaxK ? 6 : 0;
+}
+
 // Tournament keys of packed |bf16| columns (low half: list a, high half: list b): the 15
 // magnitude bits, then the lane and list, so no two lists' keys tie.
 template <int N, int R>
@@ -294,7 +314,7 @@ __device__ __forceinline__ uint32_t FastKthKey(const Bf16Lane<D>& x, int k, int 
   uint32_t top[R], a[R], b[R];
   TopOf<U16x2Order>(col, top);
   Bf16Keys(top, gl, a, b);
-  return PopKth<R, true>(a, b, k, gl, emptied);
+  return PopKth<RowLayout<D>::kGroupLanes, R, true>(a, b, k, gl, emptied);
 }
 template <int D, int R>
 __device__ __forceinline__ uint32_t FastKthKey(const FloatLane<D>& x, int k, int gl,
@@ -309,7 +329,7 @@ __device__ __forceinline__ uint32_t FastKthKey(const FloatLane<D>& x, int k, int
   uint32_t a[R], b[R];
   TopOf<U32Order>(ka, a);
   TopOf<U32Order>(kb, b);
-  return PopKth<R, false>(a, b, k, gl, emptied);
+  return PopKth<RowLayout<D>::kGroupLanes, R, false>(a, b, k, gl, emptied);
 }
 
 // The k-th key over fully sorted columns (cannot run dry).
@@ -323,7 +343,7 @@ __device__ __forceinline__ uint32_t SortedKthKey(const Bf16Lane<D>& x, int k, in
   uint32_t a[N], b[N];
   Bf16Keys(col, gl, a, b);
   bool unused;
-  return PopKth<N, true>(a, b, k, gl, &unused);
+  return PopKth<RowLayout<D>::kGroupLanes, N, true>(a, b, k, gl, &unused);
 }
 template <int D>
 __device__ __forceinline__ uint32_t SortedKthKey(const FloatLane<D>& x, int k, int gl) {
@@ -337,7 +357,7 @@ __device__ __forceinline__ uint32_t SortedKthKey(const FloatLane<D>& x, int k, i
   SortAll<U32Order>(ka);
   SortAll<U32Order>(kb);
   bool unused;
-  return PopKth<N, false>(ka, kb, k, gl, &unused);
+  return PopKth<RowLayout<D>::kGroupLanes, N, false>(ka, kb, k, gl, &unused);
 }
 
 __device__ __forceinline__ float KeyMagnitude(uint32_t key, bool bf16_keys) {
@@ -345,16 +365,17 @@ __device__ __forceinline__ float KeyMagnitude(uint32_t key, bool bf16_keys) {
 }
 
 // tau = the k-th largest |y| of the group's row (k uniform over the warp). Fast path: a
-// tournament over each lane's top R of its two lists (R by k, see kShortListMaxK); a group whose
+// tournament over each lane's top R of its two lists (R by k, ListEntriesFor); a group whose
 // lists ran dry repeats with fully sorted lists.
 template <int D, class Lane>
-__device__ __forceinline__ float ClipThreshold(const Lane& x, int k, const RowGroup& rg) {
+__device__ __forceinline__ float ClipThreshold(const Lane& x, int k, const RowGroup<D>& rg) {
   constexpr bool kBf16Keys = std::is_same_v<Lane, Bf16Lane<D>>;
   uint32_t key = 0;
   bool emptied = true;
-  if (k <= kShortListMaxK) {
+  const int entries = ListEntriesFor<D>(k);
+  if (entries == 4) {
     key = FastKthKey<D, 4>(x, k, rg.gl, &emptied);
-  } else if (k <= kLongListMaxK) {
+  } else if (entries == 6) {
     key = FastKthKey<D, 6>(x, k, rg.gl, &emptied);
   }
   const bool redo = (__ballot_sync(kFullMask, emptied) & rg.mask) != 0u;
@@ -378,7 +399,8 @@ __device__ __forceinline__ MinMax RowMinMax(const Bf16Lane<D>& x) {
     mn = Bf16x2Min(mn, x.w[i]);
     mx = Bf16x2Max(mx, x.w[i]);
   }
-  return {GroupMin(fminf(LoBf16(mn), HiBf16(mn))), GroupMax(fmaxf(LoBf16(mx), HiBf16(mx)))};
+  constexpr int G = RowLayout<D>::kGroupLanes;
+  return {GroupMin<G>(fminf(LoBf16(mn), HiBf16(mn))), GroupMax<G>(fmaxf(LoBf16(mx), HiBf16(mx)))};
 }
 template <int D>
 __device__ __forceinline__ MinMax RowMinMax(const FloatLane<D>& x) {
@@ -388,7 +410,8 @@ __device__ __forceinline__ MinMax RowMinMax(const FloatLane<D>& x) {
     mn = fminf(mn, x.v[i]);
     mx = fmaxf(mx, x.v[i]);
   }
-  return {GroupMin(mn), GroupMax(mx)};
+  constexpr int G = RowLayout<D>::kGroupLanes;
+  return {GroupMin<G>(mn), GroupMax<G>(mx)};
 }
 
 // Bits of the lane's value at chunk q, position b (sign in bit 31 when read as a float).
@@ -407,7 +430,7 @@ __device__ __forceinline__ uint32_t ValueBits(const FloatLane<D>& x, int q, int 
 // clipped value is a zero (with tau = 0 every value clips to a zero of its own sign).
 template <int D, class Lane>
 __device__ __forceinline__ RowStats RowStatsOf(const Lane& x, bool clip, int k,
-                                               const RowGroup& rg) {
+                                               const RowGroup<D>& rg) {
   const float tau = clip ? ClipThreshold<D>(x, k, rg) : 0.0f;
   MinMax r = RowMinMax<D>(x);
   if (clip) {
@@ -429,7 +452,7 @@ __device__ __forceinline__ RowStats RowStatsOf(const Lane& x, bool clip, int k,
         if (all_zero || (bits & 0x7fffffffu) == 0u) first = min(first, at);
       }
     }
-    first = GroupMinU(first);
+    first = GroupMinU<RowLayout<D>::kGroupLanes>(first);
     if (r.mn == 0.0f) r.mn = (first & 1u) != 0u ? -0.0f : 0.0f;
   }
   return {tau, quant_device::ParamsOf(r.mn, r.mx)};
@@ -437,23 +460,39 @@ __device__ __forceinline__ RowStats RowStatsOf(const Lane& x, bool clip, int k,
 
 // ---- Codes ----
 
-// The three code bounds of every row of the unit, computed once: lane L < 24 computes bound
-// L % 3 + 1 of row L / 3 (whose stats the group's lane 0 holds), then each lane fetches its row's.
-__device__ __forceinline__ void UnitCodeBounds(const RowStats& st, bool clip, int lane,
-                                               const RowGroup& rg, float (&b)[3]) {
-  const int row = min(lane / 3, kUnitRows - 1);
-  const int j = min(lane - 3 * row, 2) + 1;
-  const int src = row * kGroupLanes;
-  const float s = __shfl_sync(kFullMask, st.gp.s, src);
-  const float m = __shfl_sync(kFullMask, st.gp.m, src);
-  const float tau = __shfl_sync(kFullMask, st.tau, src);
-  const float mine = int2_bounds::RowCodeBound(j, s, m, clip, tau);
+// The three code bounds of every row in the warp, computed once per row: item t = 3 row + j - 1
+// is computed by lane t % 32 in round t / 32 (one round at D = 128, two at D = 64) from the
+// stats that the row's group lane 0 holds; then each lane fetches its row's three.
+template <int D>
+__device__ __forceinline__ void WarpCodeBounds(const RowStats& st, bool clip, int lane,
+                                               const RowGroup<D>& rg, float (&b)[3]) {
+  constexpr int kRows = RowLayout<D>::kRowsPerWarp;
+  constexpr int kRounds = (3 * kRows + 31) / 32;
+  float mine[kRounds];
 #pragma unroll
-  for (int i = 0; i < 3; ++i) b[i] = __shfl_sync(kFullMask, mine, 3 * rg.slot + i);
+  for (int round = 0; round < kRounds; ++round) {
+    const int item = 32 * round + lane;
+    const int row = min(item / 3, kRows - 1);
+    const int j = min(item - 3 * row, 2) + 1;
+    const int src = row * RowLayout<D>::kGroupLanes;
+    const float s = __shfl_sync(kFullMask, st.gp.s, src);
+    const float m = __shfl_sync(kFullMask, st.gp.m, src);
+    const float tau = __shfl_sync(kFullMask, st.tau, src);
+    mine[round] = int2_bounds::RowCodeBound(j, s, m, clip, tau);
+  }
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const int item = 3 * rg.slot + i;
+    b[i] = __shfl_sync(kFullMask, mine[0], item % 32);
+    if constexpr (kRounds > 1) {
+      const float other = __shfl_sync(kFullMask, mine[1], item % 32);
+      if (item >= 32) b[i] = other;
+    }
+  }
 }
 
-// The lane's code bytes [gl c, gl c + c) of its row (c = D/16; byte j = codes of channels j,
-// j + D/4, j + D/2, j + 3D/4 in bits 1:0, 3:2, 5:4, 7:6), little-endian in w. Codes:
+// The lane's code bytes [8 gl, 8 gl + 8) of its row (byte j = codes of channels j, j + D/4,
+// j + D/2, j + 3D/4 in bits 1:0, 3:2, 5:4, 7:6), little-endian in w. Codes:
 // code(y) = sum_j [y >= bound j].
 template <int D>
 __device__ __forceinline__ void PackCodeBytes(const Bf16Lane<D>& x, const float (&bound)[3],

@@ -1,12 +1,12 @@
 // Fused rotate -> clip -> INT2 -> pack on the GPU; see kv_quant_cuda.h.
 //
-// Per-token rows (kInt2PerToken, into linear segments or INT2 pages) run in KvInt2RowsKernel. A
-// warp takes one unit = 8 tokens x one head, which is one page segment (8 code rows then 8
-// params, contiguous): 4 lanes per row, each with the channels of D/16 code bytes (chunks of
-// D/16 channels in each quarter of the row, loaded 16 bytes at a time for bf16 at D = 128). The
-// next unit's loads are issued before the current one is processed. The row pipeline
+// Per-token rows (kInt2PerToken, into linear segments or INT2 pages) run in KvInt2RowsKernel. The
+// work unit is 8 tokens x one head, which is one page segment (8 code rows then 8 params,
+// contiguous); a row is held by D/32 lanes with 32 channels each (8 in each quarter of the row,
+// one 16-byte load of bf16 per quarter), so a warp takes one unit at D = 128 and two at D = 64.
+// The next units' loads are issued before the current ones are processed. The row pipeline
 // (int2_row_group.cuh) is exact by construction, so the output is KvQuantRef's, bit for bit.
-// With a rotation, R sits in shared memory as double and every lane accumulates its D/4 output
+// With a rotation, R sits in shared memory as double and every lane accumulates its 32 output
 // channels in double, in the reference's order (fma of exact products): that path is bound by
 // FP64 throughput.
 #include <cuda_runtime.h>
@@ -79,7 +79,7 @@ struct UnitWalk {
   }
 };
 
-// One lane's raw input of its row of a unit: 4 chunks of D/16 values, bf16 pairs or f32 bits.
+// One lane's raw input of its row: 4 chunks of 8 values, bf16 pairs or f32 bits.
 template <int D, bool kBf16>
 struct LaneRaw {
   static constexpr int kChunkWords =
@@ -89,30 +89,24 @@ struct LaneRaw {
 
 template <int kWords>
 __device__ __forceinline__ void LoadWords(const void* p, uint32_t* dst) {
-  if constexpr (kWords == 2) {
-    const uint2 v = cuda::LoadStream(static_cast<const uint2*>(p));
-    dst[0] = v.x;
-    dst[1] = v.y;
-  } else {
-    static_assert(kWords % 4 == 0);
+  static_assert(kWords % 4 == 0);
 #pragma unroll
-    for (int i = 0; i < kWords / 4; ++i) {
-      const uint4 v = cuda::LoadStream(static_cast<const uint4*>(p) + i);
-      dst[4 * i] = v.x;
-      dst[4 * i + 1] = v.y;
-      dst[4 * i + 2] = v.z;
-      dst[4 * i + 3] = v.w;
-    }
+  for (int i = 0; i < kWords / 4; ++i) {
+    const uint4 v = cuda::LoadStream(static_cast<const uint4*>(p) + i);
+    dst[4 * i] = v.x;
+    dst[4 * i + 1] = v.y;
+    dst[4 * i + 2] = v.z;
+    dst[4 * i + 3] = v.w;
   }
 }
 
 template <int D, bool kBf16>
-__device__ __forceinline__ void LoadRow(const RowsSource& src, Unit u, const rows::RowGroup& rg,
+__device__ __forceinline__ void LoadRow(const RowsSource& src, Unit u, const rows::RowGroup<D>& rg,
                                         LaneRaw<D, kBf16>& raw) {
   using L = rows::RowLayout<D>;
   using T = std::conditional_t<kBf16, uint16_t, float>;
   constexpr int kCw = LaneRaw<D, kBf16>::kChunkWords;
-  const int t = u.group * kUnitTokens + rg.slot;
+  const int t = u.group * kUnitTokens + rg.slot % kUnitTokens;
   if (t >= src.tokens) {
 #pragma unroll
     for (int i = 0; i < 4 * kCw; ++i) raw.w[i] = 0;
@@ -161,26 +155,27 @@ __device__ __forceinline__ void ToLane(const LaneRaw<D, false>& raw, rows::Float
 
 template <int D>
 struct RotationSmem {
-  // A staged row is padded by 16 bytes so that the 8 rows of a warp start 4 banks apart.
+  // A staged row is padded by 16 bytes so that the rows of a warp start 4 banks apart.
   static constexpr int kRowDoubles = D + 2;
   static constexpr size_t kRotationBytes = sizeof(double) * D * D;
-  static constexpr size_t kStageBytes = sizeof(double) * kUnitTokens * kRowDoubles;  // per warp
+  static constexpr size_t kStageBytes =
+      sizeof(double) * rows::RowLayout<D>::kRowsPerWarp * kRowDoubles;  // per warp
   static constexpr size_t kBytes = kRotationBytes + kWarps * kStageBytes;
 };
 
 // R (row-major f32) into shared memory as double pairs: pair (i, q, p, gl) = R[i][c], R[i][c + 1]
-// with c = Channel(gl, q, 2p), at index ((i * 4 + q) * c/2 + p) * 4 + gl, so a warp's load of
-// (i, q, p) reads 4 consecutive 16-byte pairs (no bank conflict) and the other rows' groups read
+// with c = Channel(gl, q, 2p), at index ((i * 4 + q) * 4 + p) * G + gl, so a warp's load of
+// (i, q, p) reads G consecutive 16-byte pairs (no bank conflict) and the other rows' groups read
 // the same ones (broadcast).
 template <int D>
 __device__ __forceinline__ void StageRotation(const float* __restrict__ rot, double2* r_s) {
   using L = rows::RowLayout<D>;
-  constexpr int kPairs = L::kChunk / 2;
+  constexpr int G = L::kGroupLanes;
   for (int e = threadIdx.x; e < D * D / 2; e += blockDim.x) {
-    const int gl = e % rows::kGroupLanes;
-    const int p = e / rows::kGroupLanes % kPairs;
-    const int q = e / (rows::kGroupLanes * kPairs) % 4;
-    const int i = e / (rows::kGroupLanes * kPairs * 4);
+    const int gl = e % G;
+    const int p = e / G % 4;
+    const int q = e / (4 * G) % 4;
+    const int i = e / (16 * G);
     const float* r = rot + i * D + L::Channel(gl, q, 2 * p);
     r_s[e] = make_double2(r[0], r[1]);
   }
@@ -191,9 +186,9 @@ __device__ __forceinline__ void StageRotation(const float* __restrict__ rot, dou
 // its multiply-then-add).
 template <int D>
 __device__ __forceinline__ void RotateRow(rows::FloatLane<D>& x, double* stage, const double2* r_s,
-                                          const rows::RowGroup& rg) {
+                                          const rows::RowGroup<D>& rg) {
   using L = rows::RowLayout<D>;
-  constexpr int kPairs = L::kChunk / 2;
+  constexpr int G = L::kGroupLanes;
   constexpr int kRowDoubles = RotationSmem<D>::kRowDoubles;
   double* row = stage + rg.slot * kRowDoubles;
 #pragma unroll
@@ -213,10 +208,10 @@ __device__ __forceinline__ void RotateRow(rows::FloatLane<D>& x, double* stage, 
 #pragma unroll
     for (int ii = 0; ii < 2; ++ii) {
       const double xi = ii == 0 ? xi2.x : xi2.y;
-      const double2* r = r_s + (i + ii) * 4 * kPairs * rows::kGroupLanes + rg.gl;
+      const double2* r = r_s + (i + ii) * 16 * G + rg.gl;
 #pragma unroll
-      for (int qp = 0; qp < 4 * kPairs; ++qp) {
-        const double2 rk = r[qp * rows::kGroupLanes];
+      for (int qp = 0; qp < 16; ++qp) {
+        const double2 rk = r[qp * G];
         acc[2 * qp] = __fma_rn(xi, rk.x, acc[2 * qp]);
         acc[2 * qp + 1] = __fma_rn(xi, rk.y, acc[2 * qp + 1]);
       }
@@ -242,17 +237,13 @@ __device__ __forceinline__ uint8_t* SegmentOf(const RowsTarget& tgt, int group, 
 
 template <int D>
 __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, int row,
-                                         const uint32_t (&w)[rows::RowLayout<D>::kChunk / 4],
+                                         const uint32_t (&w)[2],
                                          const quant_device::GroupParams& gp,
-                                         const rows::RowGroup& rg) {
+                                         const rows::RowGroup<D>& rg) {
   using L = rows::RowLayout<D>;
   uint8_t* codes = seg + static_cast<int64_t>(row) * L::kCodeBytes + L::kChunk * rg.gl;
   if (tgt.vector_stores) {
-    if constexpr (L::kChunk == 8) {
-      *reinterpret_cast<uint2*>(codes) = make_uint2(w[0], w[1]);
-    } else {
-      *reinterpret_cast<uint32_t*>(codes) = w[0];
-    }
+    *reinterpret_cast<uint2*>(codes) = make_uint2(w[0], w[1]);
   } else {
 #pragma unroll
     for (int b = 0; b < L::kChunk; ++b) codes[b] = static_cast<uint8_t>(w[b / 4] >> (8 * (b % 4)));
@@ -273,15 +264,18 @@ __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, in
 
 // ---- Kernel ----
 
+// Three blocks (24 warps) per SM for the model's path (bf16, unrotated): enough loads in flight
+// with the next units prefetched, and the register budget (85) needs no spill at either D.
 template <int D, bool kBf16, bool kRotate>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, kBf16 && !kRotate ? 3 : 1)
     KvInt2RowsKernel(const RowsSource src, const RowsTarget tgt, const RowsClip clip,
                      const float* __restrict__ rotation) {
   // Unrotated bf16 rows stay packed bf16; rotated rows and f32 input are floats.
   using Lane = std::conditional_t<kBf16 && !kRotate, rows::Bf16Lane<D>, rows::FloatLane<D>>;
   using Raw = LaneRaw<D, kBf16>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const rows::RowGroup rg(lane);
+  const rows::RowGroup<D> rg(lane);
+  constexpr int kUnitsPerWarp = rows::RowLayout<D>::kUnitsPerWarp;
 
   extern __shared__ __align__(16) unsigned char smem[];
   const double2* r_s = nullptr;
@@ -295,30 +289,33 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncthreads();
   }
 
+  // The warp's units are consecutive; the lanes of unit slot / 8 walk them in steps of the grid.
   const int groups = (src.tokens + kUnitTokens - 1) / kUnitTokens;
-  const int step = static_cast<int>(gridDim.x) * kWarps;
+  const int step = static_cast<int>(gridDim.x) * kWarps * kUnitsPerWarp;
   const UnitWalk walk{step / src.heads, step % src.heads, src.heads};
-  const int first = static_cast<int>(blockIdx.x) * kWarps + warp;
+  const int first =
+      (static_cast<int>(blockIdx.x) * kWarps + warp) * kUnitsPerWarp + rg.slot / kUnitTokens;
   Unit u{first / src.heads, first % src.heads};
   Raw raw;
-  if (u.group < groups) LoadRow<D, kBf16>(src, u, rg, raw);
-  while (u.group < groups) {
-    // The next unit's loads stay in flight while this one is processed.
+  LoadRow<D, kBf16>(src, u, rg, raw);
+  while (__any_sync(rows::kFullMask, u.group < groups)) {
+    // The next units' loads stay in flight while these are processed.
     const Unit n = walk.Next(u);
     Raw next;
-    if (n.group < groups) LoadRow<D, kBf16>(src, n, rg, next);
-    int first_row;
-    uint8_t* seg = SegmentOf(tgt, u.group, u.h, &first_row);
+    LoadRow<D, kBf16>(src, n, rg, next);
     Lane x;
     ToLane(raw, x);
     if constexpr (kRotate) RotateRow<D>(x, stage, r_s, rg);
     const rows::RowStats st = rows::RowStatsOf<D>(x, clip.on, clip.k, rg);
     float bounds[3];
-    rows::UnitCodeBounds(st, clip.on, lane, rg, bounds);
-    uint32_t w[rows::RowLayout<D>::kChunk / 4];
+    rows::WarpCodeBounds<D>(st, clip.on, lane, rg, bounds);
+    uint32_t w[2];
     rows::PackCodeBytes<D>(x, bounds, w);
-    if (u.group * kUnitTokens + rg.slot < src.tokens) {
-      StoreRow<D>(tgt, seg, first_row + rg.slot, w, st.gp, rg);
+    const int r = rg.slot % kUnitTokens;
+    if (u.group * kUnitTokens + r < src.tokens) {  // a row of this unit (the unit exists)
+      int first_row;
+      uint8_t* seg = SegmentOf(tgt, u.group, u.h, &first_row);
+      StoreRow<D>(tgt, seg, first_row + r, w, st.gp, rg);
     }
     raw = next;
     u = n;
@@ -343,7 +340,8 @@ cudaError_t LaunchRows(const RowsSource& src, const RowsTarget& tgt, const RowsC
   if (per_sm < 1) return cudaErrorInvalidConfiguration;
   const int64_t units =
       static_cast<int64_t>((src.tokens + kUnitTokens - 1) / kUnitTokens) * src.heads;
-  const int64_t needed = (units + kWarps - 1) / kWarps;
+  const int64_t per_block = kWarps * rows::RowLayout<D>::kUnitsPerWarp;
+  const int64_t needed = (units + per_block - 1) / per_block;
   const int64_t resident = static_cast<int64_t>(per_sm) * sms;
   const int blocks = static_cast<int>(needed < resident ? needed : resident);
   kernel<<<blocks, kWarps * 32, smem, stream>>>(src, tgt, clip, rotation);

@@ -158,9 +158,9 @@ void FillRow(Pattern pattern, bool bf16, int64_t row, int d, std::mt19937_64& rn
       for (int i = 0; i < d; ++i) x[i] = 1e-6f * heavy(rng);
       return;
     case Pattern::kClustered: {
-      // Lane 0 of a row holds channels [0, d/16) of each quarter; its bf16 list a is the even
-      // channels of those, its float list a the first two quarters' chunks. The last six (and
-      // largest) outliers all fall into that list.
+      // Lane 0 of a row holds channels [0, 8) of each quarter (d/4 channels); its bf16 list a
+      // is the even channels of those, its float list a the first two quarters' chunks. The
+      // last six (and largest) outliers all fall into that list.
       static constexpr int kBf16At128[] = {1, 3, 5, 33, 35, 0, 2, 4, 6, 32, 34};
       static constexpr int kF32At128[] = {64, 66, 96, 98, 100, 0, 1, 2, 3, 4, 5};
       static constexpr int kBf16At64[] = {1, 3, 17, 19, 0, 2, 16, 18, 32, 34, 48, 50};
@@ -389,6 +389,8 @@ int main() {
       {256, 8, 128, 0.92f, false, false, true, 52, Pattern::kClustered},
       {256, 3, 64, 0.92f, false, false, false, 53, Pattern::kClustered},
       {256, 8, 128, 0.96f, false, false, false, 54, Pattern::kClustered},
+      {256, 3, 64, 0.875f, true, false, true, 55, Pattern::kClustered},
+      {256, 3, 64, 0.875f, false, false, true, 56, Pattern::kClustered},
       {96, 8, 128, 0.92f, true, true, true, 47, Pattern::kTies},
       {96, 3, 64, 0.96f, false, true, true, 48, Pattern::kZeroRows},
       // KIVI-2 (M7): K channel groups, V token groups, no rotation or clip; OScaR (M8): rotated,
