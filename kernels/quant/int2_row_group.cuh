@@ -61,8 +61,8 @@ struct RowGroup {
         mask(((1u << kLanes) - 1u) << (lane / kLanes * kLanes)) {}
 };
 
-// A lane's values of its row. Bf16: word q c/2 + i holds channels (q, 2i) in the low half and
-// (q, 2i + 1) in the high half (bf16 bits). Float: v[q c + b] is channel (q, b).
+// A lane's values of its row, (q, b) = position b of chunk q. Bf16: word 4q + i holds (q, 2i) in
+// the low half and (q, 2i + 1) in the high half (bf16 bits). Float: v[8q + b] holds (q, b).
 template <int D>
 struct Bf16Lane {
   uint32_t w[RowLayout<D>::kWords];
@@ -172,7 +172,7 @@ __device__ __forceinline__ void Sort8(uint32_t (&k)[N], int at) {
   Cas<O>(x[3], x[4]);
   Cas<O>(x[5], x[6]);
 }
-// x[0..2n) bitonic -> descending (half-cleaners of strides n, n/2, ..., 1).
+// x[0..n2) bitonic -> descending (half-cleaners of strides n2/2, n2/4, ..., 1).
 template <class O, int N>
 __device__ __forceinline__ void BitonicClean(uint32_t (&x)[N], int n2) {
 #pragma unroll

@@ -58,7 +58,7 @@ struct RowsClip {
   int k;    // tau = the k-th largest |y| of the row, k = D - ClipIndex(ratio, D)
 };
 
-// A unit: its token group and head. Units are visited in steps of the grid's warp count; the
+// A unit: its token group and head. Units are visited in steps of the units the grid holds; the
 // next one is worked out by additions (a division per unit would cost as much as a code row).
 struct Unit {
   int group;
@@ -117,7 +117,7 @@ __device__ __forceinline__ void LoadRow(const RowsSource& src, Unit u, const row
   const T* row = base + t * src.token_stride + u.h * D + L::Channel(rg.gl, 0, 0);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    const T* at = row + q * L::kCodeBytes;  // chunk q: channels q D/4 + gl c ..
+    const T* at = row + q * L::kCodeBytes;  // chunk q: channels q D/4 + 8 gl ..
     uint32_t* dst = raw.w + q * kCw;
     if (src.vector_loads) {
       LoadWords<kCw>(at, dst);

@@ -1,8 +1,10 @@
 // CUDA path of the fused KV quantizer (kv_quant_ref.h's KvQuantParams, every pointer a device
-// pointer): rotate -> clip -> per-token asymmetric INT2 -> quartered pack, one warp per
-// (token, head) row. Bit-exact with KvQuantRef: the rotation accumulates in double in the same
-// order as the reference, the clip threshold is the exact order statistic (radix select on the
-// bits of |x|), and quantisation uses the same IEEE float operations.
+// pointer): rotate -> clip -> per-token asymmetric INT2 -> quartered pack, a warp per 8 tokens of
+// one head (two at D = 64). Bit-exact with KvQuantRef: the rotation accumulates in double in the
+// same order as the reference, the clip threshold is the exact order statistic, and codes are
+// the reference's codes through exact code bounds (kernels/quant/int2_row_group.cuh).
+// Output segments must start on even addresses (params are 16-bit stores), else
+// cudaErrorInvalidValue; 16-byte aligned inputs and segments take the vector loads and stores.
 // Supported: head_dim 64 or 128; kInt2PerToken (M1-M6) here and in paged demotion; the grouped
 // kinds of KIVI-2 and OScaR (kInt2ChannelGroup K, kInt2TokenGroup V) and OScaR's token norms into
 // linear segments (kv_quant_grouped.cu). kBf16Rows and paged grouped demotion return
