@@ -6,9 +6,9 @@
 // one 16-byte load of bf16 per quarter), so a warp takes one unit at D = 128 and two at D = 64.
 // The next units' loads are issued before the current ones are processed. The row pipeline
 // (int2_row_group.cuh) is exact by construction, so the output is KvQuantRef's, bit for bit.
-// With a rotation, R sits in shared memory as double and every lane accumulates its 32 output
-// channels in double, in the reference's order (fma of exact products): that path is bound by
-// FP64 throughput.
+// With a rotation (KvInt2RotatedRowsKernel), R sits in shared memory as double and the rows are
+// rotated as a register-tiled product in double, in the reference's order (fma of exact
+// products): that path is bound by FP64 throughput.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -152,87 +152,128 @@ __device__ __forceinline__ void ToLane(const LaneRaw<D, false>& raw, rows::Float
 }
 
 // ---- Rotation (FP64, reference order) ----
+// Y = X R for the 2 passes' rows of a warp (16 rows at D = 128, 32 at D = 64) as a register-tiled
+// product: lane (rb, cb) accumulates the 8 x 8 block of rows 8 rb.., columns 8 cb.. in double,
+// in increasing i as the reference does, so each shared-memory load feeds 8 fma (a 16-byte load
+// costs the load unit a cycle per quarter warp, so loads per fma decide the speed).
 
 template <int D>
 struct RotationSmem {
-  // A staged row is padded by 16 bytes so that the rows of a warp start 4 banks apart.
-  static constexpr int kRowDoubles = D + 2;
+  static constexpr int kRows = 2 * rows::RowLayout<D>::kRowsPerWarp;  // rows rotated at once
+  static constexpr int kColBlocks = D / 8;
+  static_assert(kRows / 8 * kColBlocks == 32, "one 8 x 8 tile per lane");
   static constexpr size_t kRotationBytes = sizeof(double) * D * D;
-  static constexpr size_t kStageBytes =
-      sizeof(double) * rows::RowLayout<D>::kRowsPerWarp * kRowDoubles;  // per warp
+  // Per warp: X^T [D][kRows] floats, then Y [kRows][D] floats in the same place.
+  static constexpr size_t kStageBytes = sizeof(float) * D * kRows;
   static constexpr size_t kBytes = kRotationBytes + kWarps * kStageBytes;
+  // R[i][2p], R[i][2p + 1] as one double pair: the 4 pairs of column block cb are permuted so
+  // that the 8 column blocks a quarter warp reads land in 8 different 16-byte bank groups.
+  __device__ static int PairIndex(int i, int cb, int k) {
+    return i * (D / 2) + 4 * cb + ((k + (cb >> 1)) & 3);
+  }
 };
 
-// R (row-major f32) into shared memory as double pairs: pair (i, q, p, gl) = R[i][c], R[i][c + 1]
-// with c = Channel(gl, q, 2p), at index ((i * 4 + q) * 4 + p) * G + gl, so a warp's load of
-// (i, q, p) reads G consecutive 16-byte pairs (no bank conflict) and the other rows' groups read
-// the same ones (broadcast).
 template <int D>
 __device__ __forceinline__ void StageRotation(const float* __restrict__ rot, double2* r_s) {
-  using L = rows::RowLayout<D>;
-  constexpr int G = L::kGroupLanes;
   for (int e = threadIdx.x; e < D * D / 2; e += blockDim.x) {
-    const int gl = e % G;
-    const int p = e / G % 4;
-    const int q = e / (4 * G) % 4;
-    const int i = e / (16 * G);
-    const float* r = rot + i * D + L::Channel(gl, q, 2 * p);
-    r_s[e] = make_double2(r[0], r[1]);
+    const int i = e / (D / 2), pair = e % (D / 2);
+    const float* r = rot + i * D + 2 * pair;
+    r_s[RotationSmem<D>::PairIndex(i, pair / 4, pair % 4)] = make_double2(r[0], r[1]);
   }
 }
 
-// x <- x * R for the lane's row: y_c = sum_i x_i R[i][c], accumulated in double in increasing i
-// and rounded to float once, as KvQuantRef does (x_i R[i][c] is exact in double, so fma equals
-// its multiply-then-add).
+// x[p] <- x[p] * R for the lane's rows of both passes: y_c = sum_i x_i R[i][c], accumulated in
+// double in increasing i and rounded to float once, as KvQuantRef does (x_i R[i][c] is exact in
+// double, so fma equals its multiply-then-add). `stage` is the warp's.
 template <int D>
-__device__ __forceinline__ void RotateRow(rows::FloatLane<D>& x, double* stage, const double2* r_s,
-                                          const rows::RowGroup<D>& rg) {
+__device__ __forceinline__ void RotateRows(rows::FloatLane<D> (&x)[2], float* stage,
+                                           const double2* r_s, int lane,
+                                           const rows::RowGroup<D>& rg) {
   using L = rows::RowLayout<D>;
-  constexpr int G = L::kGroupLanes;
-  constexpr int kRowDoubles = RotationSmem<D>::kRowDoubles;
-  double* row = stage + rg.slot * kRowDoubles;
+  using S = RotationSmem<D>;
+  constexpr int kRows = S::kRows;
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
+  for (int p = 0; p < 2; ++p) {
+    const int row = p * L::kRowsPerWarp + rg.slot;
 #pragma unroll
-    for (int b = 0; b < L::kChunk; ++b) {
-      row[L::Channel(rg.gl, q, b)] = static_cast<double>(x.v[q * L::kChunk + b]);
-    }
-  }
-  __syncwarp();
-  double acc[L::kChannels];
+    for (int q = 0; q < 4; ++q) {
 #pragma unroll
-  for (int c = 0; c < L::kChannels; ++c) acc[c] = 0.0;
-#pragma unroll 1
-  for (int i = 0; i < D; i += 2) {
-    const double2 xi2 = *reinterpret_cast<const double2*>(row + i);
-#pragma unroll
-    for (int ii = 0; ii < 2; ++ii) {
-      const double xi = ii == 0 ? xi2.x : xi2.y;
-      const double2* r = r_s + (i + ii) * 16 * G + rg.gl;
-#pragma unroll
-      for (int qp = 0; qp < 16; ++qp) {
-        const double2 rk = r[qp * G];
-        acc[2 * qp] = __fma_rn(xi, rk.x, acc[2 * qp]);
-        acc[2 * qp + 1] = __fma_rn(xi, rk.y, acc[2 * qp + 1]);
+      for (int b = 0; b < L::kChunk; ++b) {
+        stage[L::Channel(rg.gl, q, b) * kRows + row] = x[p].v[q * L::kChunk + b];
       }
     }
   }
-  __syncwarp();  // the next unit rewrites the stage
+  __syncwarp();
+  const int rb = lane / S::kColBlocks, cb = lane % S::kColBlocks;
+  double acc[8][8];
 #pragma unroll
-  for (int c = 0; c < L::kChannels; ++c) x.v[c] = __double2float_rn(acc[c]);
+  for (int a = 0; a < 8; ++a) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[a][c] = 0.0;
+  }
+#pragma unroll 1
+  for (int i = 0; i < D; ++i) {
+    const float4 x0 = *reinterpret_cast<const float4*>(stage + i * kRows + 8 * rb);
+    const float4 x1 = *reinterpret_cast<const float4*>(stage + i * kRows + 8 * rb + 4);
+    const double xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    double rv[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const double2 r = r_s[S::PairIndex(i, cb, k)];
+      rv[2 * k] = r.x;
+      rv[2 * k + 1] = r.y;
+    }
+#pragma unroll
+    for (int a = 0; a < 8; ++a) {
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[a][c] = __fma_rn(xv[a], rv[c], acc[a][c]);
+    }
+  }
+  __syncwarp();  // X^T read by every lane: the stage now takes Y
+#pragma unroll
+  for (int a = 0; a < 8; ++a) {
+    float* y = stage + (8 * rb + a) * D + 8 * cb;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      *reinterpret_cast<float4*>(y + 4 * h) =
+          make_float4(__double2float_rn(acc[a][4 * h]), __double2float_rn(acc[a][4 * h + 1]),
+                      __double2float_rn(acc[a][4 * h + 2]), __double2float_rn(acc[a][4 * h + 3]));
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const float* y = stage + (p * L::kRowsPerWarp + rg.slot) * D;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float4 v = *reinterpret_cast<const float4*>(y + L::Channel(rg.gl, q, 0) + 4 * h);
+        x[p].v[q * L::kChunk + 4 * h] = v.x;
+        x[p].v[q * L::kChunk + 4 * h + 1] = v.y;
+        x[p].v[q * L::kChunk + 4 * h + 2] = v.z;
+        x[p].v[q * L::kChunk + 4 * h + 3] = v.w;
+      }
+    }
+  }
+  __syncwarp();  // the next rows rewrite the stage
 }
 
 // ---- Output ----
 
-__device__ __forceinline__ uint8_t* SegmentOf(const RowsTarget& tgt, int group, int h,
+// The unit's page id (0 when linear or past the last unit).
+__device__ __forceinline__ int PageOf(const RowsTarget& tgt, Unit u, int groups) {
+  return tgt.page_ids != nullptr && u.group < groups ? tgt.page_ids[u.group] : 0;
+}
+__device__ __forceinline__ uint8_t* SegmentOf(const RowsTarget& tgt, Unit u, int page,
                                               int* first_row) {
   if (tgt.page_ids != nullptr) {
     *first_row = 0;
-    return tgt.base + static_cast<int64_t>(tgt.page_ids[group]) * tgt.page_stride +
-           h * tgt.head_stride + tgt.segment_offset;
+    return tgt.base + static_cast<int64_t>(page) * tgt.page_stride + u.h * tgt.head_stride +
+           tgt.segment_offset;
   }
-  *first_row = group * kUnitTokens;
-  return tgt.base + h * tgt.head_stride;
+  *first_row = u.group * kUnitTokens;
+  return tgt.base + u.h * tgt.head_stride;
 }
 
 template <int D>
@@ -264,31 +305,36 @@ __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, in
 
 // ---- Kernel ----
 
-// Three blocks (24 warps) per SM for the model's path (bf16, unrotated): enough loads in flight
-// with the next units prefetched, and the register budget (85) needs no spill at either D.
-template <int D, bool kBf16, bool kRotate>
-__global__ void __launch_bounds__(kWarps * 32, kBf16 && !kRotate ? 3 : 1)
-    KvInt2RowsKernel(const RowsSource src, const RowsTarget tgt, const RowsClip clip,
-                     const float* __restrict__ rotation) {
-  // Unrotated bf16 rows stay packed bf16; rotated rows and f32 input are floats.
-  using Lane = std::conditional_t<kBf16 && !kRotate, rows::Bf16Lane<D>, rows::FloatLane<D>>;
+// The row pipeline for one pass of a warp's rows (its units u) and the stores.
+template <int D, class Lane>
+__device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page,
+                                                 const RowsSource& src, const RowsTarget& tgt,
+                                                 const RowsClip& clip, int lane,
+                                                 const rows::RowGroup<D>& rg) {
+  const rows::RowStats st = rows::RowStatsOf<D>(x, clip.on, clip.k, rg);
+  float bounds[3];
+  rows::WarpCodeBounds<D>(st, clip.on, lane, rg, bounds);
+  uint32_t w[2];
+  rows::PackCodeBytes<D>(x, bounds, w);
+  const int r = rg.slot % kUnitTokens;
+  if (u.group * kUnitTokens + r < src.tokens) {  // a row of this unit (the unit exists)
+    int first_row;
+    uint8_t* seg = SegmentOf(tgt, u, page, &first_row);
+    StoreRow<D>(tgt, seg, first_row + r, w, st.gp, rg);
+  }
+}
+
+// Unrotated rows. Three blocks (24 warps) per SM for the model's path (bf16): enough loads in
+// flight with the next units prefetched, and the register budget (85) needs no spill at either D.
+template <int D, bool kBf16>
+__global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
+    KvInt2RowsKernel(const RowsSource src, const RowsTarget tgt, const RowsClip clip) {
+  // bf16 rows stay packed bf16; f32 input is floats.
+  using Lane = std::conditional_t<kBf16, rows::Bf16Lane<D>, rows::FloatLane<D>>;
   using Raw = LaneRaw<D, kBf16>;
+  constexpr int kUnitsPerWarp = rows::RowLayout<D>::kUnitsPerWarp;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const rows::RowGroup<D> rg(lane);
-  constexpr int kUnitsPerWarp = rows::RowLayout<D>::kUnitsPerWarp;
-
-  extern __shared__ __align__(16) unsigned char smem[];
-  const double2* r_s = nullptr;
-  double* stage = nullptr;
-  if constexpr (kRotate) {
-    double2* r_w = reinterpret_cast<double2*>(smem);
-    StageRotation<D>(rotation, r_w);
-    r_s = r_w;
-    stage = reinterpret_cast<double*>(smem + RotationSmem<D>::kRotationBytes) +
-            warp * (RotationSmem<D>::kStageBytes / sizeof(double));
-    __syncthreads();
-  }
-
   // The warp's units are consecutive; the lanes of unit slot / 8 walk them in steps of the grid.
   const int groups = (src.tokens + kUnitTokens - 1) / kUnitTokens;
   const int step = static_cast<int>(gridDim.x) * kWarps * kUnitsPerWarp;
@@ -299,38 +345,70 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 && !kRotate ? 3 : 1)
   Raw raw;
   LoadRow<D, kBf16>(src, u, rg, raw);
   while (__any_sync(rows::kFullMask, u.group < groups)) {
-    // The next units' loads stay in flight while these are processed.
+    // The next units' loads stay in flight while these are processed; the page id is loaded now
+    // and used at the end.
+    const int page = PageOf(tgt, u, groups);
     const Unit n = walk.Next(u);
     Raw next;
     LoadRow<D, kBf16>(src, n, rg, next);
     Lane x;
     ToLane(raw, x);
-    if constexpr (kRotate) RotateRow<D>(x, stage, r_s, rg);
-    const rows::RowStats st = rows::RowStatsOf<D>(x, clip.on, clip.k, rg);
-    float bounds[3];
-    rows::WarpCodeBounds<D>(st, clip.on, lane, rg, bounds);
-    uint32_t w[2];
-    rows::PackCodeBytes<D>(x, bounds, w);
-    const int r = rg.slot % kUnitTokens;
-    if (u.group * kUnitTokens + r < src.tokens) {  // a row of this unit (the unit exists)
-      int first_row;
-      uint8_t* seg = SegmentOf(tgt, u.group, u.h, &first_row);
-      StoreRow<D>(tgt, seg, first_row + r, w, st.gp, rg);
-    }
+    QuantizeAndStore<D>(x, u, page, src, tgt, clip, lane, rg);
     raw = next;
     u = n;
   }
 }
 
-template <int D, bool kBf16, bool kRotate>
-cudaError_t LaunchRows(const RowsSource& src, const RowsTarget& tgt, const RowsClip& clip,
-                       const float* rotation, cudaStream_t stream) {
-  const auto kernel = KvInt2RowsKernel<D, kBf16, kRotate>;
-  const size_t smem = kRotate ? RotationSmem<D>::kBytes : 0;
-  if (kRotate) {
-    OSCARKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+// Rotated rows: R staged once per block, then each warp takes two passes' units at a time
+// (rotation bound by FP64; one block per SM for the shared memory).
+template <int D, bool kBf16>
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    KvInt2RotatedRowsKernel(const RowsSource src, const RowsTarget tgt, const RowsClip clip,
+                            const float* __restrict__ rotation) {
+  using Raw = LaneRaw<D, kBf16>;
+  constexpr int kUnitsPerWarp = rows::RowLayout<D>::kUnitsPerWarp;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const rows::RowGroup<D> rg(lane);
+  extern __shared__ __align__(16) unsigned char smem[];
+  double2* r_s = reinterpret_cast<double2*>(smem);
+  float* stage = reinterpret_cast<float*>(smem + RotationSmem<D>::kRotationBytes) +
+                 warp * (RotationSmem<D>::kStageBytes / sizeof(float));
+  StageRotation<D>(rotation, r_s);
+  __syncthreads();
+
+  const int groups = (src.tokens + kUnitTokens - 1) / kUnitTokens;
+  const int step = static_cast<int>(gridDim.x) * kWarps * 2 * kUnitsPerWarp;
+  const UnitWalk walk{step / src.heads, step % src.heads, src.heads};
+  const int first =
+      (static_cast<int>(blockIdx.x) * kWarps + warp) * 2 * kUnitsPerWarp + rg.slot / kUnitTokens;
+  Unit u[2];
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    u[p] = {(first + p * kUnitsPerWarp) / src.heads, (first + p * kUnitsPerWarp) % src.heads};
   }
+  while (__any_sync(rows::kFullMask, u[0].group < groups)) {
+    rows::FloatLane<D> x[2];
+    int page[2];
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      page[p] = PageOf(tgt, u[p], groups);
+      Raw raw;
+      LoadRow<D, kBf16>(src, u[p], rg, raw);
+      ToLane(raw, x[p]);
+    }
+    RotateRows<D>(x, stage, r_s, lane, rg);
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      QuantizeAndStore<D>(x[p], u[p], page[p], src, tgt, clip, lane, rg);
+      u[p] = walk.Next(u[p]);
+    }
+  }
+}
+
+// A grid of at most one resident wave of `kernel`, enough blocks for `units`.
+template <class Kernel>
+cudaError_t GridFor(Kernel kernel, size_t smem, int64_t units, int64_t units_per_block,
+                    int* blocks) {
   int device = 0, sms = 0, per_sm = 0;
   OSCARKV_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   OSCARKV_CUDA_RETURN_IF_ERROR(
@@ -338,26 +416,39 @@ cudaError_t LaunchRows(const RowsSource& src, const RowsTarget& tgt, const RowsC
   OSCARKV_CUDA_RETURN_IF_ERROR(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
   if (per_sm < 1) return cudaErrorInvalidConfiguration;
+  const int64_t needed = (units + units_per_block - 1) / units_per_block;
+  const int64_t resident = static_cast<int64_t>(per_sm) * sms;
+  *blocks = static_cast<int>(needed < resident ? needed : resident);
+  return cudaSuccess;
+}
+
+template <int D, bool kBf16>
+cudaError_t LaunchRows(const RowsSource& src, const RowsTarget& tgt, const RowsClip& clip,
+                       const float* rotation, cudaStream_t stream) {
   const int64_t units =
       static_cast<int64_t>((src.tokens + kUnitTokens - 1) / kUnitTokens) * src.heads;
-  const int64_t per_block = kWarps * rows::RowLayout<D>::kUnitsPerWarp;
-  const int64_t needed = (units + per_block - 1) / per_block;
-  const int64_t resident = static_cast<int64_t>(per_sm) * sms;
-  const int blocks = static_cast<int>(needed < resident ? needed : resident);
-  kernel<<<blocks, kWarps * 32, smem, stream>>>(src, tgt, clip, rotation);
+  constexpr int64_t kWarpUnits = rows::RowLayout<D>::kUnitsPerWarp;
+  int blocks = 0;
+  if (rotation == nullptr) {
+    const auto kernel = KvInt2RowsKernel<D, kBf16>;
+    OSCARKV_CUDA_RETURN_IF_ERROR(GridFor(kernel, 0, units, kWarps * kWarpUnits, &blocks));
+    kernel<<<blocks, kWarps * 32, 0, stream>>>(src, tgt, clip);
+  } else {
+    const auto kernel = KvInt2RotatedRowsKernel<D, kBf16>;
+    constexpr size_t kSmem = RotationSmem<D>::kBytes;
+    OSCARKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+    OSCARKV_CUDA_RETURN_IF_ERROR(GridFor(kernel, kSmem, units, kWarps * 2 * kWarpUnits, &blocks));
+    kernel<<<blocks, kWarps * 32, kSmem, stream>>>(src, tgt, clip, rotation);
+  }
   return cudaGetLastError();
 }
 
 template <int D>
 cudaError_t DispatchRows(const RowsSource& src, const RowsTarget& tgt, const RowsClip& clip,
                          const float* rotation, cudaStream_t stream) {
-  const bool bf16 = src.bf16 != nullptr;
-  if (rotation != nullptr) {
-    return bf16 ? LaunchRows<D, true, true>(src, tgt, clip, rotation, stream)
-                : LaunchRows<D, false, true>(src, tgt, clip, rotation, stream);
-  }
-  return bf16 ? LaunchRows<D, true, false>(src, tgt, clip, rotation, stream)
-              : LaunchRows<D, false, false>(src, tgt, clip, rotation, stream);
+  return src.bf16 != nullptr ? LaunchRows<D, true>(src, tgt, clip, rotation, stream)
+                             : LaunchRows<D, false>(src, tgt, clip, rotation, stream);
 }
 
 bool Aligned(uintptr_t bits, uintptr_t to) { return bits % to == 0; }

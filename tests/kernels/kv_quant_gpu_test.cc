@@ -6,11 +6,10 @@
 // head_dim 128 and 64, H = 3 / 4 / 8; value patterns that stress the exact paths (heavy tails,
 // ties, zero rows and mostly-zero rows, signed zeros, narrow ranges far from 0, fp16-subnormal
 // params, outliers clustered so that the clip threshold's fast path falls back); token counts
-// that leave partial pages and units; many units (grid-stride loop); unaligned input and output
-// strides (scalar loads / stores); demotion into shuffled INT2 pages of the decode pool layout.
-// The host part also checks the code-bound constants.
-// KIVI-2 / OScaR grouped kinds and token norms into linear segments.
-// Exit 0 = pass, 1 = fail, 77 = no GPU.
+// that leave partial pages and units; many units (grid-stride loops, rotated too); unaligned input
+// and output strides (scalar loads / stores); demotion into shuffled INT2 pages of the decode pool
+// layout. The host part also checks the code-bound constants. KIVI-2 / OScaR grouped kinds and
+// token norms into linear segments. Exit 0 = pass, 1 = fail, 77 = no GPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -391,6 +390,8 @@ int main() {
       {256, 8, 128, 0.96f, false, false, false, 54, Pattern::kClustered},
       {256, 3, 64, 0.875f, true, false, true, 55, Pattern::kClustered},
       {256, 3, 64, 0.875f, false, false, true, 56, Pattern::kClustered},
+      {4096, 8, 128, 0.96f, true, true, true, 57},
+      {20000, 3, 64, 0.92f, true, true, true, 58},
       {96, 8, 128, 0.92f, true, true, true, 47, Pattern::kTies},
       {96, 3, 64, 0.96f, false, true, true, 48, Pattern::kZeroRows},
       // KIVI-2 (M7): K channel groups, V token groups, no rotation or clip; OScaR (M8): rotated,
