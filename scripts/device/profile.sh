@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute on one INT2 decode case (default D=128, B=1, S=128k): builds like check.sh, then
 # profiles one stage-1 launch and one merge launch. Usage: bash scripts/device/profile.sh [D B S]
+# With --demote instead: the first unrotated bf16 demotion launch of the bench (H=8, D=128, K clip),
+# with the instruction mix per pipe (is the integer pipe the limit?) and the issue stalls.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
@@ -8,6 +10,14 @@ mkdir -p "$OUT"
 cmake -S . -B build-dev -G Ninja -DOSCARKV_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
   > "$OUT/build.log" 2>&1 && cmake --build build-dev -j16 >> "$OUT/build.log" 2>&1 \
   || { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
+if [ "${1:-}" = --demote ]; then
+  ncu --clock-control none -k regex:"KvInt2RowsKernel" --launch-count 1 \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats \
+    --section WarpStateStats --section SchedulerStats --section Occupancy \
+    --metrics smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed_pipe_fp16.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed.sum \
+    build-dev/bench/kernels/decode_attention_bench --quick 2>&1 | tee "$OUT/ncu_demote.txt"
+  exit 0
+fi
 D=${1:-128}; B=${2:-1}; S=${3:-131072}
 ncu --clock-control none -k regex:"DecodeSplit|MergeKernel" --launch-skip 4 --launch-count 2 \
   --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
