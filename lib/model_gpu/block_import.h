@@ -10,7 +10,10 @@
 // (quant::EncodePerTokenRow with the codec's clip ratios). So the GPU reads the same values the
 // CPU decode cache rebuilt from the same blocks reads (tested bit for bit).
 //
-// Pure C++ (no CUDA): runs on the host of a decode worker; the caller copies the bytes to the GPU.
+// And back, for GPU prefill workers: how a prompt is cut into blocks (BlockCutSpec, CutSpecFor,
+// CutBlockKind, SerializeCutBlock) and the one-pass export from pages (BlocksFromPackedKv).
+//
+// Pure C++ (no CUDA): runs on the host of a worker; the caller moves the bytes to or from the GPU.
 #ifndef OSCARKV_LIB_MODEL_GPU_BLOCK_IMPORT_H_
 #define OSCARKV_LIB_MODEL_GPU_BLOCK_IMPORT_H_
 
