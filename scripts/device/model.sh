@@ -132,13 +132,13 @@ if [ $quality = 1 ]; then
     2>&1 | tee "$OUT/quality.log" || status=1
 fi
 if [ $clip = 1 ]; then
-  # Time grows with codecs x steps (about 3 minutes per codec at 8k, bf16 included), so the five
-  # settings run as two calls' worth: CLIP_PART=1 or 2 picks one (default: both, ~16 minutes).
-  part1=bf16,oscar-gram,oscar@0.90/0.84
-  part2=bf16,oscar@0.84/0.75,oscar-hadamard@0.90/0.84
-  for part in 1 2; do
+  # Time grows with codecs x steps: 3 codecs at 8k took ~610 s on the H200 (session 4: cut off
+  # at the 540 s limit at step 7168 of 8192), so each part is bf16 + one setting (~410 s);
+  # CLIP_PART=1..4 picks one per device call (default: all four, ~27 minutes).
+  parts=(bf16,oscar-gram bf16,oscar@0.90/0.84 bf16,oscar@0.84/0.75 bf16,oscar-hadamard@0.90/0.84)
+  for part in 1 2 3 4; do
     [ -n "${CLIP_PART:-}" ] && [ "$CLIP_PART" != "$part" ] && continue
-    codecs=$part1; [ $part = 2 ] && codecs=$part2
+    codecs=${parts[$((part - 1))]}
     echo "== quality: the clipping lever and M5 at 8k ($codecs)"
     OMP_NUM_THREADS=16 "$BIN"/gpu_e2e_bench --mode quality --config default \
       --text "$SCRATCH/emma.txt,$SCRATCH/persuasion.txt,$SCRATCH/mobydick.txt" \
