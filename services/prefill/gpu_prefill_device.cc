@@ -122,7 +122,9 @@ absl::StatusOr<std::unique_ptr<PrefillDevice>> NewGpuPrefillDevice(
   o.device = options.device;
   o.max_batch = 1;
   o.max_prompt_tokens = options.max_prompt_tokens;
-  o.kv_budget_bytes = options.kv_budget_bytes;
+  // The paged cache holds the prompt only in one_pass mode; the chunked prefill keeps its own
+  // buffers, so it gets a token pool there.
+  o.kv_budget_bytes = options.one_pass ? options.kv_budget_bytes : int64_t{64} << 20;
   OSCARKV_ASSIGN_OR_RETURN(std::unique_ptr<model_gpu::GpuModel> gpu,
                            model_gpu::GpuModel::ForEngine(*engine, o));
   return std::make_unique<GpuPrefillDevice>(engine, options, shape, std::move(gpu));

@@ -23,7 +23,8 @@ struct GpuPrefillDeviceOptions {
   int device = 0;                              // CUDA ordinal; Default: 0
   bool one_pass = false;                       // one_pass mode (see above); Default: chunked
   int64_t max_prompt_tokens = 32768;           // longest prompt; Default: 32768
-  int64_t kv_budget_bytes = int64_t{2} << 30;  // KV pages of the prompt being prefilled; 2 GiB
+  // KV pages of the prompt being prefilled (one_pass mode). Default: 2 GiB.
+  int64_t kv_budget_bytes = int64_t{2} << 30;
 };
 
 // Uploads `engine`'s model (not owned, must outlive the device) to the GPU.
