@@ -45,6 +45,29 @@ TEST(BlockKey, SeedMatchesTheDocumentedBytes) {
   EXPECT_EQ(ChainSeed(p), (BlockKey{h.low64, h.high64}));
 }
 
+TEST(BlockKey, NumericsTagIsAppendedToTheSeedOnlyWhenSet) {
+  // FORMAT.md: a non-empty `numerics` follows the block size in the seed; empty leaves the seed
+  // (and so every CPU key) as it was.
+  KeyChainParams p = Params();
+  const BlockKey cpu = ChainSeed(p);
+  p.numerics = "cuda-sm90-132sm";
+  std::vector<uint8_t> bytes = {'o', 's', 'c', 'a', 'r', 'k', 'v', '-', 'b', 'l',
+                                'o', 'c', 'k', '-', 'k', 'e', 'y', '-', 'v', '1'};
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<uint8_t>(p.model_fingerprint >> (8 * i)));
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<uint8_t>(p.calib_fingerprint >> (8 * i)));
+  for (uint8_t b : {6, 0, 64, 0}) bytes.push_back(b);
+  bytes.insert(bytes.end(), p.numerics.begin(), p.numerics.end());
+  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  EXPECT_EQ(ChainSeed(p), (BlockKey{h.low64, h.high64}));
+  EXPECT_FALSE(ChainSeed(p) == cpu);
+  const std::vector<uint32_t> tokens = RandomTokens(256, 7);
+  const std::vector<BlockKey> gpu_keys = ComputeBlockKeys(p, tokens);
+  p.numerics.clear();
+  const std::vector<BlockKey> cpu_keys = ComputeBlockKeys(p, tokens);
+  ASSERT_EQ(gpu_keys.size(), cpu_keys.size());
+  for (size_t i = 0; i < cpu_keys.size(); ++i) EXPECT_FALSE(gpu_keys[i] == cpu_keys[i]) << i;
+}
+
 TEST(BlockKey, LinkMatchesTheDocumentedBytes) {
   const BlockKey prev{0x0102030405060708ull, 0x1112131415161718ull};
   const std::vector<uint32_t> ids = {1, 0xabcdef01u, 7};
