@@ -19,10 +19,13 @@
 #include "kernels/quant/kv_quant_cuda.h"
 #include "kernels/quant/kv_quant_ref.h"
 #include "lib/kvformat/int2_block.h"
+#include "tests/kernels/int2_test_rows.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace oscarkv {
 namespace {
+
+using ::oscarkv::kernels::testing::Int2TestRows;
 
 using kernels::DequantInt2Params;
 using kernels::KvQuantParams;
@@ -37,27 +40,6 @@ int g_failures = 0;
 void Report(bool ok, const std::string& name, const std::string& detail) {
   std::printf("%s %s %s\n", ok ? "PASS" : "FAIL", name.c_str(), detail.c_str());
   if (!ok) ++g_failures;
-}
-
-// [tokens][heads][D] f32 rows: Gaussian with a per-row offset and heavy channels, one constant row
-// (fp16 scale 0) and one tiny row (subnormal fp16 scale).
-std::vector<float> RandomRows(int tokens, int heads, int d, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(tokens) * heads * d);
-  for (int r = 0; r < tokens * heads; ++r) {
-    const float offset = 0.5f * n(rng);
-    for (int i = 0; i < d; ++i) {
-      float v = n(rng) + offset;
-      if (i % 19 == 5) v *= 8.0f;
-      x[static_cast<size_t>(r) * d + i] = v;
-    }
-  }
-  if (tokens * heads > 2) {
-    for (int i = 0; i < d; ++i) x[static_cast<size_t>(1) * d + i] = 0.75f;
-    for (int i = 0; i < d; ++i) x[static_cast<size_t>(2) * d + i] *= 1e-6f;
-  }
-  return x;
 }
 
 // Compares every float of out (rows and padding) by bits; returns mismatches, printing a few.
@@ -91,7 +73,7 @@ void RunCase(int tokens, int heads, int d, bool padded) {
   const size_t seg_base = padded ? 1 : 0;
   const int64_t out_stride = static_cast<int64_t>(heads) * d + (padded ? 5 : 0);
   const size_t out_floats = static_cast<size_t>(out_stride) * tokens;
-  const auto rows = RandomRows(tokens, heads, d, 900 + tokens * 7 + heads + d);
+  const auto rows = Int2TestRows(tokens, heads, d, 900 + tokens * 7 + heads + d);
 
   std::vector<uint8_t> segments(seg_base + static_cast<size_t>(seg_stride) * heads, 0xa5);
   KvQuantParams qp;

@@ -14,10 +14,13 @@
 #include "kernels/quant/kv_quant_ref.h"
 #include "lib/kvformat/block_layout.h"
 #include "lib/kvformat/int2_block.h"
+#include "tests/kernels/int2_test_rows.h"
 #include "lib/quant/three_tier_cache.h"
 
 namespace oscarkv::kernels {
 namespace {
+
+using ::oscarkv::kernels::testing::Int2TestRows;
 
 using kvformat::Int2Params;
 using kvformat::SegmentKind;
@@ -29,27 +32,6 @@ struct DequantCase {
   bool padded;  // segments and output rows with padding between them
 };
 
-// [tokens][heads][D] f32 rows: Gaussian with a per-row offset, a few heavy channels, one constant
-// row (its fp16 scale rounds to 0) and one tiny row (subnormal fp16 scale), when tokens allow.
-std::vector<float> RandomRows(int tokens, int heads, int d, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(tokens) * heads * d);
-  for (int r = 0; r < tokens * heads; ++r) {
-    const float offset = 0.5f * n(rng);
-    for (int i = 0; i < d; ++i) {
-      float v = n(rng) + offset;
-      if (i % 19 == 5) v *= 8.0f;
-      x[static_cast<size_t>(r) * d + i] = v;
-    }
-  }
-  if (tokens * heads > 2) {
-    for (int i = 0; i < d; ++i) x[static_cast<size_t>(1) * d + i] = 0.75f;   // constant row
-    for (int i = 0; i < d; ++i) x[static_cast<size_t>(2) * d + i] *= 1e-6f;  // tiny row
-  }
-  return x;
-}
-
 class DequantInt2RefTest : public ::testing::TestWithParam<DequantCase> {};
 
 TEST_P(DequantInt2RefTest, EqualsDecodePerTokenRow) {
@@ -58,7 +40,7 @@ TEST_P(DequantInt2RefTest, EqualsDecodePerTokenRow) {
   const size_t seg_bytes = kvformat::SegmentBytes(SegmentKind::kInt2PerToken, c.tokens, d);
   const int64_t seg_stride = static_cast<int64_t>(seg_bytes) + (c.padded ? 12 : 0);
   const int64_t out_stride = static_cast<int64_t>(c.heads) * d + (c.padded ? 5 : 0);
-  const auto rows = RandomRows(c.tokens, c.heads, d, 100 + c.tokens * 7 + c.heads + d);
+  const auto rows = Int2TestRows(c.tokens, c.heads, d, 100 + c.tokens * 7 + c.heads + d);
 
   KvQuantParams qp;
   qp.input_f32 = rows.data();
@@ -119,7 +101,7 @@ INSTANTIATE_TEST_SUITE_P(
 // step (scale / 2, plus fp16 rounding of min) of the input for every element.
 TEST(DequantInt2Ref, RoundTripIsWithinHalfAStep) {
   const int tokens = 9, heads = 2, d = 64;
-  const auto rows = RandomRows(tokens, heads, d, 7);
+  const auto rows = Int2TestRows(tokens, heads, d, 7);
   KvQuantParams qp;
   qp.input_f32 = rows.data();
   qp.tokens = tokens;
