@@ -59,6 +59,12 @@ class GpuModelTest : public testing::DefaultModelTest {
     EXPECT_TRUE(f.ok()) << f.status();
     return f.ok() ? std::move(*f) : nullptr;
   }
+  // The default model's ServingEngine for `codec` (block cuts, keys, the CPU reference).
+  static absl::StatusOr<std::unique_ptr<engine::ServingEngine>> Engine(const std::string& codec) {
+    return engine::ServingEngine::Create(
+        model_, {.codec = codec,
+                 .calibration_path = engine::ResolveCalibrationPath("", "default", codec)});
+  }
   static std::unique_ptr<GpuModel> Gpu(const engine::KvCacheFactory& factory, int max_batch = 8) {
     auto w = GpuWeights::Upload(model_->config(), model_->weights());
     EXPECT_TRUE(w.ok()) << w.status();
@@ -404,9 +410,7 @@ TEST_F(GpuModelTest, PrefillExportsBlocksThatRoundTripToTheSamePages) {
   ASSERT_GT(ids.size(), prompt + steps);
   const std::span<const int32_t> p(ids.data(), prompt);
   for (const std::string codec : {"bf16", "oscar"}) {
-    auto engine = engine::ServingEngine::Create(
-        model_, {.codec = codec,
-                 .calibration_path = engine::ResolveCalibrationPath("", "default", codec)});
+    auto engine = Engine(codec);
     ASSERT_TRUE(engine.ok()) << engine.status();
     auto gpu = Gpu(*Factory(codec));
     ASSERT_NE(gpu, nullptr);
@@ -474,9 +478,7 @@ TEST_F(GpuModelTest, ChunkedPrefillOverAStoredPrefixEqualsComputingItAll) {
   ASSERT_GT(ids.size(), 1400u);
   const std::span<const int32_t> first(ids.data(), 1100), second(ids.data(), 1400);
   for (const std::string codec : {"bf16", "oscar"}) {
-    auto engine = engine::ServingEngine::Create(
-        model_, {.codec = codec,
-                 .calibration_path = engine::ResolveCalibrationPath("", "default", codec)});
+    auto engine = Engine(codec);
     ASSERT_TRUE(engine.ok()) << engine.status();
     auto gpu = Gpu(*Factory(codec));
     ASSERT_NE(gpu, nullptr);
