@@ -277,8 +277,9 @@ std::vector<kvformat::BlockKey> ServingEngine::ReusableKeys(
   return kvformat::ComputeBlockKeys(KeyParams(), prompt.first(boundary));
 }
 
-absl::StatusOr<PrefillResult> ServingEngine::Prefill(
-    std::span<const int32_t> prompt, std::span<const kvformat::BlockView> reused) const {
+absl::StatusOr<PrefillResult> ServingEngine::Prefill(std::span<const int32_t> prompt,
+                                                     std::span<const kvformat::BlockView> reused,
+                                                     bool build_sequence) const {
   const model::ModelConfig& c = model_->config();
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) return absl::InvalidArgumentError("prefill of an empty prompt");
@@ -432,6 +433,7 @@ absl::StatusOr<PrefillResult> ServingEngine::Prefill(
   }
 
   // The decode cache is rebuilt from the blocks, exactly as a decode worker rebuilds it.
+  if (!build_sequence) return result;
   for (const SequenceBlock& block : result.blocks) {
     OSCARKV_ASSIGN_OR_RETURN(kvformat::BlockView view, kvformat::ParseBlock(block.bytes, {}));
     views.push_back(view);

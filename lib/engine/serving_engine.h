@@ -72,7 +72,9 @@ struct SequenceBlock {
 };
 
 struct PrefillResult {
-  std::unique_ptr<model::Sequence> sequence;  // three-tier cache holding the whole prompt
+  // Three-tier cache holding the whole prompt, rebuilt from the blocks (null when the caller
+  // asked for none: a prefill worker only ships the blocks).
+  std::unique_ptr<model::Sequence> sequence;
   std::vector<float> last_logits;             // [vocab] logits after the last prompt token
   std::vector<SequenceBlock> blocks;          // the prompt's KV as blocks (see file comment)
   int64_t reused_tokens = 0;                  // tokens taken from `reused` blocks
@@ -105,11 +107,13 @@ class ServingEngine {
 
   // Prefills `prompt`. `reused`: parsed blocks for a leading run of the prompt's reusable
   // blocks (from the kvstore, in order, keys already matched); any that go past the reuse
-  // boundary of this prompt are ignored.
+  // boundary of this prompt are ignored. `build_sequence`: also rebuild the decode cache from
+  // the blocks (PrefillResult::sequence), as a decode worker would.
   // @return kInvalidArgument for an empty prompt or bad tokens; kFailedPrecondition when a
   //   reused block does not fit (codec, fingerprints, positions); model errors.
   absl::StatusOr<PrefillResult> Prefill(std::span<const int32_t> prompt,
-                                        std::span<const kvformat::BlockView> reused = {}) const;
+                                        std::span<const kvformat::BlockView> reused = {},
+                                        bool build_sequence = true) const;
 
   // Rebuilds a sequence from ALL of a prompt's blocks (as Prefill produced them, in order):
   // the result decodes exactly like PrefillResult::sequence.

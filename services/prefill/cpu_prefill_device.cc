@@ -18,7 +18,9 @@ class CpuPrefillDevice final : public PrefillDevice {
 
   absl::StatusOr<DevicePrefillResult> Prefill(
       std::span<const int32_t> prompt, std::span<const kvformat::BlockView> reused) override {
-    OSCARKV_ASSIGN_OR_RETURN(engine::PrefillResult r, engine_->Prefill(prompt, reused));
+    OSCARKV_ASSIGN_OR_RETURN(
+        engine::PrefillResult r,
+        engine_->Prefill(prompt, reused, /*build_sequence=*/false));
     DevicePrefillResult out;
     out.last_logits = std::move(r.last_logits);
     out.blocks = std::move(r.blocks);

@@ -103,6 +103,15 @@ TEST_F(ServingEngineTest, PrefixHitIsBitIdenticalToColdPrefill) {
     EXPECT_EQ(cold->blocks[b].bytes, warm->blocks[b].bytes) << "block " << b;
   }
   EXPECT_EQ(Greedy(**engine, *cold, 12), Greedy(**engine, *warm, 12));
+  // A prefill worker asks for the blocks only: the same blocks and logits, no sequence.
+  auto blocks_only = (*engine)->Prefill(turn2, stored, /*build_sequence=*/false);
+  ASSERT_TRUE(blocks_only.ok()) << blocks_only.status();
+  EXPECT_EQ(blocks_only->sequence, nullptr);
+  EXPECT_EQ(blocks_only->last_logits, warm->last_logits);
+  ASSERT_EQ(blocks_only->blocks.size(), warm->blocks.size());
+  for (size_t b = 0; b < warm->blocks.size(); ++b) {
+    EXPECT_EQ(blocks_only->blocks[b].bytes, warm->blocks[b].bytes) << "block " << b;
+  }
 }
 
 TEST_F(ServingEngineTest, DecodeFromBlocksEqualsDecodeAfterPrefill) {
