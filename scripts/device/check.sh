@@ -14,11 +14,11 @@ cmake -S . -B build-dev -G Ninja -DOSCARKV_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Re
   || { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
 echo "== gpu tests"
 (cd build-dev && ctest -L gpu --output-on-failure 2>&1) > "$OUT/tests.log" || status=1
-for t in decode_attention_gpu_test kv_quant_gpu_test model_kernels_gpu_test int2_dequant_gpu_test; do build-dev/tests/kernels/$t 2>&1; done \
+for t in decode_attention_gpu_test kv_quant_gpu_test model_kernels_gpu_test int2_dequant_gpu_test byte_checksum_gpu_test; do build-dev/tests/kernels/$t 2>&1; done \
   | tee "$OUT/tests_verbose.log"
 grep -E "tests passed|FAILED" "$OUT/tests.log"
 echo "== compute-sanitizer"
-for t in decode_attention_gpu_test kv_quant_gpu_test model_kernels_gpu_test int2_dequant_gpu_test; do
+for t in decode_attention_gpu_test kv_quant_gpu_test model_kernels_gpu_test int2_dequant_gpu_test byte_checksum_gpu_test; do
   for tool in memcheck racecheck; do
     timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 build-dev/tests/kernels/$t --small \
       > /tmp/sanitizer.log 2>&1
