@@ -59,6 +59,9 @@ struct Shape { int hq, hkv, d; };
 
 // > 0: overrides the plan's min_tokens_per_split (variant rows; printed as mtok=).
 int g_min_tokens = 0;
+// >= 0: BF16 tokens per sequence of an INT2 case instead of min(S, 320) (variant rows that time
+// the tiers apart: 0 = INT2 only; S = BF16 only through the three-tier plan; printed as bf=).
+int g_bf16_tokens = -1;
 
 double MedianMs(std::vector<float> v) {
   std::sort(v.begin(), v.end());
@@ -119,7 +122,7 @@ double CopyBandwidth(cudaStream_t s) {
 // rest INT2), else all S tokens BF16 (our BF16 paged baseline).
 void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per_sm, int sms,
                cudaStream_t stream) {
-  const int bf_tokens = int2 ? std::min(s, 320) : s;
+  const int bf_tokens = int2 ? (g_bf16_tokens >= 0 ? std::min(s, g_bf16_tokens) : std::min(s, 320)) : s;
   const int i2_tokens = s - bf_tokens;
   const int64_t bf_unit = oscarkv::kernels::Bf16PageUnitBytes(sh.d);
   const int64_t i2_unit = oscarkv::kernels::Int2PageUnitBytes(sh.d);
@@ -219,8 +222,8 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
     if (ptr) GPU_CHECK(cudaFree(const_cast<void*>(ptr)));
   }
   const double floor_us = bytes / bw * 1e6;
-  std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%d mtok=%3d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s\n",
-              int2 ? "int2" : "bf16", sh.hq, sh.hkv, sh.d, b, s, ctas_per_sm, config.min_tokens_per_split,
+  std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%d mtok=%3d bf=%5d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s\n",
+              int2 ? "int2" : "bf16", sh.hq, sh.hkv, sh.d, b, s, ctas_per_sm, config.min_tokens_per_split, bf_tokens,
               plan.num_work(), us,
               bytes / (us * 1e-6) / 1e9, floor_us, 100.0 * floor_us / us, finite ? "" : "  NON-FINITE OUTPUT");
 }
@@ -336,6 +339,14 @@ int main(int argc, char** argv) {
           g_min_tokens = 328;
           RunDecode(sh, b, s, true, bw, 4, sms, stream);
           g_min_tokens = 0;
+        }
+        // Variants that time the tiers apart: the INT2 history alone (no BF16 tier), then the
+        // BF16 sink + recent alone (320 tokens, the three-tier plan's BF16 splits).
+        if ((b == 32 && s == 8192) || (b == 1 && s == 131072)) {
+          g_bf16_tokens = 0;
+          RunDecode(sh, b, s, true, bw, 4, sms, stream);
+          g_bf16_tokens = -1;
+          RunDecode(sh, b, 320, true, bw, 4, sms, stream);
         }
         RunDecode(sh, b, s, false, bw, 4, sms, stream);
       }

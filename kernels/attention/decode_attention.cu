@@ -239,6 +239,11 @@ struct Bf16Loader {
   }
 };
 
+// cp.async of 16 bytes to a shared-memory address given as a 32-bit shared-window offset.
+__device__ __forceinline__ void CpAsync16Shared(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+}
+
 // 2^x on the SFU (ex2.approx.ftz: ~2 ulp; 2^-inf = +0).
 __device__ __forceinline__ float Exp2(float x) {
   float y;
@@ -303,39 +308,55 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   // INT2 ring state. The first kStages tiles are requested before q is staged, so the DRAM
   // latency of the first tiles overlaps the q load and the fragment build.
   constexpr int kUnit = static_cast<int>(Int2PageUnitBytes(D));
-  constexpr int kChunks = 2 * kUnit / 16;  // 16-byte cp.async chunks per tile
   const int t_begin = kRing ? warp * ntiles / kWarps : 0;
   const int t_end = kRing ? (warp + 1) * ntiles / kWarps : 0;
   const int nmy = t_end - t_begin;
   const int npages = (te - tb + kPageTokens - 1) / kPageTokens - 2 * t_begin;  // from t_begin
   const int32_t* plist = pages + first_page + 2 * t_begin;
+  // Page ids of this warp's range, 32 at a time (one per lane), shuffled to the lanes that copy.
+  // Past the range's end a lane holds the last page: the second page of a last tile that has
+  // only one is then a valid (re-read, masked) page.
   auto load_batch = [&](int k) {
-    const int j = 32 * k + lane;
-    return j < npages ? __ldg(plist + j) : 0;
+    const int j = min(32 * k + lane, npages - 1);
+    return j >= 0 ? __ldg(plist + j) : 0;
   };
   int32_t pb_cur = 0, pb_next = 0;
   int cur_batch = 0;
   uint8_t* ring = sm.u.ring[warp][0];
+  // Copy pattern: a softmax step's kTiles tiles are 2 * kTiles page units, copied together (one
+  // cp.async group per step). Lane group g = lane / kLanesPerUnit copies unit g of the step (tile
+  // g / 2, page g % 2): one shuffle gives every lane its page id. Lane li of a group copies
+  // 16-byte chunks li, li + kLanesPerUnit, ... of the unit, so each cp.async instruction reads
+  // 2 * kTiles contiguous runs of 32 * 16 / (2 * kTiles) bytes. The per-lane parts of both
+  // addresses are worked out once.
+  constexpr int kUnitChunks = kUnit / 16;  // 36 (D = 128) or 20 (D = 64)
+  constexpr int kLanesPerUnit = 32 / (2 * kTiles);
+  constexpr int kChunksPerLane = (kUnitChunks + kLanesPerUnit - 1) / kLanesPerUnit;
+  static_assert(kStages % kTiles == 0 && 32 % (2 * kTiles) == 0);
+  const int grp = lane / kLanesPerUnit, li = lane % kLanesPerUnit;
+  const uint8_t* src_lane = base + 16 * li;
+  const uint32_t dst_lane =
+      static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + grp * kUnit + 16 * li;
   // Page strides are a few KB (Hkv * 576 bytes by default): 32-bit multiplies in the hot loop.
-  const int32_t page_stride32 = static_cast<int32_t>(tab.page_stride_bytes);
-  auto issue = [&](int t) {  // t: tile relative to t_begin; warp-uniform
+  const uint32_t page_stride32 = static_cast<uint32_t>(tab.page_stride_bytes);
+  auto issue = [&](int t) {  // t: first tile of a step, relative to t_begin; warp-uniform
     if (t < nmy) {
-      const int bt = (2 * t) >> 5;
+      const int bt = t >> 4;  // the step's 2 * kTiles pages lie in one batch of 32
       if (bt != cur_batch) {
         pb_cur = pb_next;
         pb_next = load_batch(bt + 1);
         cur_batch = bt;
       }
-      int32_t i0 = __shfl_sync(0xffffffffu, pb_cur, (2 * t) & 31);
-      int32_t i1 = __shfl_sync(0xffffffffu, pb_cur, (2 * t + 1) & 31);
-      if (tb + 16 * (t_begin + t) + 8 >= te) i1 = i0;
-      const uint8_t* g0 = base + static_cast<int64_t>(i0) * page_stride32;
-      const uint8_t* g1 = base + static_cast<int64_t>(i1) * page_stride32;
-      uint8_t* st = ring + (t % kStages) * (2 * kUnit);
+      const uint32_t pg = static_cast<uint32_t>(__shfl_sync(0xffffffffu, pb_cur, (2 * t + grp) & 31));
+      const uint8_t* src = src_lane + static_cast<uint64_t>(pg) * page_stride32;
+      const uint32_t dst = dst_lane + (t % kStages) * (2 * kUnit);
+      if (t + grp / 2 < nmy) {
 #pragma unroll
-      for (int c = lane; c < kChunks; c += 32) {
-        const uint8_t* src = c < kChunks / 2 ? g0 + 16 * c : g1 + 16 * (c - kChunks / 2);
-        CpAsync16(st + 16 * c, src);
+        for (int c = 0; c < kChunksPerLane; ++c) {
+          if ((c + 1) * kLanesPerUnit <= kUnitChunks || li + c * kLanesPerUnit < kUnitChunks) {
+            CpAsync16Shared(dst + 16 * kLanesPerUnit * c, src + 16 * kLanesPerUnit * c);
+          }
+        }
       }
     }
     CpAsyncCommit();
@@ -344,7 +365,7 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     pb_cur = load_batch(0);
     pb_next = load_batch(1);
 #pragma unroll
-    for (int t = 0; t < kStages; ++t) issue(t);
+    for (int t = 0; t < kStages; t += kTiles) issue(t);
     } else {
     // BF16 (register loads, no ring): ask L2 for the split's first kBf16PrefetchPages pages now,
     // so the q staging overlaps their DRAM latency and the per-tile loads below hit L2.
@@ -489,7 +510,7 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   if constexpr (kRing) {
     const int tend = min(te, tb + 16 * t_end);
     for (int t = 0; t < nmy; t += kTiles) {
-      CpAsyncWait<kStages - kTiles>();
+      CpAsyncWait<kStages / kTiles - 1>();
       __syncwarp();
       Raw raw[kTiles];
 #pragma unroll
@@ -498,8 +519,7 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
         L::LoadShared(raw[k], st, st + kUnit, lane);
       }
       __syncwarp();
-#pragma unroll
-      for (int k = 0; k < kTiles; ++k) issue(t + k + kStages);
+      issue(t + kStages);
       compute(raw, t_begin + t, tend);
     }
     CpAsyncWait<0>();
