@@ -62,6 +62,12 @@ int g_min_tokens = 0;
 // >= 0: BF16 tokens per sequence of an INT2 case instead of min(S, 320) (variant rows that time
 // the tiers apart: 0 = INT2 only; S = BF16 only through the three-tier plan; printed as bf=).
 int g_bf16_tokens = -1;
+// true: flips the plan's fuse_bf16_into_int2 (BF16 tier shared out among the INT2 splits, or
+// separate BF16 splits), same split count; printed as "fuse flipped".
+bool g_flip_fuse = false;
+// true: page tables in allocation order (page ids 0, 1, 2, ... per tier) instead of shuffled: a
+// variant that shows how much DRAM locality of the page units matters (printed as "sequential").
+bool g_sequential = false;
 
 double MedianMs(std::vector<float> v) {
   std::sort(v.begin(), v.end());
@@ -137,7 +143,7 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   auto table = [&](int64_t pages, int pages_seq) {
     std::vector<int32_t> idx(pages);
     std::iota(idx.begin(), idx.end(), 0);
-    std::shuffle(idx.begin(), idx.end(), rng);
+    if (!g_sequential) std::shuffle(idx.begin(), idx.end(), rng);
     std::vector<int32_t> indptr(b + 1);
     for (int i = 0; i <= b; ++i) indptr[i] = i * pages_seq;
     return std::make_pair(idx, indptr);
@@ -147,6 +153,7 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   std::vector<int32_t> bf_tok(b, bf_tokens), i2_tok(b, i2_tokens);
   auto config = oscarkv::kernels::GpuDecodePlanConfig(b, sh.hkv, sh.hq, sms, ctas_per_sm);
   if (g_min_tokens > 0) config.min_tokens_per_split = g_min_tokens;
+  if (g_flip_fuse) config.fuse_bf16_into_int2 = !config.fuse_bf16_into_int2;
   const auto plan = oscarkv::kernels::PlanDecodeAttention(config, b, bf_tok.data(), i2_tok.data());
 
   std::vector<void*> frees;
@@ -222,10 +229,11 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
     if (ptr) GPU_CHECK(cudaFree(const_cast<void*>(ptr)));
   }
   const double floor_us = bytes / bw * 1e6;
-  std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%d mtok=%3d bf=%5d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s\n",
+  std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%d mtok=%3d bf=%5d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s%s%s\n",
               int2 ? "int2" : "bf16", sh.hq, sh.hkv, sh.d, b, s, ctas_per_sm, config.min_tokens_per_split, bf_tokens,
               plan.num_work(), us,
-              bytes / (us * 1e-6) / 1e9, floor_us, 100.0 * floor_us / us, finite ? "" : "  NON-FINITE OUTPUT");
+              bytes / (us * 1e-6) / 1e9, floor_us, 100.0 * floor_us / us, finite ? "" : "  NON-FINITE OUTPUT",
+              g_flip_fuse ? "  fuse flipped" : "", g_sequential ? "  sequential" : "");
 }
 
 // One demotion case (DemoteToPagesCuda): `tokens` tokens x `heads` bf16 rows of dim d, clipped at
@@ -335,10 +343,15 @@ int main(int argc, char** argv) {
           RunDecode(sh, b, s, true, bw, 3, sms, stream);
           RunDecode(sh, b, s, true, bw, 8, sms, stream);
         }
-        if (s == 8192) {  // variant: one BF16 split per (sequence, KV head) (328 >= 327 tokens)
-          g_min_tokens = 328;
+        if ((b == 32 && s == 8192) || (b == 1 && s == 131072)) {
+          // variant: the other BF16 handling (fused into the INT2 splits or separate splits),
+          // with the default plan's split count
+          g_flip_fuse = true;
           RunDecode(sh, b, s, true, bw, 4, sms, stream);
-          g_min_tokens = 0;
+          g_flip_fuse = false;
+          g_sequential = true;  // variant: unshuffled pages
+          RunDecode(sh, b, s, true, bw, 4, sms, stream);
+          g_sequential = false;
         }
         // Variants that time the tiers apart: the INT2 history alone (no BF16 tier), then the
         // BF16 sink + recent alone (320 tokens, the three-tier plan's BF16 splits).

@@ -1,4 +1,5 @@
 // Decode attention over the paged three-tier cache on the GPU (see decode_attention_cuda.h).
+// bench/NOTES.md ("GPU decode attention and demotion") has the versions and their measurements.
 //
 // Fragment bookkeeping (lane l, r = l / 4, p = l % 4; mma.sync m16n8k16 layouts):
 //   scores  S^T[16 tokens x 8 heads] = K[16 x D] . Q^T[D x 8]: A rows are tokens (row r = row r
@@ -244,6 +245,51 @@ __device__ __forceinline__ void CpAsync16Shared(uint32_t smem, const void* gmem)
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
 }
 
+// BF16 pages read inside an INT2 split (Tier::kInt2WithBf16): K as Bf16Loader, V fragments in
+// the INT2 loader's output-channel order (Int2Loader::OutDim), so that both tiers accumulate into
+// the same P.V registers. Word mt of v[pg][t] holds channels OutDim(mt, r), OutDim(mt, r + 8) of
+// row 2p + t of page pg; VFrag is Bf16Loader's.
+template <int D>
+struct Bf16IntoInt2Loader : Bf16Loader<D> {
+  using Base = Bf16Loader<D>;
+  using Raw = typename Base::Raw;
+  __device__ static void Load(Raw& raw, const uint8_t* u0, const uint8_t* u1, int lane) {
+    const int r = lane >> 2, p = lane & 3;
+    constexpr int kRow = D * 2;
+    constexpr int kV = kPageTokens * kRow;
+    const int koff = r * kRow + p * (D / 2);
+#pragma unroll
+    for (int i = 0; i < Base::kKW / 4; ++i) {
+      const uint4 a = LoadStream(reinterpret_cast<const uint4*>(u0 + koff) + i);
+      const uint4 b = LoadStream(reinterpret_cast<const uint4*>(u1 + koff) + i);
+      raw.k0[4 * i] = a.x; raw.k0[4 * i + 1] = a.y; raw.k0[4 * i + 2] = a.z; raw.k0[4 * i + 3] = a.w;
+      raw.k1[4 * i] = b.x; raw.k1[4 * i + 1] = b.y; raw.k1[4 * i + 2] = b.z; raw.k1[4 * i + 3] = b.w;
+    }
+#pragma unroll
+    for (int pg = 0; pg < 2; ++pg) {
+      const uint8_t* u = pg == 0 ? u0 : u1;
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const uint8_t* row = u + kV + (2 * p + t) * kRow;
+        if constexpr (D == 128) {  // channels 4r + {0..3} + 32q: words 2q, 2q + 1
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const uint2 a = LoadStream(reinterpret_cast<const uint2*>(row + 8 * r + 64 * q));
+            raw.v[pg][t][2 * q] = a.x;
+            raw.v[pg][t][2 * q + 1] = a.y;
+          }
+        } else {  // channels 4(r&3) + 2(r>>2) + {0,1} + 16mt: word mt
+#pragma unroll
+          for (int mt = 0; mt < 4; ++mt) {
+            raw.v[pg][t][mt] = LoadStream(reinterpret_cast<const uint32_t*>(
+                row + 8 * (r & 3) + 4 * (r >> 2) + 32 * mt));
+          }
+        }
+      }
+    }
+  }
+};
+
 // 2^x on the SFU (ex2.approx.ftz: ~2 ulp; 2^-inf = +0).
 __device__ __forceinline__ float Exp2(float x) {
   float y;
@@ -272,6 +318,7 @@ constexpr int kBf16PrefetchPages = 32;
 template <int D>
 struct SplitSmem {
   float q[kMaxHeadsPerCta][D];
+  float qb[kMaxHeadsPerCta][D];  // q rounded to bf16 (the BF16 share of a fused INT2 split)
   float qsum[kMaxHeadsPerCta];  // sum over d of the rounded q of each head
   float m[kWarps][kMaxHeadsPerCta];
   float l[kWarps][kMaxHeadsPerCta];
@@ -280,6 +327,129 @@ struct SplitSmem {
     uint8_t ring[kWarps][kStages][2 * Int2PageUnitBytes(D)];           // INT2 main loop
   } u;
 };
+
+// Online-softmax state of one warp in RunSplit (per lane: heads 2p, 2p + 1 of rows r, r + 8),
+// and one softmax step over KT 16-token tiles for loader LL: token of row r of tile t is
+// tok_base + (tile0 + t) * 16 + r; tokens at or past `tend` are masked out. A fused INT2 split
+// runs steps of both loaders on the same state.
+template <int D>
+struct WarpSoftmax {
+  static constexpr int kMt = D / 16;  // k-steps of the score MMA and m-tiles of the P.V MMA
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, c0 = 0.0f, c1 = 0.0f;
+  float o[kMt][4];
+  float e0 = 0.0f, e1 = 0.0f;  // sc_log2 * sum(q) of heads 2p, 2p+1 (the INT2 min term)
+  float sc_log2;
+  int r, lane;
+  __device__ __forceinline__ WarpSoftmax(float sc, int ln) : sc_log2(sc), r(ln >> 2), lane(ln) {
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+  }
+  template <class LL, int KT>
+  __device__ __forceinline__ void Step(const typename LL::Raw (&raw)[KT],
+                                       const uint32_t (&qf)[kMt][2], int tok_base, int tile0,
+                                       int tend) {
+    float s[KT][4];
+#pragma unroll
+    for (int t = 0; t < KT; ++t) {
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int ks = 0; ks < kMt; ++ks) {
+        uint32_t a[4];
+        LL::KFrag(raw[t], ks, a);
+        if constexpr (LL::kHalfQk) {
+          MmaHalf(acc, a, qf[ks][0], qf[ks][1]);
+        } else {
+          MmaBf16(acc, a, qf[ks][0], qf[ks][1]);
+        }
+      }
+      const int tok = tok_base + (tile0 + t) * 16 + r;
+      float aa, ba, ab, bb;
+      LL::ScoreAB(raw[t], 0, sc_log2, aa, ba);
+      LL::ScoreAB(raw[t], 1, sc_log2, ab, bb);
+      const bool va = tok < tend, vb = tok + 8 < tend;
+      s[t][0] = va ? fmaf(aa, acc[0], ba * e0) : -INFINITY;
+      s[t][1] = va ? fmaf(aa, acc[1], ba * e1) : -INFINITY;
+      s[t][2] = vb ? fmaf(ab, acc[2], bb * e0) : -INFINITY;
+      s[t][3] = vb ? fmaf(ab, acc[3], bb * e1) : -INFINITY;
+    }
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int t = 0; t < KT; ++t) {
+      mx0 = fmaxf(mx0, fmaxf(s[t][0], s[t][2]));
+      mx1 = fmaxf(mx1, fmaxf(s[t][1], s[t][3]));
+    }
+    mx0 = WarpMaxOverRows(mx0);
+    mx1 = WarpMaxOverRows(mx1);
+    const float ms0 = mx0 == -INFINITY ? 0.0f : mx0;
+    const float ms1 = mx1 == -INFINITY ? 0.0f : mx1;
+    const float al0 = Exp2(m0 - ms0), al1 = Exp2(m1 - ms1);
+    m0 = mx0;
+    m1 = mx1;
+    l0 *= al0; l1 *= al1; c0 *= al0; c1 *= al1;
+    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {  // the max moved: rescale
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        o[mt][0] *= al0; o[mt][1] *= al1; o[mt][2] *= al0; o[mt][3] *= al1;
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < KT; ++t) {
+      const int tok = tok_base + (tile0 + t) * 16 + r;
+      const bool va = tok < tend, vb = tok + 8 < tend;
+      const float p0 = Exp2(s[t][0] - ms0), p1 = Exp2(s[t][1] - ms1);
+      const float p2 = Exp2(s[t][2] - ms0), p3 = Exp2(s[t][3] - ms1);
+      l0 += p0 + p2;
+      l1 += p1 + p3;
+      uint32_t x0, x1;
+      if constexpr (LL::kHasCorr) {
+        float mula, adda, mulb, addb;
+        LL::VParams(raw[t], 0, mula, adda);
+        LL::VParams(raw[t], 1, mulb, addb);
+        if (!va) { mula = 0.0f; adda = 0.0f; }
+        if (!vb) { mulb = 0.0f; addb = 0.0f; }
+        x0 = PackHalf2(p0 * mula, p1 * mula);
+        x1 = PackHalf2(p2 * mulb, p3 * mulb);
+        c0 = fmaf(p0, adda, fmaf(p2, addb, c0));
+        c1 = fmaf(p1, adda, fmaf(p3, addb, c1));
+      } else {
+        x0 = PackBf16x2(p0, p1);
+        x1 = PackBf16x2(p2, p3);
+      }
+      const uint32_t b0 = MoveMatrixTrans(x0), b1 = MoveMatrixTrans(x1);
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        uint32_t a[4];
+        LL::VFrag(raw[t], mt, lane, a);
+        if constexpr (LL::kHalfPv) {
+          MmaHalf(o[mt], a, b0, b1);
+        } else {
+          MmaBf16(o[mt], a, b0, b1);
+        }
+      }
+    }
+  }
+};
+
+// Q fragments of the score MMA for loader LL (its channel order, scale and rounding) from q staged
+// in shared memory.
+template <class LL, int D>
+__device__ __forceinline__ void BuildQFrags(const float (&qs)[kMaxHeadsPerCta][D], int r, int pq,
+                                            uint32_t (&qf)[D / 16][2]) {
+  constexpr int kMt = D / 16;
+#pragma unroll
+  for (int ks = 0; ks < kMt; ++ks) {
+    const float f = LL::QScale(ks);  // a power of two
+    const float x0 = qs[r][LL::QDim(ks, 2 * pq)] * f, x1 = qs[r][LL::QDim(ks, 2 * pq + 1)] * f;
+    const float x2 = qs[r][LL::QDim(ks, 2 * pq + 8)] * f, x3 = qs[r][LL::QDim(ks, 2 * pq + 9)] * f;
+    if constexpr (LL::kHalfQk) {
+      qf[ks][0] = PackHalf2(x0, x1);
+      qf[ks][1] = PackHalf2(x2, x3);
+    } else {
+      qf[ks][0] = PackBf16x2(x0, x1);
+      qf[ks][1] = PackBf16x2(x2, x3);
+    }
+  }
+}
 
 // One split of one tier for one (KV head, <= 8 query heads). kTiles 16-token tiles per softmax
 // step. BF16: warps take interleaved steps, registers loaded straight from global memory. INT2:
@@ -361,12 +531,27 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     }
     CpAsyncCommit();
   };
+  // The BF16 share of a fused INT2 split (Tier::kInt2WithBf16), tokens [fb, fe) of the BF16 tier.
+  int fb = 0, fe = 0;
   if constexpr (kRing) {
     pb_cur = load_batch(0);
-    pb_next = load_batch(1);
 #pragma unroll
-    for (int t = 0; t < kStages; t += kTiles) issue(t);
-    } else {
+    for (int t = 0; t < kStages; t += kTiles) issue(t);  // tiles 0..7: batch 0 only
+    if (item.tier == static_cast<int32_t>(Tier::kInt2WithBf16)) {
+      const int w0 = p.seq_work_indptr[item.seq];
+      FusedBf16Range(blockIdx.x - w0, p.seq_work_indptr[item.seq + 1] - w0,
+                     p.bf16.seq_tokens != nullptr ? p.bf16.seq_tokens[item.seq] : 0, &fb, &fe);
+      // Ask L2 for the share's pages now (at most a few tiles), like a BF16 split does.
+      constexpr int kLines = static_cast<int>(Bf16PageUnitBytes(D)) / 128;
+      const int32_t* bpages = p.bf16.page_indices + p.bf16.page_indptr[item.seq] + fb / kPageTokens;
+      const uint8_t* bbase = p.bf16.pool + static_cast<int64_t>(kvh) * p.bf16.head_stride_bytes;
+      const int np = min(kBf16PrefetchPages, (fe - fb + kPageTokens - 1) / kPageTokens);
+      for (int i = tid; i < np * kLines; i += kThreads) {
+        const int32_t pg = __ldg(bpages + i / kLines);
+        PrefetchL2(bbase + static_cast<int64_t>(pg) * p.bf16.page_stride_bytes + 128 * (i % kLines));
+      }
+    }
+  } else {
     // BF16 (register loads, no ring): ask L2 for the split's first kBf16PrefetchPages pages now,
     // so the q staging overlaps their DRAM latency and the per-tile loads below hit L2.
     constexpr int kUnitB = static_cast<int>(Bf16PageUnitBytes(D));
@@ -386,8 +571,10 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     float part = 0.0f;
 #pragma unroll
     for (int d = lane; d < D; d += 32) {
-      const float v = L::RoundQ(h < nh ? q[(qh0 + h) * D + d] : 0.0f);
+      const float x = h < nh ? q[(qh0 + h) * D + d] : 0.0f;
+      const float v = L::RoundQ(x);
       sm.q[h][d] = v;
+      if constexpr (kRing) sm.qb[h][d] = Bf16Loader<D>::RoundQ(x);
       part += v;
     }
     part += __shfl_xor_sync(0xffffffffu, part, 16);
@@ -398,116 +585,41 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     if (lane == 0) sm.qsum[h] = part;
   }
   __syncthreads();
-  uint32_t qf[kMt][2];
-#pragma unroll
-  for (int ks = 0; ks < kMt; ++ks) {
-    const float f = L::QScale(ks);  // a power of two
-    const float x0 = sm.q[r][L::QDim(ks, 2 * pq)] * f, x1 = sm.q[r][L::QDim(ks, 2 * pq + 1)] * f;
-    const float x2 = sm.q[r][L::QDim(ks, 2 * pq + 8)] * f, x3 = sm.q[r][L::QDim(ks, 2 * pq + 9)] * f;
-    if constexpr (L::kHalfQk) {
-      qf[ks][0] = PackHalf2(x0, x1);
-      qf[ks][1] = PackHalf2(x2, x3);
-    } else {
-      qf[ks][0] = PackBf16x2(x0, x1);
-      qf[ks][1] = PackBf16x2(x2, x3);
-    }
-  }
-  float e0 = 0.0f, e1 = 0.0f;  // sc_log2 * sum(q) of heads 2pq, 2pq+1
+  WarpSoftmax<D> st(sc_log2, lane);
   if constexpr (L::kHasCorr) {
-    e0 = sm.qsum[2 * pq] * sc_log2;
-    e1 = sm.qsum[2 * pq + 1] * sc_log2;
+    st.e0 = sm.qsum[2 * pq] * sc_log2;
+    st.e1 = sm.qsum[2 * pq + 1] * sc_log2;
   }
-
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, c0 = 0.0f, c1 = 0.0f;
-  float o[kMt][4];
-#pragma unroll
-  for (int mt = 0; mt < kMt; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
-
-  // Softmax step over tiles tile0 .. tile0 + kTiles - 1 (absolute in the split); tokens at or past
-  // `tend` are masked out.
-  auto compute = [&](const Raw (&raw)[kTiles], int tile0, int tend) {
-    float s[kTiles][4];
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t) {
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int ks = 0; ks < kMt; ++ks) {
-        uint32_t a[4];
-        L::KFrag(raw[t], ks, a);
-        if constexpr (L::kHalfQk) {
-          MmaHalf(acc, a, qf[ks][0], qf[ks][1]);
-        } else {
-          MmaBf16(acc, a, qf[ks][0], qf[ks][1]);
-        }
-      }
-      const int tok = tb + (tile0 + t) * 16 + r;
-      float aa, ba, ab, bb;
-      L::ScoreAB(raw[t], 0, sc_log2, aa, ba);
-      L::ScoreAB(raw[t], 1, sc_log2, ab, bb);
-      const bool va = tok < tend, vb = tok + 8 < tend;
-      s[t][0] = va ? fmaf(aa, acc[0], ba * e0) : -INFINITY;
-      s[t][1] = va ? fmaf(aa, acc[1], ba * e1) : -INFINITY;
-      s[t][2] = vb ? fmaf(ab, acc[2], bb * e0) : -INFINITY;
-      s[t][3] = vb ? fmaf(ab, acc[3], bb * e1) : -INFINITY;
-    }
-    float mx0 = m0, mx1 = m1;
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t) {
-      mx0 = fmaxf(mx0, fmaxf(s[t][0], s[t][2]));
-      mx1 = fmaxf(mx1, fmaxf(s[t][1], s[t][3]));
-    }
-    mx0 = WarpMaxOverRows(mx0);
-    mx1 = WarpMaxOverRows(mx1);
-    const float ms0 = mx0 == -INFINITY ? 0.0f : mx0;
-    const float ms1 = mx1 == -INFINITY ? 0.0f : mx1;
-    const float al0 = Exp2(m0 - ms0), al1 = Exp2(m1 - ms1);
-    m0 = mx0;
-    m1 = mx1;
-    l0 *= al0; l1 *= al1; c0 *= al0; c1 *= al1;
-    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {  // the max moved: rescale
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        o[mt][0] *= al0; o[mt][1] *= al1; o[mt][2] *= al0; o[mt][3] *= al1;
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t) {
-      const int tok = tb + (tile0 + t) * 16 + r;
-      const bool va = tok < tend, vb = tok + 8 < tend;
-      const float p0 = Exp2(s[t][0] - ms0), p1 = Exp2(s[t][1] - ms1);
-      const float p2 = Exp2(s[t][2] - ms0), p3 = Exp2(s[t][3] - ms1);
-      l0 += p0 + p2;
-      l1 += p1 + p3;
-      uint32_t x0, x1;
-      if constexpr (L::kHasCorr) {
-        float mula, adda, mulb, addb;
-        L::VParams(raw[t], 0, mula, adda);
-        L::VParams(raw[t], 1, mulb, addb);
-        if (!va) { mula = 0.0f; adda = 0.0f; }
-        if (!vb) { mulb = 0.0f; addb = 0.0f; }
-        x0 = PackHalf2(p0 * mula, p1 * mula);
-        x1 = PackHalf2(p2 * mulb, p3 * mulb);
-        c0 = fmaf(p0, adda, fmaf(p2, addb, c0));
-        c1 = fmaf(p1, adda, fmaf(p3, addb, c1));
-      } else {
-        x0 = PackBf16x2(p0, p1);
-        x1 = PackBf16x2(p2, p3);
-      }
-      const uint32_t b0 = MoveMatrixTrans(x0), b1 = MoveMatrixTrans(x1);
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        uint32_t a[4];
-        L::VFrag(raw[t], mt, lane, a);
-        if constexpr (L::kHalfPv) {
-          MmaHalf(o[mt], a, b0, b1);
-        } else {
-          MmaBf16(o[mt], a, b0, b1);
-        }
-      }
-    }
-  };
 
   if constexpr (kRing) {
+    if (fe > fb) {  // the BF16 share of a fused split first (CTA-uniform), while the ring fills
+      using BL = Bf16IntoInt2Loader<D>;
+      uint32_t qfb[kMt][2];
+      BuildQFrags<BL, D>(sm.qb, r, pq, qfb);
+      const int32_t* bpages = p.bf16.page_indices + p.bf16.page_indptr[item.seq];
+      const uint8_t* bbase = p.bf16.pool + static_cast<int64_t>(kvh) * p.bf16.head_stride_bytes;
+      const int nbt = (fe - fb + 15) / 16;
+      for (int it = warp; it < nbt; it += kWarps) {
+        typename BL::Raw raw[1];
+        const int tok0 = fb + it * 16;
+        const int pg = tok0 / kPageTokens;
+        const int32_t i0 = __ldg(bpages + pg);
+        const int32_t i1 = tok0 + 8 < fe ? __ldg(bpages + pg + 1) : i0;
+        BL::Load(raw[0], bbase + static_cast<int64_t>(i0) * p.bf16.page_stride_bytes,
+                 bbase + static_cast<int64_t>(i1) * p.bf16.page_stride_bytes, lane);
+        BL::ZeroInvalidV(raw[0], tok0, fe, lane);
+        st.template Step<BL, 1>(raw, qfb, fb, it, fe);
+      }
+      // The INT2 accumulator of m-tile mt holds o / OutScale(mt) (a power of two): rescale.
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        const float f = 1.0f / L::OutScale(mt);
+        st.o[mt][0] *= f; st.o[mt][1] *= f; st.o[mt][2] *= f; st.o[mt][3] *= f;
+      }
+    }
+    uint32_t qf[kMt][2];
+    BuildQFrags<L, D>(sm.q, r, pq, qf);
+    pb_next = load_batch(1);
     const int tend = min(te, tb + 16 * t_end);
     for (int t = 0; t < nmy; t += kTiles) {
       CpAsyncWait<kStages / kTiles - 1>();
@@ -520,10 +632,12 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
       }
       __syncwarp();
       issue(t + kStages);
-      compute(raw, t_begin + t, tend);
+      st.template Step<L, kTiles>(raw, qf, tb, t_begin + t, tend);
     }
     CpAsyncWait<0>();
   } else {
+    uint32_t qf[kMt][2];
+    BuildQFrags<L, D>(sm.q, r, pq, qf);
     const int niters = (ntiles + kTiles - 1) / kTiles;
     for (int it = warp; it < niters; it += kWarps) {
       Raw raw[kTiles];
@@ -537,32 +651,32 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
                 base + static_cast<int64_t>(i1) * tab.page_stride_bytes, lane);
         L::ZeroInvalidV(raw[t], tok0, te, lane);
       }
-      compute(raw, it * kTiles, te);
+      st.template Step<L, kTiles>(raw, qf, tb, it * kTiles, te);
     }
   }
 
   // Warp totals: row sums and corrections are per-lane partials over the lane's tokens.
-  l0 = WarpSumOverRows(l0);
-  l1 = WarpSumOverRows(l1);
+  st.l0 = WarpSumOverRows(st.l0);
+  st.l1 = WarpSumOverRows(st.l1);
   if constexpr (L::kHasCorr) {
-    c0 = WarpSumOverRows(c0);
-    c1 = WarpSumOverRows(c1);
+    st.c0 = WarpSumOverRows(st.c0);
+    st.c1 = WarpSumOverRows(st.c1);
   }
   __syncthreads();  // the ring (INT2) aliases sm.u.o
   if (r == 0) {
-    sm.m[warp][2 * pq] = m0;
-    sm.m[warp][2 * pq + 1] = m1;
-    sm.l[warp][2 * pq] = l0;
-    sm.l[warp][2 * pq + 1] = l1;
+    sm.m[warp][2 * pq] = st.m0;
+    sm.m[warp][2 * pq + 1] = st.m1;
+    sm.l[warp][2 * pq] = st.l0;
+    sm.l[warp][2 * pq + 1] = st.l1;
   }
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
     const int d0 = L::OutDim(mt, r), d1 = L::OutDim(mt, r + 8);
     const float f = L::OutScale(mt);
-    sm.u.o[warp][2 * pq][d0] = fmaf(o[mt][0], f, c0);
-    sm.u.o[warp][2 * pq + 1][d0] = fmaf(o[mt][1], f, c1);
-    sm.u.o[warp][2 * pq][d1] = fmaf(o[mt][2], f, c0);
-    sm.u.o[warp][2 * pq + 1][d1] = fmaf(o[mt][3], f, c1);
+    sm.u.o[warp][2 * pq][d0] = fmaf(st.o[mt][0], f, st.c0);
+    sm.u.o[warp][2 * pq + 1][d0] = fmaf(st.o[mt][1], f, st.c1);
+    sm.u.o[warp][2 * pq][d1] = fmaf(st.o[mt][2], f, st.c0);
+    sm.u.o[warp][2 * pq + 1][d1] = fmaf(st.o[mt][3], f, st.c1);
   }
   __syncthreads();
   for (int i = tid; i < nh * D; i += kThreads) {
@@ -716,16 +830,21 @@ DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_h
   const int group = num_q_heads / std::max(1, num_kv_heads);
   const int head_ctas = std::max(1, num_seqs * num_kv_heads *
                                         ((group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta));
-  // One wave of INT2 CTAs: stage 1 runs ctas_per_sm CTAs per SM (its occupancy). The few short
-  // BF16 CTAs (sink + recent) come first in block order (the plan lists a sequence's BF16 splits
-  // before its INT2 splits), so the INT2 CTAs that do not fit at first start when they finish.
+  // One wave of INT2 CTAs: stage 1 runs ctas_per_sm CTAs per SM (its occupancy).
   const int target = std::max(1, num_sms * ctas_per_sm);
   DecodePlanConfig config;
   int splits = target / head_ctas;
-  // Leave room in the wave for the (short) BF16 splits, 2 per (sequence, KV head), when that
-  // costs few INT2 CTAs (<= 1/8); otherwise a few INT2 CTAs would form a second, partial wave.
-  // (With fewer splits, dropping 2 would idle SMs: measured slower at B=8 and B=32.)
-  if (splits >= 16) splits -= 2;
+  if (splits >= 16) {
+    // Few (sequence, KV head) pairs (batch 1-4 at long context): leave room in the wave for the
+    // short BF16 splits, 2 per pair, at a cost of <= 1/8 of the INT2 splits. (H200, B=1 128k
+    // D=128: 41.5 us this way, 43.9 us fused: the CTAs that get a BF16 share form a tail.)
+    splits -= 2;
+  } else {
+    // Many pairs: the BF16 tier (sink + recent) is shared out among each sequence's INT2 splits
+    // (Tier::kInt2WithBf16) instead of 2 BF16 CTAs per pair that wait for slots and delay INT2
+    // CTAs. (H200, B=32 8k D=128: 80.5 us fused, 98.6 us with BF16 splits.)
+    config.fuse_bf16_into_int2 = true;
+  }
   config.max_splits_per_tier = std::clamp(splits, 1, 512);
   config.min_tokens_per_split = 256;
   return config;

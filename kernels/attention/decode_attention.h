@@ -85,16 +85,35 @@ struct PagedTierTable {
   int64_t head_stride_bytes = 0;          // bytes between KV heads h and h+1 inside a page
 };
 
-enum class Tier : int32_t { kBf16 = 0, kInt2 = 1 };
+// kInt2WithBf16: an INT2 split that also attends its share of the sequence's BF16 tier (plans
+// made with DecodePlanConfig::fuse_bf16_into_int2): item k of the sequence's n items takes BF16
+// tokens [16 * (k * nt / n), min(nb, 16 * ((k + 1) * nt / n))), nb the sequence's BF16 tokens and
+// nt = ceil(nb / 16) (whole 16-token tiles, integer division); see FusedBf16Range. All items of
+// such a sequence are kInt2WithBf16.
+enum class Tier : int32_t { kBf16 = 0, kInt2 = 1, kInt2WithBf16 = 2 };
 
 // One split: tokens [token_begin, token_end) of one tier of one sequence (tier-local positions;
-// token_begin is a multiple of kPageTokens). Covers all KV heads.
+// token_begin is a multiple of kPageTokens). Covers all KV heads. For kInt2WithBf16 the range is
+// INT2 tokens, and the BF16 share follows from the item's place in its sequence (above).
 struct DecodeWorkItem {
   int32_t seq;
   int32_t tier;  // Tier
   int32_t token_begin;
   int32_t token_end;
 };
+
+// The BF16 share of fused item k of n (Tier::kInt2WithBf16) of a sequence with bf16_tokens BF16
+// tokens: [*begin, *end), possibly empty. Written for host and device code alike.
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+inline void FusedBf16Range(int k, int n, int bf16_tokens, int* begin, int* end) {
+  const int nt = (bf16_tokens + 15) / 16;
+  const int b = 16 * (k * nt / n);
+  const int e = 16 * ((k + 1) * nt / n);
+  *begin = b < bf16_tokens ? b : bf16_tokens;
+  *end = e < bf16_tokens ? e : bf16_tokens;
+}
 
 // How the planner splits the sequence (STYLE habit 7: plan once per batch shape).
 struct DecodePlanConfig {
@@ -105,6 +124,11 @@ struct DecodePlanConfig {
   // When > 0, every split has exactly this many tokens (rounded up to a page; the last split of a
   // tier takes the rest) and max_splits_per_tier is ignored. For tests and benchmarks. Default: 0.
   int fixed_tokens_per_split = 0;
+  // When true, a sequence with both INT2 and BF16 tokens gets no BF16 splits: its INT2 splits are
+  // Tier::kInt2WithBf16 items that share out its BF16 tokens (the GPU kernel reads them while its
+  // first INT2 tiles are in flight, and no short BF16 work items wait for a CTA slot). Sequences
+  // without INT2 tokens keep BF16 splits. Default: false.
+  bool fuse_bf16_into_int2 = false;
 };
 
 // The work split of one batch shape. Host value; the caller copies `work` and `seq_work_indptr`

@@ -8,7 +8,9 @@
 //   the GQA group; scores and P.V run on tensor cores (mma.sync m16n8k16). INT2 codes are turned
 //   into MMA operands in registers (1 + c/4 trick, kernels/common/cuda_utils.cuh) and the
 //   per-token scale/min are applied to the 16x8 score tile and folded into P; BF16 history is never
-//   materialised. BF16 pages use the same kernel template with a BF16 loader.
+//   materialised. BF16 pages use the same kernel template with a BF16 loader. A
+//   Tier::kInt2WithBf16 item (fused plan) first attends its share of the BF16 tier with register
+//   loads while its first INT2 tiles are in flight, into the same softmax state.
 //   stage 2: log-sum-exp merge of each sequence's splits into out / out_lse.
 // Numerics: q is rounded to bf16 for the score MMA; P is rounded to fp16 (INT2) or bf16 (BF16) for
 // the P.V MMA; accumulation is fp32. Expected error vs the CPU reference: ~1e-3 relative.
@@ -27,7 +29,9 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
 
 // A plan config that fills the GPU in one wave: about `ctas_per_sm` * num_sms stage-1 CTAs (the
 // kernel's occupancy is 4 per SM) when the batch alone does not fill the chip (batch 1, long
-// context), assuming the BF16 tier holds sink + recent (<= 2 splits of 256 tokens). Default: 4.
+// context), assuming the BF16 tier holds sink + recent (<= 2 splits of 256 tokens): then the wave
+// keeps room for the BF16 splits. With many (sequence, KV head) pairs (fewer than 16 INT2 splits
+// each) the BF16 tier is fused into the INT2 splits instead (fuse_bf16_into_int2). Default: 4.
 DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads,
                                      int num_sms, int ctas_per_sm = 4);
 

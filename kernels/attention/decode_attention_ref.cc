@@ -76,53 +76,77 @@ struct RowState {
   float l;
 };
 
-// Stage 1 for one work item: all KV heads, all query heads of each group.
+// Attends the query heads of one KV head over tokens [begin, end) of one tier of sequence `seq`,
+// continuing the online-softmax states st[g] and accumulators acc[g][D].
 template <typename Loader>
-void RunSplit(const DecodeAttentionParams& p, const PagedTierTable& table,
-              const DecodeWorkItem& w, int work_index, const Loader& load) {
+void AttendRange(const DecodeAttentionParams& p, const PagedTierTable& table, int seq, int kvh,
+                 int begin, int end, const Loader& load, std::vector<float>& acc,
+                 std::vector<RowState>& st) {
   const int d = p.head_dim;
   const int g = p.num_q_heads / p.num_kv_heads;
-  const int32_t* pages = table.page_indices + table.page_indptr[w.seq];
+  const int32_t* pages = table.page_indices + table.page_indptr[seq];
   float k[kPageTokens * 256];  // rows of one page, D <= 256 (validated)
   float v[kPageTokens * 256];
   float s[kPageTokens];
+  const float* q0 = p.q + seq * p.q_seq_stride + static_cast<int64_t>(kvh) * g * d;
+  for (int t = begin; t < end;) {
+    const int page = pages[t / kPageTokens];
+    const int row_begin = t % kPageTokens;
+    const int row_end = std::min(kPageTokens, row_begin + (end - t));
+    const uint8_t* unit = table.pool + page * table.page_stride_bytes +
+                          static_cast<int64_t>(kvh) * table.head_stride_bytes;
+    load(unit, row_begin, row_end, k, v);
+    const int n = row_end - row_begin;
+    for (int hh = 0; hh < g; ++hh) {
+      const float* q = q0 + static_cast<int64_t>(hh) * d;
+      float m_new = st[hh].m;
+      for (int r = 0; r < n; ++r) {
+        float dot = 0.0f;
+        const float* kr = k + static_cast<int64_t>(r) * d;
+        for (int c = 0; c < d; ++c) dot += q[c] * kr[c];
+        s[r] = dot * p.sm_scale;
+        m_new = std::max(m_new, s[r]);
+      }
+      const float rescale = std::exp(st[hh].m - m_new);  // exp(-inf) = 0 on the first page
+      float* a = acc.data() + static_cast<int64_t>(hh) * d;
+      float l = st[hh].l * rescale;
+      for (int c = 0; c < d; ++c) a[c] *= rescale;
+      for (int r = 0; r < n; ++r) {
+        const float pr = std::exp(s[r] - m_new);
+        l += pr;
+        const float* vr = v + static_cast<int64_t>(r) * d;
+        for (int c = 0; c < d; ++c) a[c] += pr * vr[c];
+      }
+      st[hh] = {m_new, l};
+    }
+    t += n;
+  }
+}
+
+// Stage 1 for one work item: all KV heads, all query heads of each group.
+void RunSplit(const DecodeAttentionParams& p, const DecodeWorkItem& w, int work_index) {
+  const int d = p.head_dim;
+  const int g = p.num_q_heads / p.num_kv_heads;
+  const Bf16RowLoader bf16_loader{d};
+  const Int2RowLoader int2_loader{d};
+  const bool bf16 = w.tier == static_cast<int32_t>(Tier::kBf16);
+  // The BF16 share of a fused INT2 item.
+  int fb = 0, fe = 0;
+  if (w.tier == static_cast<int32_t>(Tier::kInt2WithBf16)) {
+    const int k = work_index - p.seq_work_indptr[w.seq];
+    const int n = p.seq_work_indptr[w.seq + 1] - p.seq_work_indptr[w.seq];
+    FusedBf16Range(k, n, p.bf16.seq_tokens == nullptr ? 0 : p.bf16.seq_tokens[w.seq], &fb, &fe);
+  }
   std::vector<float> acc(static_cast<size_t>(g) * d);
   std::vector<RowState> st(g);
   for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (auto& x : st) x = {kNegInf, 0.0f};
-    const float* q0 = p.q + w.seq * p.q_seq_stride + static_cast<int64_t>(kvh) * g * d;
-    for (int t = w.token_begin; t < w.token_end;) {
-      const int page = pages[t / kPageTokens];
-      const int row_begin = t % kPageTokens;
-      const int row_end = std::min(kPageTokens, row_begin + (w.token_end - t));
-      const uint8_t* unit = table.pool + page * table.page_stride_bytes +
-                            static_cast<int64_t>(kvh) * table.head_stride_bytes;
-      load(unit, row_begin, row_end, k, v);
-      const int n = row_end - row_begin;
-      for (int hh = 0; hh < g; ++hh) {
-        const float* q = q0 + static_cast<int64_t>(hh) * d;
-        float m_new = st[hh].m;
-        for (int r = 0; r < n; ++r) {
-          float dot = 0.0f;
-          const float* kr = k + static_cast<int64_t>(r) * d;
-          for (int c = 0; c < d; ++c) dot += q[c] * kr[c];
-          s[r] = dot * p.sm_scale;
-          m_new = std::max(m_new, s[r]);
-        }
-        const float rescale = std::exp(st[hh].m - m_new);  // exp(-inf) = 0 on the first page
-        float* a = acc.data() + static_cast<int64_t>(hh) * d;
-        float l = st[hh].l * rescale;
-        for (int c = 0; c < d; ++c) a[c] *= rescale;
-        for (int r = 0; r < n; ++r) {
-          const float pr = std::exp(s[r] - m_new);
-          l += pr;
-          const float* vr = v + static_cast<int64_t>(r) * d;
-          for (int c = 0; c < d; ++c) a[c] += pr * vr[c];
-        }
-        st[hh] = {m_new, l};
-      }
-      t += n;
+    if (bf16) {
+      AttendRange(p, p.bf16, w.seq, kvh, w.token_begin, w.token_end, bf16_loader, acc, st);
+    } else {
+      AttendRange(p, p.bf16, w.seq, kvh, fb, fe, bf16_loader, acc, st);
+      AttendRange(p, p.int2, w.seq, kvh, w.token_begin, w.token_end, int2_loader, acc, st);
     }
     for (int hh = 0; hh < g; ++hh) {
       const int qh = kvh * g + hh;
@@ -174,10 +198,14 @@ DecodePlan PlanDecodeAttention(const DecodePlanConfig& config, int num_seqs,
   const int min_chunk = RoundUpToPage(std::max(1, config.min_tokens_per_split));
   const int max_splits = std::max(1, config.max_splits_per_tier);
   for (int b = 0; b < num_seqs; ++b) {
+    const bool fused = config.fuse_bf16_into_int2 && int2_tokens != nullptr && int2_tokens[b] > 0 &&
+                       bf16_tokens != nullptr && bf16_tokens[b] > 0;
     for (int tier = 0; tier < 2; ++tier) {
       const int32_t* tokens = tier == 0 ? bf16_tokens : int2_tokens;
       const int n = tokens == nullptr ? 0 : tokens[b];
-      if (n <= 0) continue;
+      if (n <= 0 || (fused && tier == 0)) continue;
+      const int32_t tier_tag =
+          fused ? static_cast<int32_t>(Tier::kInt2WithBf16) : static_cast<int32_t>(tier);
       int chunk;
       if (config.fixed_tokens_per_split > 0) {
         chunk = RoundUpToPage(config.fixed_tokens_per_split);
@@ -185,7 +213,7 @@ DecodePlan PlanDecodeAttention(const DecodePlanConfig& config, int num_seqs,
         chunk = std::max(min_chunk, RoundUpToPage((n + max_splits - 1) / max_splits));
       }
       for (int begin = 0; begin < n; begin += chunk) {
-        plan.work.push_back({b, tier, begin, std::min(n, begin + chunk)});
+        plan.work.push_back({b, tier_tag, begin, std::min(n, begin + chunk)});
       }
     }
     plan.seq_work_indptr.push_back(static_cast<int32_t>(plan.work.size()));
@@ -223,7 +251,11 @@ const char* ValidateDecodeAttentionParams(const DecodeAttentionParams& p) {
     for (int i = p.seq_work_indptr[b]; i < p.seq_work_indptr[b + 1]; ++i) {
       const DecodeWorkItem& w = p.work[i];
       const PagedTierTable& t = w.tier == static_cast<int32_t>(Tier::kBf16) ? p.bf16 : p.int2;
-      if (w.seq != b || (w.tier != 0 && w.tier != 1)) return "work item: wrong seq or tier";
+      if (w.seq != b || w.tier < 0 || w.tier > 2) return "work item: wrong seq or tier";
+      const bool fused = w.tier == static_cast<int32_t>(Tier::kInt2WithBf16);
+      if (fused != (p.work[p.seq_work_indptr[b]].tier == static_cast<int32_t>(Tier::kInt2WithBf16))) {
+        return "work item: a sequence mixes kInt2WithBf16 items with other tiers";
+      }
       const int n = t.seq_tokens == nullptr ? 0 : t.seq_tokens[b];
       if (w.token_begin < 0 || w.token_begin % kPageTokens != 0 || w.token_end > n ||
           w.token_begin > w.token_end) {
@@ -270,16 +302,7 @@ void MergeDecodePartialsRef(const DecodeAttentionParams& p) {
 
 const char* DecodeAttentionRef(const DecodeAttentionParams& p) {
   if (const char* e = ValidateDecodeAttentionParams(p)) return e;
-  const Bf16RowLoader bf16_loader{p.head_dim};
-  const Int2RowLoader int2_loader{p.head_dim};
-  for (int i = 0; i < p.num_work; ++i) {
-    const DecodeWorkItem& w = p.work[i];
-    if (w.tier == static_cast<int32_t>(Tier::kBf16)) {
-      RunSplit(p, p.bf16, w, i, bf16_loader);
-    } else {
-      RunSplit(p, p.int2, w, i, int2_loader);
-    }
-  }
+  for (int i = 0; i < p.num_work; ++i) RunSplit(p, p.work[i], i);
   MergeDecodePartialsRef(p);
   return nullptr;
 }

@@ -1,7 +1,9 @@
 // GPU decode attention (DecodeAttentionCuda) against the CPU reference (DecodeAttentionRef) and
 // a float64 reference, on fresh random paged pools: shuffled physical pages, partial last pages
 // whose unused rows hold NaN (they must never reach the output), GQA groups of 4 and 3,
-// head_dim 128 and 64, one and several sequences, few and many splits. Outputs are poisoned with
+// head_dim 128 and 64, one and several sequences, few and many splits, plans with the BF16 tier
+// fused into the INT2 splits (sequences without INT2 history keep BF16 splits) and with separate
+// BF16 splits, by GpuDecodePlanConfig's choice and forced. Outputs are poisoned with
 // NaN before each run. Exit 0 = pass, 1 = fail, 77 = no GPU.
 #include <cuda_runtime.h>
 
@@ -35,6 +37,9 @@ struct Case {
   std::vector<int32_t> bf16_tokens, int2_tokens;
   int fixed_split;  // 0 = GpuDecodePlanConfig
   float q_scale;
+  // 0: GpuDecodePlanConfig's choice; 1: BF16 tier fused into the INT2 splits; -1: separate
+  // BF16 splits (DecodePlanConfig::fuse_bf16_into_int2).
+  int fuse = 0;
 };
 
 struct Tier {
@@ -166,6 +171,7 @@ bool RunCase(const Case& c, uint64_t seed) {
   GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   kernels::DecodePlanConfig config = kernels::GpuDecodePlanConfig(b, c.hkv, c.hq, sms);
   if (c.fixed_split > 0) config.fixed_tokens_per_split = c.fixed_split;
+  if (c.fuse != 0) config.fuse_bf16_into_int2 = c.fuse > 0;
   const kernels::DecodePlan plan =
       kernels::PlanDecodeAttention(config, b, c.bf16_tokens.data(), c.int2_tokens.data());
 
@@ -280,11 +286,24 @@ int main(int argc, char** argv) {
       {"d128 g4 b1 long", 32, 8, 128, {320}, {6000}, 0, 1.0f},
       {"d128 g4 b1 hot q", 32, 8, 128, {300}, {3001}, 0, 4.0f},
       {"d128 g4 b3 fixed40", 32, 8, 128, {64, 263, 100}, {1000, 8, 0}, 40, 2.0f},
+      {"d128 g4 b3 fixed40 fused", 32, 8, 128, {64, 263, 100}, {1000, 8, 0}, 40, 2.0f, 1},
       {"d64 g3 b4", 9, 3, 64, {320, 70, 5, 256}, {2000, 333, 0, 17}, 0, 2.0f},
+      {"d64 g3 b4 fused", 9, 3, 64, {320, 70, 5, 256}, {700, 333, 0, 17}, 0, 2.0f, 1},
       {"d64 g3 b2 fixed24", 9, 3, 64, {320, 200}, {900, 77}, 24, 1.0f},
       {"d128 g8 b2", 16, 2, 128, {256, 40}, {1500, 250}, 0, 2.0f},
       {"d128 g12 b1", 24, 2, 128, {300}, {700}, 0, 2.0f},
       {"d64 g1 b2 empty", 4, 4, 64, {0, 9}, {0, 0}, 0, 1.0f},
+      // Fused BF16 shares (forced): a
+      // partial last BF16 page inside the last share, a share shorter than a tile, and a long
+      // sequence whose many splits leave most shares empty.
+      {"d128 g4 b2 fused shares", 32, 8, 128, {263, 33}, {900, 24}, 0, 2.0f, 1},
+      {"d64 g3 b3 fused long", 9, 3, 64, {300, 16, 320}, {40000, 700, 8}, 0, 1.0f, 1},
+      // 12 sequences x 3 KV heads: GpuDecodePlanConfig fuses by itself (132 SMs); then forced
+      // separate BF16 splits.
+      {"d64 g3 b12 default", 9, 3, 64, {320, 7, 64, 300, 0, 16, 320, 100, 263, 320, 1, 50},
+       {500, 900, 8, 0, 300, 1200, 64, 17, 333, 40, 600, 0}, 0, 2.0f},
+      {"d64 g3 b12 unfused", 9, 3, 64, {320, 7, 64, 300, 0, 16, 320, 100, 263, 320, 1, 50},
+       {500, 900, 8, 0, 300, 1200, 64, 17, 333, 40, 600, 0}, 0, 2.0f, -1},
   };
   bool ok = true;
   uint64_t seed = 1234;
