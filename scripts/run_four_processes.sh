@@ -9,14 +9,17 @@
 #
 #   bash scripts/run_four_processes.sh [--port 8000] [--codec oscar] [--calibration FILE]
 #        [--model default] [--build build | --bin-dir DIR] [--prefill-device cpu|cuda:N]
-#        [--decode-device cpu|cuda:N] [--gpu-prefill chunked|one_pass]
+#        [--decode-device cpu|cuda:N] [--gpu-prefill chunked|one_pass] [--worker-args "ARGS"]
+# --worker-args: more flags for the prefill and decode workers, e.g. GPU-to-GPU KV handoff with a
+# CUDA UCX: "--ucx_transports tcp,self,sm,cuda_copy,cuda_ipc --ucx_peer_failure_detection false"
+# (docs/TOPOLOGIES.md §3).
 # --bin-dir: the four binaries (oscarkv, oscarkv_kvstore, oscarkv_prefill, oscarkv_decode) in one
 # folder instead of a build tree (scripts/device/stage_model.sh ships them so).
 # Logs: $LOG_DIR (default /tmp/oscarkv-four) /{kvstore,prefill,decode,router}.log
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=8000; CODEC=oscar; CALIB=""; MODEL=default; BUILD=${OSCARKV_BUILD_DIR:-build}; BIN_DIR=""
-PREFILL_DEVICE=cpu; DECODE_DEVICE=cpu; GPU_PREFILL=chunked
+PREFILL_DEVICE=cpu; DECODE_DEVICE=cpu; GPU_PREFILL=chunked; WORKER_ARGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --port) PORT=$2; shift 2 ;;
@@ -28,7 +31,8 @@ while [ $# -gt 0 ]; do
     --prefill-device) PREFILL_DEVICE=$2; shift 2 ;;
     --decode-device) DECODE_DEVICE=$2; shift 2 ;;
     --gpu-prefill) GPU_PREFILL=$2; shift 2 ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    --worker-args) WORKER_ARGS=$2; shift 2 ;;
+    -h|--help) sed -n 2,18p "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -48,6 +52,8 @@ done
 worker_flags=(--model "$MODEL" --codec "$CODEC" --transfer_backend ucx --metrics_host 127.0.0.1
               --router_address 127.0.0.1:$RT_GRPC)
 [ -n "$CALIB" ] && worker_flags+=(--calibration "$CALIB")
+# shellcheck disable=SC2206  # word splitting intended
+[ -n "$WORKER_ARGS" ] && worker_flags+=($WORKER_ARGS)
 
 pids=()
 cleanup() {

@@ -77,6 +77,14 @@ void AddDeviceFlag(CLI::App& app, std::string& device) {
       ->capture_default_str();
 }
 
+void AddGpuDirectFlag(CLI::App& app, bool& gpu_direct_kv) {
+  app.add_option("--gpu_direct_kv", gpu_direct_kv,
+                 "on a GPU with a CUDA-capable transfer backend (UCX with cuda_copy,cuda_ipc in "
+                 "--ucx_transports), move a prompt's KV GPU to GPU in packed form instead of as "
+                 "blocks through host memory")
+      ->capture_default_str();
+}
+
 absl::StatusOr<int> ParseDeviceFlag(const std::string& device) {
   if (device == "cpu") return -1;
   int ordinal = -1;

@@ -49,6 +49,10 @@ absl::Status ValidateTransferFlags(const std::string& transfer_backend,
 // --device: where the worker runs the model ("cpu" or "cuda:N").
 void AddDeviceFlag(CLI::App& app, std::string& device);
 
+// --gpu_direct_kv: a GPU worker whose transfer backend reaches GPU memory hands (prefill, one-pass
+// mode) or takes (decode) a prompt's KV GPU to GPU in packed form.
+void AddGpuDirectFlag(CLI::App& app, bool& gpu_direct_kv);
+
 // The CUDA ordinal of a --device value, or -1 for "cpu". @return kInvalidArgument for anything
 // else.
 absl::StatusOr<int> ParseDeviceFlag(const std::string& device);

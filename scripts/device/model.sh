@@ -16,7 +16,9 @@
 #        with GPU workers (scripts/run_four_processes.sh: prefill on GPU 0, decode on GPU 1, or
 #        both on GPU 0 with one GPU), measured through the router by services_client.py and
 #        for bf16 and oscar with the chunked GPU prefill (kvstore reuse checked) and oscar with
-#        the one-pass GPU prefill (checked against `oscarkv generate --device cuda`). Logs in $OUT.
+#        the one-pass GPU prefill (checked against `oscarkv generate --device cuda`); SVC_RUNS
+#        picks codec:mode runs, mode one of chunked, one_pass, one_pass_direct (KV GPU to GPU
+#        over UCX cuda_ipc), one_pass_host (same UCX, handoff off). Logs in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
@@ -70,14 +72,21 @@ if [ $services = 1 ]; then
   ngpu=$(nvidia-smi -L | wc -l)
   dec=cuda:1; [ "$ngpu" -lt 2 ] && dec=cuda:0
   # codec:mode pairs; chunked prefill shares the kvstore (the streamed repeat reuses the stored
-  # prefix), one_pass matches `oscarkv generate --device cuda` token for token.
+  # prefix), one_pass matches `oscarkv generate --device cuda` token for token. one_pass_direct:
+  # the prompt's KV goes GPU to GPU in packed form (--gpu_direct_kv over UCX cuda_ipc);
+  # one_pass_host: the same UCX transports with the handoff off (blocks through host memory).
+  cuda_ucx="--ucx_transports tcp,self,sm,cuda_copy,cuda_ipc --ucx_peer_failure_detection false"
   for run in ${SVC_RUNS:-bf16:chunked oscar:chunked oscar:one_pass}; do
     codec=${run%%:*}; mode=${run##*:}; name="${codec}_$mode"
+    gpu_prefill=chunked; [[ $mode == one_pass* ]] && gpu_prefill=one_pass
+    wargs=""
+    [[ $mode == *_direct ]] && wargs="$cuda_ucx --gpu_direct_kv true"
+    [[ $mode == *_host ]] && wargs="$cuda_ucx --gpu_direct_kv false"
     # --model default = $OSCARKV_DEFAULT_MODEL (the reassembled checkpoint), with its calibration.
     echo "== services: router + kvstore (host), prefill cuda:0 ($mode), decode $dec, codec $codec"
     LOG_DIR="$OUT/services_$name" LD_LIBRARY_PATH="$MG_LIBS" timeout 400 \
-      bash scripts/run_four_processes.sh --bin-dir "$BIN" \
-      --codec "$codec" --prefill-device cuda:0 --decode-device "$dec" --gpu-prefill "$mode" \
+      bash scripts/run_four_processes.sh --bin-dir "$BIN" --worker-args "$wargs" \
+      --codec "$codec" --prefill-device cuda:0 --decode-device "$dec" --gpu-prefill "$gpu_prefill" \
       > "$OUT/services_$name.log" 2>&1 &
     svc=$!
     for _ in $(seq 1 240); do
@@ -86,7 +95,7 @@ if [ $services = 1 ]; then
     done
     cat "$OUT/services_$name.log"
     check=()
-    [ "$mode" = one_pass ] && check=(--generate "$BIN/oscarkv generate --device cuda --codec $codec")
+    [ "$gpu_prefill" = one_pass ] && check=(--generate "$BIN/oscarkv generate --device cuda --codec $codec")
     if grep -q "ready at" "$OUT/services_$name.log"; then
       LD_LIBRARY_PATH="$MG_LIBS" timeout 300 python3 scripts/device/services_client.py \
         --text "$SCRATCH/mobydick.txt" --chars "${SVC_CHARS:-4000,16000,30000}" \

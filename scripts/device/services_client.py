@@ -107,6 +107,10 @@ def main():
                     "prefill_total_seconds": phase("total"),
                     "decode_received_bytes": delta(d1, d0, "oscarkv_decode_received_bytes_total"),
                     "decode_fetch_seconds": delta(d1, d0, "oscarkv_decode_fetch_seconds_sum"),
+                    "prefill_pack_seconds": phase("pack"),
+                    "packed_kv_sequences": delta(d1, d0, "oscarkv_decode_packed_kv_received_total"),
+                    "packed_kv_transfer_seconds": delta(
+                        d1, d0, "oscarkv_decode_packed_kv_transfer_seconds_sum"),
                     "decode_step_seconds": delta(d1, d0, "oscarkv_decode_step_seconds_sum"),
                     "decode_steps": delta(d1, d0, "oscarkv_decode_steps_total"),
                     "streamed_equals_non_streamed": streamed == completion,
@@ -134,6 +138,13 @@ def main():
                     status = 1
                 out.write(json.dumps(rec) + "\n")
                 out.flush()
+                if rec["packed_kv_sequences"]:
+                    print("%s %6d prompt tokens: packed KV GPU to GPU: pack %.4f s, read %.4f s "
+                          "(%.1f GB/s), %d bytes, decode fetch+admit %.4f s" % (
+                              args.label, rec["prompt_tokens"], rec["prefill_pack_seconds"],
+                              rec["packed_kv_transfer_seconds"],
+                              rec["decode_received_bytes"] / max(1e-9, rec["packed_kv_transfer_seconds"]) / 1e9,
+                              rec["decode_received_bytes"], rec["decode_fetch_seconds"]), flush=True)
                 print("%s %6d prompt tokens: e2e %.3f s (prefill compute %.3f, transfer %.3f); "
                       "again streamed: TTFT %.3f s, %d tokens reused, compute %.3f s, same "
                       "answer: %s; decode %.1f tok/s, %.0f bytes received (%.0f per prompt "

@@ -19,6 +19,7 @@ void DecodeConfig::AddFlags(CLI::App& app, DecodeConfig& c) {
   app.add_option("--threads", c.threads, "CPU threads (0 = OpenBLAS default)")
       ->capture_default_str();
   rpc::AddDeviceFlag(app, c.device);
+  rpc::AddGpuDirectFlag(app, c.gpu_direct_kv);
   rpc::AddTransferFlags(app, c.transfer_backend, c.ucx_transports, c.ucx_peer_failure_detection);
   app.add_option("--max_batch", c.max_batch, "largest decode batch")->capture_default_str();
   app.add_option("--kv_capacity_bytes", c.kv_capacity_bytes,

@@ -37,6 +37,9 @@ struct DecodeConfig {
   // (GPU N's paged cache and fused INT2 attention; codecs bf16 and oscar*, needs a CUDA
   // build). Default: "cpu".
   std::string device = "cpu";
+  // On a GPU with a transfer backend that reaches GPU memory: take a prompt's KV GPU to GPU in
+  // packed form when the router offers it. Default: true.
+  bool gpu_direct_kv = true;
   // Data plane: "ucx" (other processes and hosts) or "local" (in-process). Default: "ucx".
   std::string transfer_backend = "ucx";
   // UCX transports (UCX_TLS). Default: "tcp,self,sm".

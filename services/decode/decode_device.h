@@ -31,6 +31,23 @@ class HeldSequence {
   virtual int64_t remaining_tokens() const { return std::numeric_limits<int64_t>::max(); }
 };
 
+// Where a prompt's KV in the GPU paged cache's packed form can be read (proto PackedKvDescriptor).
+struct PackedKvSource {
+  std::string peer_address;       // TransferBackend::EndpointAddress() of the holder
+  std::string remote_descriptor;  // of the holder's registered region
+  uint64_t offset = 0;            // of the bytes in that region
+  uint64_t bytes = 0;             // PackedKvLayout(tokens).bytes()
+  int64_t tokens = 0;
+  uint64_t checksum = 0;          // kernels::ByteChecksum of the bytes
+  uint32_t codec = 0;             // kvformat::CodecId
+};
+
+// What BuildFromPacked measured.
+struct PackedKvArrival {
+  double transfer_seconds = 0;  // the data-plane read alone
+  double verify_seconds = 0;    // the checksum on this device
+};
+
 // Thread-safe: Build may run on any thread while Step runs on the batcher's thread.
 class DecodeDevice {
  public:
@@ -43,11 +60,27 @@ class DecodeDevice {
   //   model and codec; kResourceExhausted when the device has no room now.
   virtual absl::StatusOr<std::unique_ptr<HeldSequence>> Build(
       std::span<const kvformat::BlockView> blocks, int64_t max_new_tokens) = 0;
+  // Whether BuildFromPacked works here (a GPU device whose transfer backend reaches GPU memory).
+  virtual bool takes_packed_kv() const { return false; }
+  // Reads a prompt's packed KV from `source` straight into this device's memory, checks its
+  // checksum there, and builds the sequence from it (room for `max_new_tokens` more).
+  // @return kFailedPrecondition where !takes_packed_kv() or for a codec/size that does not fit
+  //   this worker; kDataLoss for a checksum mismatch (the bytes are never used); transfer errors;
+  //   kResourceExhausted when the device has no room now.
+  virtual absl::StatusOr<std::unique_ptr<HeldSequence>> BuildFromPacked(
+      const PackedKvSource& source, int64_t max_new_tokens, PackedKvArrival* arrival);
   // One batched decode step: appends tokens[b] to *seqs[b] (all built here, distinct) and writes
   // logits [B, vocab].
   virtual absl::Status Step(std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
                             std::vector<float>* logits) = 0;
 };
+
+inline absl::StatusOr<std::unique_ptr<HeldSequence>> DecodeDevice::BuildFromPacked(
+    const PackedKvSource&, int64_t, PackedKvArrival*) {
+  return absl::FailedPreconditionError(
+      "this decode worker cannot take packed GPU KV (its device is not a GPU, or its transfer "
+      "backend cannot reach GPU memory)");
+}
 
 // The CPU device over `engine` (not owned, must outlive it).
 std::unique_ptr<DecodeDevice> NewCpuDecodeDevice(const engine::ServingEngine* engine);

@@ -137,7 +137,11 @@ absl::Status DecodeEngine::CompleteReceive(uint64_t id, int64_t max_new_tokens) 
 absl::StatusOr<uint64_t> DecodeEngine::BuildAndPool(std::span<const kvformat::BlockView> views,
                                                     const StartParams& params,
                                                     int64_t max_new_tokens, uint64_t entry_id) {
-  absl::StatusOr<std::unique_ptr<HeldSequence>> seq = device_->Build(views, max_new_tokens);
+  return Pool(device_->Build(views, max_new_tokens), params, entry_id);
+}
+
+absl::StatusOr<uint64_t> DecodeEngine::Pool(absl::StatusOr<std::unique_ptr<HeldSequence>> seq,
+                                            const StartParams& params, uint64_t entry_id) {
   if (!seq.ok()) {
     metrics_->sequences_rejected_total.Increment();
     return seq.status();
@@ -176,6 +180,26 @@ absl::StatusOr<StartResult> DecodeEngine::StartSequence(const StartParams& p) {
                                    p.calib_fingerprint != engine_->calibration_fingerprint())) {
     return fail(absl::FailedPreconditionError("model or calibration fingerprint mismatch"));
   }
+  const int64_t max_new = p.max_new_tokens > 0 ? p.max_new_tokens : options_.default_max_new_tokens;
+  if (p.packed.has_value()) {
+    if (!p.blocks.empty()) {
+      return fail(absl::InvalidArgumentError("both packed KV and prompt blocks given"));
+    }
+    PackedKvArrival arrival;
+    absl::StatusOr<uint64_t> id =
+        Pool(device_->BuildFromPacked(*p.packed, max_new, &arrival), p, /*entry_id=*/0);
+    if (!id.ok()) return Annotate(id.status(), "taking the packed GPU KV");
+    metrics_->received_bytes_total.Increment(static_cast<double>(p.packed->bytes));
+    metrics_->packed_kv_received_total.Increment();
+    metrics_->packed_kv_transfer_seconds.Observe(arrival.transfer_seconds);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    metrics_->fetch_seconds.Observe(dt);
+    VLOG(1) << "sequence " << *id << " (" << p.request_id << "): " << p.packed->tokens
+            << " tokens, packed " << p.packed->bytes << " bytes GPU to GPU in "
+            << arrival.transfer_seconds << " s (checksum " << arrival.verify_seconds
+            << " s), total " << dt << " s";
+    return StartResult{*id, p.packed->tokens, p.packed->bytes};
+  }
   if (p.blocks.empty()) return fail(absl::InvalidArgumentError("no prompt blocks"));
   kvformat::BlockExpectations expect;
   expect.model_fingerprint = engine_->model_fingerprint();
@@ -184,7 +208,6 @@ absl::StatusOr<StartResult> DecodeEngine::StartSequence(const StartParams& p) {
   if (!fetched.ok()) return fail(Annotate(fetched.status(), "fetching prompt blocks"));
   metrics_->received_bytes_total.Increment(static_cast<double>(fetched->bytes));
   metrics_->received_blocks_total.Increment(static_cast<double>(fetched->views.size()));
-  const int64_t max_new = p.max_new_tokens > 0 ? p.max_new_tokens : options_.default_max_new_tokens;
   absl::StatusOr<uint64_t> id = BuildAndPool(fetched->views, p, max_new, /*entry_id=*/0);
   if (!id.ok()) return Annotate(id.status(), "building the sequence");
   int64_t tokens = 0;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <string>
 #include <vector>
@@ -32,7 +33,9 @@ struct StartParams {
   std::string codec;                  // must equal the engine's codec name
   uint64_t model_fingerprint = 0;     // 0 = unchecked
   uint64_t calib_fingerprint = 0;     // checked when model_fingerprint is set
-  std::vector<BlockSource> blocks;    // ALL the prompt's blocks, in order
+  std::vector<BlockSource> blocks;    // ALL the prompt's blocks, in order (or none with `packed`)
+  // Instead of blocks: the whole prompt's KV in packed GPU form (DecodeDevice::BuildFromPacked).
+  std::optional<PackedKvSource> packed;
   // Tokens the sequence may generate (a GPU device reserves room for them at admission);
   // 0 = DecodeEngineOptions::default_max_new_tokens.
   int64_t max_new_tokens = 0;
@@ -131,6 +134,9 @@ class DecodeEngine {
   absl::StatusOr<uint64_t> BuildAndPool(std::span<const kvformat::BlockView> views,
                                         const StartParams& params, int64_t max_new_tokens,
                                         uint64_t entry_id);
+  // Pools a built sequence (or counts the failure to build it) under `entry_id`.
+  absl::StatusOr<uint64_t> Pool(absl::StatusOr<std::unique_ptr<HeldSequence>> seq,
+                                const StartParams& params, uint64_t entry_id);
 
   const engine::ServingEngine* engine_;
   DecodeDevice* device_;

@@ -12,8 +12,12 @@ DecodeMetrics::DecodeMetrics(metrics::Registry& r)
           r.AddCounter("oscarkv_decode_tokens_generated_total", "Tokens streamed.").Get()),
       steps_total(r.AddCounter("oscarkv_decode_steps_total", "Batched decode steps.").Get()),
       received_bytes_total(r.AddCounter("oscarkv_decode_received_bytes_total",
-                                        "Block bytes fetched through the transfer layer.")
+                                        "KV bytes fetched through the transfer layer (blocks, "
+                                        "or packed KV GPU to GPU).")
                                .Get()),
+      packed_kv_received_total(r.AddCounter("oscarkv_decode_packed_kv_received_total",
+                                            "Sequences whose KV came GPU to GPU in packed form.")
+                                   .Get()),
       received_blocks_total(r.AddCounter("oscarkv_decode_received_blocks_total",
                                          "Blocks fetched and verified.")
                                 .Get()),
@@ -21,6 +25,11 @@ DecodeMetrics::DecodeMetrics(metrics::Registry& r)
                                    "Block fetch and sequence rebuild per StartSequence.",
                                    metrics::ExponentialBuckets(0.001, 2, 16))
                         .Get()),
+      packed_kv_transfer_seconds(r.AddHistogram(
+                                     "oscarkv_decode_packed_kv_transfer_seconds",
+                                     "The GPU-to-GPU read of one sequence's packed KV.",
+                                     metrics::ExponentialBuckets(0.0001, 2, 16))
+                                     .Get()),
       time_to_first_token_seconds(
           r.AddHistogram("oscarkv_decode_time_to_first_token_seconds",
                          "Generate to first streamed token.",

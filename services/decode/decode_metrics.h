@@ -14,9 +14,11 @@ struct DecodeMetrics {
   metrics::Counter& sequences_rejected_total;   // StartSequence failures
   metrics::Counter& tokens_generated_total;     // tokens streamed to callers
   metrics::Counter& steps_total;                // batched decode steps
-  metrics::Counter& received_bytes_total;       // block bytes fetched through lib/transfer
+  metrics::Counter& received_bytes_total;       // KV bytes fetched through lib/transfer
+  metrics::Counter& packed_kv_received_total;   // sequences taken as packed KV GPU to GPU
   metrics::Counter& received_blocks_total;      // blocks fetched and verified
   metrics::Histogram& fetch_seconds;            // block fetch + rebuild per sequence
+  metrics::Histogram& packed_kv_transfer_seconds;  // the GPU-to-GPU read of packed KV alone
   metrics::Histogram& time_to_first_token_seconds;  // Generate → first streamed token
   metrics::Histogram& step_seconds;             // one batched step
   metrics::Gauge& active_sequences;             // waiting + running in the batcher

@@ -28,13 +28,17 @@ absl::StatusOr<std::unique_ptr<transfer::TransferBackend>> MakeBackend(const Dec
 }
 
 absl::StatusOr<std::unique_ptr<DecodeDevice>> MakeDevice(const DecodeConfig& c,
-                                                         const engine::ServingEngine* serving) {
+                                                         const engine::ServingEngine* serving,
+                                                         transfer::TransferBackend* backend) {
   OSCARKV_ASSIGN_OR_RETURN(const int ordinal, rpc::ParseDeviceFlag(c.device));
   if (ordinal < 0) return NewCpuDecodeDevice(serving);
 #ifdef OSCARKV_HAVE_MODEL_GPU
-  return NewGpuDecodeDevice(serving, {.device = ordinal,
-                                      .max_batch = c.max_batch,
-                                      .kv_budget_bytes = c.kv_capacity_bytes});
+  return NewGpuDecodeDevice(serving,
+                            {.device = ordinal,
+                             .max_batch = c.max_batch,
+                             .kv_budget_bytes = c.kv_capacity_bytes,
+                             .packed_handoff = c.gpu_direct_kv},
+                            backend);
 #else
   return absl::UnimplementedError(
       absl::StrCat("--device ", c.device, ": this build has no CUDA (rebuild where nvcc is found)"));
@@ -87,7 +91,7 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(const DecodeC
                                                config.calibration, config.chunk_tokens));
     serving = s->own_serving_engine_.get();
   }
-  absl::StatusOr<std::unique_ptr<DecodeDevice>> device = MakeDevice(config, serving);
+  absl::StatusOr<std::unique_ptr<DecodeDevice>> device = MakeDevice(config, serving, s->backend_);
   if (!device.ok()) return Annotate(device.status(), "decode device");
   s->device_ = *std::move(device);
   DecodeEngineOptions eo;
@@ -137,6 +141,7 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(const DecodeC
     info.set_worker_id(config.worker_id);
     info.set_role(oscarkv::common::v1::WORKER_ROLE_DECODE);
     info.set_transfer_backend(s->backend_->capabilities().name);
+    info.set_packed_kv_direct(s->device_->takes_packed_kv());
     info.set_kv_capacity_bytes(static_cast<uint64_t>(config.kv_capacity_bytes));
     rpc::FillModelIdentity(*serving, info.mutable_model());
     // Held keys: none yet. Sequences are released at the end of each turn (the router never
@@ -157,8 +162,8 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(const DecodeC
   LOG(INFO) << "decode " << config.worker_id << " serving gRPC on port " << s->grpc_port()
             << ", metrics on port " << s->metrics_port() << ", codec " << serving->codec().name
             << ", device " << s->device_->name() << ", max batch " << config.max_batch
-            << ", transfer "
-            << s->backend_->capabilities().name;
+            << ", transfer " << s->backend_->capabilities().name
+            << (s->device_->takes_packed_kv() ? " (packed KV GPU to GPU)" : "");
   return s;
 }
 

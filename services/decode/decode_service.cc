@@ -21,6 +21,26 @@ grpc::Status DecodeService::StartSequence(grpc::ServerContext*,
   p.model_fingerprint = req->model().model_fingerprint();
   p.calib_fingerprint = req->model().calib_fingerprint();
   p.max_new_tokens = req->max_new_tokens();
+  if (req->has_packed_kv()) {
+    const auto& d = req->packed_kv();
+    PackedKvSource src;
+    src.peer_address = d.location().endpoint_address();
+    src.remote_descriptor = d.location().remote_descriptor();
+    src.offset = d.location().offset();
+    src.bytes = d.bytes();
+    src.tokens = d.tokens();
+    src.checksum = d.checksum();
+    src.codec = d.codec();
+    if (src.tokens != req->prompt_tokens()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "packed_kv.tokens differs from prompt_tokens");
+    }
+    p.packed = std::move(src);
+    absl::StatusOr<StartResult> r = engine_->StartSequence(p);
+    if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+    resp->set_sequence_id(r->sequence_id);
+    return grpc::Status::OK;
+  }
   const bool push = std::none_of(
       req->prompt_blocks().begin(), req->prompt_blocks().end(),
       [](const auto& d) { return d.has_location() && !d.location().endpoint_address().empty(); });

@@ -3,10 +3,13 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/checksum/byte_checksum_cuda.h"
+#include "lib/base/log.h"
 #include "lib/base/status_macros.h"
 #include "lib/model_gpu/block_import.h"
 #include "lib/model_gpu/gpu_model.h"
@@ -39,10 +42,75 @@ class GpuHeldSequence final : public HeldSequence {
 class GpuDecodeDevice final : public DecodeDevice {
  public:
   GpuDecodeDevice(const engine::ServingEngine* engine, const GpuDecodeDeviceOptions& options,
-                  model_gpu::KvPageTableConfig shape, std::unique_ptr<model_gpu::GpuModel> gpu)
-      : engine_(engine), options_(options), shape_(shape), gpu_(std::move(gpu)) {}
+                  model_gpu::KvPageTableConfig shape, std::unique_ptr<model_gpu::GpuModel> gpu,
+                  transfer::TransferBackend* backend)
+      : engine_(engine),
+        options_(options),
+        shape_(shape),
+        gpu_(std::move(gpu)),
+        backend_(backend),
+        takes_packed_(options.packed_handoff && backend->capabilities().gpu_memory) {}
+
+  ~GpuDecodeDevice() override {
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    DeregisterReceiveBuffer();
+    if (recv_stream_ != nullptr) cudaStreamDestroy(recv_stream_);
+  }
 
   std::string name() const override { return absl::StrCat("cuda:", options_.device); }
+  bool takes_packed_kv() const override { return takes_packed_; }
+
+  absl::StatusOr<std::unique_ptr<HeldSequence>> BuildFromPacked(
+      const PackedKvSource& source, int64_t max_new_tokens, PackedKvArrival* arrival) override {
+    if (!takes_packed_) return DecodeDevice::BuildFromPacked(source, max_new_tokens, arrival);
+    if (source.codec != static_cast<uint32_t>(engine_->codec().id)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("packed KV of codec id ", source.codec, " for a worker serving ",
+                       std::string(engine_->codec().name)));
+    }
+    if (source.tokens <= 0 || source.peer_address.empty() || source.remote_descriptor.empty()) {
+      return absl::InvalidArgumentError("packed KV source without tokens or location");
+    }
+    const uint64_t want = static_cast<uint64_t>(gpu_->PackedLayout(source.tokens).bytes());
+    if (source.bytes != want) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("packed KV of ", source.tokens, " tokens is ", want,
+                       " bytes for this model and codec; the descriptor says ", source.bytes));
+    }
+    // One receive at a time into the buffer; decode steps go on meanwhile (they take mu_ only).
+    std::lock_guard<std::mutex> recv_lock(recv_mu_);
+    OSCARKV_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
+    OSCARKV_RETURN_IF_ERROR(EnsureReceiveBuffer(source.bytes));
+    auto t0 = std::chrono::steady_clock::now();
+    transfer::TransferBatch batch;
+    batch.peer_address = source.peer_address;
+    batch.ops.push_back({recv_handle_, 0, source.remote_descriptor, source.offset, source.bytes,
+                         transfer::Direction::kGet});
+    OSCARKV_RETURN_IF_ERROR(transfer::TransferAndWait(*backend_, batch));
+    auto t1 = std::chrono::steady_clock::now();
+    uint64_t checksum = 0;
+    OSCARKV_RETURN_IF_ERROR(CudaStatus(
+        kernels::ByteChecksumCuda(recv_.get(), source.bytes, checksum_scratch_.as<uint64_t>(),
+                                  recv_stream_, &checksum),
+        "checksumming the received KV"));
+    auto t2 = std::chrono::steady_clock::now();
+    if (checksum != source.checksum) {
+      return absl::DataLossError(absl::StrCat(
+          "packed KV checksum mismatch (", source.bytes, " bytes from the prefill GPU; the "
+          "holder may have reused its outbox): not used"));
+    }
+    if (arrival != nullptr) {
+      arrival->transfer_seconds = std::chrono::duration<double>(t1 - t0).count();
+      arrival->verify_seconds = std::chrono::duration<double>(t2 - t1).count();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t id = next_id_++;
+    OSCARKV_RETURN_IF_ERROR(gpu_->AddPackedSequence(
+        id, source.tokens, source.tokens + max_new_tokens,
+        std::span<const std::byte>(recv_.as<std::byte>(), source.bytes)));
+    return std::make_unique<GpuHeldSequence>(this, id, source.tokens,
+                                             source.tokens + max_new_tokens);
+  }
 
   absl::StatusOr<std::unique_ptr<HeldSequence>> Build(std::span<const kvformat::BlockView> blocks,
                                                       int64_t max_new_tokens) override {
@@ -86,6 +154,31 @@ class GpuDecodeDevice final : public DecodeDevice {
     return p.bf16 * model_gpu::Bf16PageBytes(shape_) + p.int2 * model_gpu::Int2PageBytes(shape_);
   }
 
+  // Grows the registered receive buffer to at least `bytes` (recv_mu_ held, device set).
+  absl::Status EnsureReceiveBuffer(uint64_t bytes) {
+    if (recv_registered_ && recv_.bytes() >= bytes) return absl::OkStatus();
+    DeregisterReceiveBuffer();
+    if (recv_stream_ == nullptr) {
+      OSCARKV_RETURN_IF_ERROR(CudaStatus(
+          cudaStreamCreateWithFlags(&recv_stream_, cudaStreamNonBlocking), "receive stream"));
+      OSCARKV_RETURN_IF_ERROR(checksum_scratch_.Allocate(sizeof(uint64_t), "checksum scratch"));
+    }
+    OSCARKV_RETURN_IF_ERROR(recv_.Allocate(bytes, "the packed KV receive buffer"));
+    OSCARKV_ASSIGN_OR_RETURN(
+        transfer::RegisteredMemory reg,
+        backend_->RegisterMemory(std::span<std::byte>(recv_.as<std::byte>(), recv_.bytes())));
+    recv_handle_ = reg.handle;
+    recv_registered_ = true;
+    return absl::OkStatus();
+  }
+  void DeregisterReceiveBuffer() {
+    if (!recv_registered_) return;
+    if (absl::Status s = backend_->DeregisterMemory(recv_handle_); !s.ok()) {
+      LOG(WARNING) << "receive buffer deregistration failed: " << s;
+    }
+    recv_registered_ = false;
+  }
+
   void Remove(int64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     if (cudaSetDevice(options_.device) == cudaSuccess) gpu_->RemoveSequence(id);
@@ -100,6 +193,14 @@ class GpuDecodeDevice final : public DecodeDevice {
   model_gpu::DeviceBuffer staging_;                   // guarded by mu_
   std::vector<int32_t> greedy_;                       // guarded by mu_
   int64_t next_id_ = 1;                               // guarded by mu_
+  transfer::TransferBackend* backend_;
+  const bool takes_packed_;
+  std::mutex recv_mu_;  // one packed receive at a time
+  model_gpu::DeviceBuffer recv_;                      // guarded by recv_mu_
+  model_gpu::DeviceBuffer checksum_scratch_;          // guarded by recv_mu_
+  transfer::MemoryHandle recv_handle_ = 0;            // guarded by recv_mu_
+  bool recv_registered_ = false;                      // guarded by recv_mu_
+  cudaStream_t recv_stream_ = nullptr;                // guarded by recv_mu_
 };
 
 GpuHeldSequence::~GpuHeldSequence() { device_->Remove(id_); }
@@ -109,7 +210,8 @@ int64_t GpuHeldSequence::kv_bytes() const { return device_->KvBytes(length_.load
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DecodeDevice>> NewGpuDecodeDevice(
-    const engine::ServingEngine* engine, const GpuDecodeDeviceOptions& options) {
+    const engine::ServingEngine* engine, const GpuDecodeDeviceOptions& options,
+    transfer::TransferBackend* backend) {
   OSCARKV_ASSIGN_OR_RETURN(model_gpu::KvPageTableConfig shape,
                            model_gpu::GpuPageShape(engine->model().config(), engine->codec()));
   model_gpu::GpuModelOptions o;
@@ -119,7 +221,7 @@ absl::StatusOr<std::unique_ptr<DecodeDevice>> NewGpuDecodeDevice(
   o.kv_budget_bytes = options.kv_budget_bytes;
   OSCARKV_ASSIGN_OR_RETURN(std::unique_ptr<model_gpu::GpuModel> gpu,
                            model_gpu::GpuModel::ForEngine(*engine, o));
-  return std::make_unique<GpuDecodeDevice>(engine, options, shape, std::move(gpu));
+  return std::make_unique<GpuDecodeDevice>(engine, options, shape, std::move(gpu), backend);
 }
 
 }  // namespace oscarkv::decode

@@ -16,8 +16,9 @@ class CpuPrefillDevice final : public PrefillDevice {
     return engine_->ReusableKeys(prompt);
   }
 
-  absl::StatusOr<DevicePrefillResult> Prefill(
-      std::span<const int32_t> prompt, std::span<const kvformat::BlockView> reused) override {
+  absl::StatusOr<DevicePrefillResult> Prefill(std::span<const int32_t> prompt,
+                                              std::span<const kvformat::BlockView> reused,
+                                              bool /*want_packed: never offered*/) override {
     OSCARKV_ASSIGN_OR_RETURN(
         engine::PrefillResult r,
         engine_->Prefill(prompt, reused, /*build_sequence=*/false));

@@ -23,6 +23,7 @@ void PrefillConfig::AddFlags(CLI::App& app, PrefillConfig& c) {
   app.add_option("--gpu_prefill", c.gpu_prefill,
                  "GPU prefill: chunked (shares the kvstore) | one_pass (no kvstore)")
       ->capture_default_str();
+  rpc::AddGpuDirectFlag(app, c.gpu_direct_kv);
   app.add_option("--max_prompt_tokens", c.max_prompt_tokens,
                  "longest prompt on a GPU device (sizes its scratch)")
       ->capture_default_str();
@@ -34,9 +35,10 @@ void PrefillConfig::AddFlags(CLI::App& app, PrefillConfig& c) {
   app.add_option("--max_concurrent", c.max_concurrent, "prefills running at once")
       ->capture_default_str();
   app.add_option("--outbox_ttl_seconds", c.outbox_ttl_seconds,
-                 "how long staged blocks stay readable by decode workers")
+                 "how long staged blocks (or packed GPU KV) stay readable by decode workers")
       ->capture_default_str();
-  app.add_option("--outbox_capacity_bytes", c.outbox_capacity_bytes, "staged block bytes kept")
+  app.add_option("--outbox_capacity_bytes", c.outbox_capacity_bytes,
+                 "staged block bytes kept (also the GPU outbox size with --gpu_direct_kv)")
       ->capture_default_str();
   rpc::AddRegistrationFlags(app, c.router_address, c.advertise_address);
   app.add_option("--drain_seconds", c.drain_seconds, "drain time on SIGTERM")

@@ -40,6 +40,10 @@ struct PrefillConfig {
   // workers of the same GPU type) or "one_pass" (the whole prompt at once; faster on long
   // prompts, no kvstore). See services/prefill/gpu_prefill_device.h. Default: "chunked".
   std::string gpu_prefill = "chunked";
+  // One-pass GPU prefill with a transfer backend that reaches GPU memory: hand the prompt's KV
+  // to a decode GPU directly, packed in a GPU outbox of --outbox_capacity_bytes, when the router
+  // asks (the decode worker can take it). Default: true.
+  bool gpu_direct_kv = true;
   // Longest prompt on a GPU device (sizes its scratch). Default: 32768.
   int64_t max_prompt_tokens = 32768;
   // Data plane: "ucx" (other processes and hosts) or "local" (in-process). Default: "ucx".
@@ -54,9 +58,11 @@ struct PrefillConfig {
   double kvstore_timeout_seconds = 10;
   // Prefills running at once; more get RESOURCE_EXHAUSTED. Default: 4.
   int max_concurrent = 4;
-  // How long staged blocks stay readable by decode workers, seconds. Default: 60.
+  // How long staged blocks (or packed GPU KV) stay readable by decode workers, seconds.
+  // Default: 60.
   double outbox_ttl_seconds = 60;
-  // Bytes of staged blocks kept at most (oldest dropped first). Default: 1 GiB.
+  // Bytes of staged blocks kept at most (oldest dropped first); also the size of the GPU
+  // outbox for packed KV (--gpu_direct_kv). Default: 1 GiB.
   int64_t outbox_capacity_bytes = int64_t{1} << 30;
   // Router worker-registry gRPC address ("host:port"): register there at start (retrying until
   // the router is up), heartbeat load, deregister on drain. Empty = no registration. Default: "".

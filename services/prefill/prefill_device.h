@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,9 +19,23 @@
 
 namespace oscarkv::prefill {
 
+// A prompt's KV left in the device's memory in the GPU paged cache's packed form
+// (lib/model_gpu PackedKvLayout), registered with the worker's transfer backend so that a decode
+// worker on a GPU reads it GPU to GPU (proto PackedKvDescriptor). Readable until the device's
+// outbox needs the room or `outbox_ttl` passes.
+struct PackedKvHandoff {
+  std::string remote_descriptor;  // of the registered outbox region
+  uint64_t offset = 0;            // of this prompt's bytes in it
+  uint64_t bytes = 0;             // PackedKvLayout(tokens).bytes()
+  int64_t tokens = 0;
+  uint64_t checksum = 0;          // kernels::ByteChecksum of the bytes
+  double pack_seconds = 0;        // packing + checksum on the device
+};
+
 struct DevicePrefillResult {
   std::vector<float> last_logits;             // [vocab]
-  std::vector<engine::SequenceBlock> blocks;  // ALL the prompt's blocks
+  std::vector<engine::SequenceBlock> blocks;  // ALL the prompt's blocks (empty with `packed`)
+  std::optional<PackedKvHandoff> packed;      // set when asked for and offered
   int64_t reused_tokens = 0;                  // taken from `reused` blocks
   int64_t computed_tokens = 0;                // run through the model
 };
@@ -37,10 +52,17 @@ class PrefillDevice {
   // Keys of the prompt's reusable blocks as this device labels them (the GPU mixes its numerics
   // tag in: its KV matches other GPU workers of its kind bit for bit, not the CPU's).
   virtual std::vector<kvformat::BlockKey> ReusableKeys(std::span<const int32_t> prompt) const = 0;
+  // Whether Prefill(..., want_packed = true) hands the KV over as a PackedKvHandoff (a GPU device
+  // whose transfer backend reaches GPU memory, in one-pass mode).
+  virtual bool offers_packed_kv() const { return false; }
   // Prefills `prompt`; `reused` as ServingEngine::Prefill takes it (ignored when
-  // !shares_kvstore()). @return ServingEngine::Prefill's errors, and device errors.
-  virtual absl::StatusOr<DevicePrefillResult> Prefill(
-      std::span<const int32_t> prompt, std::span<const kvformat::BlockView> reused) = 0;
+  // !shares_kvstore()). With `want_packed` and offers_packed_kv(), the result holds `packed`
+  // instead of blocks. @return ServingEngine::Prefill's errors, device and transfer errors.
+  virtual absl::StatusOr<DevicePrefillResult> Prefill(std::span<const int32_t> prompt,
+                                                      std::span<const kvformat::BlockView> reused,
+                                                      bool want_packed = false) = 0;
+  // Drops expired packed handoffs; returns how many.
+  virtual int Sweep() { return 0; }
 };
 
 // The CPU device over `engine` (not owned, must outlive it).

@@ -160,12 +160,14 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
 
   // 2. Prefill the rest.
   t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<DevicePrefillResult> result = device_->Prefill(params.tokens, prefix.views);
+  const bool want_packed = params.want_packed && params.push_to.empty();
+  absl::StatusOr<DevicePrefillResult> result =
+      device_->Prefill(params.tokens, prefix.views, want_packed);
   if (!result.ok() && !prefix.views.empty()) {
     LOG(WARNING) << params.request_id << ": reused blocks refused (" << result.status()
                  << "), computing in full";
     prefix.views.clear();
-    result = device_->Prefill(params.tokens, {});
+    result = device_->Prefill(params.tokens, {}, want_packed);
   }
   if (!result.ok()) {
     metrics_->failures_total.Increment();
@@ -175,15 +177,25 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   out.reused_tokens = result->reused_tokens;
   out.computed_tokens = result->computed_tokens;
 
-  // 3. Stage all blocks for the decode worker; publish the reusable ones to the store.
+  // 3. Stage all blocks for the decode worker; publish the reusable ones to the store. A packed
+  // handoff replaces the blocks (its device keeps the bytes).
   t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<StagedBlocks> staged = publisher_->Stage(result->blocks);
+  const std::string codec(engine_->codec().name);
+  if (result->packed.has_value()) {
+    out.packed = std::move(result->packed);
+    out.timings.pack_seconds = out.packed->pack_seconds;
+    out.timings.compute_seconds -= out.packed->pack_seconds;
+    metrics_->published_bytes_total.WithLabels({codec, "decode_gpu"})
+        .Increment(static_cast<double>(out.packed->bytes));
+    metrics_->phase_seconds.WithLabels({"pack"}).Observe(out.timings.pack_seconds);
+  }
+  absl::StatusOr<StagedBlocks> staged =
+      out.packed.has_value() ? StagedBlocks{} : publisher_->Stage(result->blocks);
   if (!staged.ok()) {
     metrics_->failures_total.Increment();
     return staged.status();
   }
   out.staged = *std::move(staged);
-  const std::string codec(engine_->codec().name);
   metrics_->published_bytes_total.WithLabels({codec, "decode"})
       .Increment(static_cast<double>(out.staged.bytes));
   if (use_store) {

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,18 +44,23 @@ struct PrefillParams {
   // Push mode: where the decode worker wants each prompt block (one per block, in order);
   // empty = pull (the decode worker gets them from the outbox).
   std::vector<RemoteLocation> push_to;
+  // The decode worker takes packed GPU KV: hand it over that way when the device offers it
+  // (PrefillDevice::offers_packed_kv; ignored in push mode).
+  bool want_packed = false;
 };
 
 struct PrefillTimings {
   double prefix_fetch_seconds = 0;
   double compute_seconds = 0;   // PrefillDevice::Prefill (forward + block encoding)
   double transfer_seconds = 0;  // staging + kvstore puts
+  double pack_seconds = 0;      // packed handoff: packing + checksum on the device
   double total_seconds = 0;
 };
 
 struct PrefillOutput {
   int32_t first_token = 0;
   StagedBlocks staged;             // ALL prompt blocks, located in this worker's outbox
+  std::optional<PackedKvHandoff> packed;  // instead of staged blocks (want_packed, offered)
   int64_t reused_tokens = 0;
   int64_t computed_tokens = 0;
   int matched_blocks = 0;          // kvstore prefix hit, in blocks
@@ -84,6 +90,10 @@ class PrefillEngine {
   absl::StatusOr<PrefillOutput> Prefill(const PrefillParams& params);
 
   int active() const { return active_.load(); }
+  // Where peers reach this worker's transfer backend, and its name (for PackedKvHandoff).
+  std::string endpoint_address() const { return backend_->EndpointAddress(); }
+  std::string backend_name() const { return backend_->capabilities().name; }
+  const std::string& worker_id() const { return options_.worker_id; }
   const engine::ServingEngine& serving_engine() const { return *engine_; }
 
  private:

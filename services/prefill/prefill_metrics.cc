@@ -20,11 +20,12 @@ PrefillMetrics::PrefillMetrics(metrics::Registry& r)
       published_bytes_total(r.AddCounter("oscarkv_prefill_published_bytes_total",
                                          "Block bytes published, by codec and target "
                                          "(kvstore: put to the store; decode: staged for the "
-                                         "decode worker).",
+                                         "decode worker; decode_gpu: packed KV handed to a "
+                                         "decode GPU).",
                                          {"codec", "target"})),
       phase_seconds(r.AddHistogram("oscarkv_prefill_phase_seconds",
-                                   "Time per prefill phase (prefix_fetch, compute, transfer, "
-                                   "total).",
+                                   "Time per prefill phase (prefix_fetch, compute, pack, "
+                                   "transfer, total).",
                                    metrics::ExponentialBuckets(0.001, 2, 18), {"phase"})),
       outbox_bytes(
           r.AddGauge("oscarkv_prefill_outbox_bytes", "Block bytes staged for decode workers.")

@@ -15,9 +15,10 @@ struct PrefillMetrics {
   metrics::Counter& tokens_reused_total;       // prompt tokens taken from stored blocks
   metrics::Counter& blocks_fetched_total;      // prefix blocks fetched from the kvstore
   metrics::Counter& fetched_bytes_total;       // bytes of those blocks
-  metrics::CounterFamily& published_bytes_total;  // {codec, target}: bytes put to the kvstore
-                                                  // ("kvstore") or staged for decode ("decode")
-  metrics::HistogramFamily& phase_seconds;     // {phase}: prefix_fetch, compute, transfer, total
+  // {codec, target}: bytes put to the kvstore ("kvstore"), staged for decode ("decode") or
+  // handed to a decode GPU as packed KV ("decode_gpu")
+  metrics::CounterFamily& published_bytes_total;
+  metrics::HistogramFamily& phase_seconds;     // {phase}: prefix_fetch, compute, pack, transfer, total
   metrics::Gauge& outbox_bytes;                // bytes staged for decode workers
   metrics::Gauge& active_requests;             // prefills running
 };

@@ -30,13 +30,19 @@ absl::StatusOr<std::unique_ptr<transfer::TransferBackend>> MakeBackend(const Pre
 }
 
 absl::StatusOr<std::unique_ptr<PrefillDevice>> MakeDevice(const PrefillConfig& c,
-                                                          const engine::ServingEngine* serving) {
+                                                          const engine::ServingEngine* serving,
+                                                          transfer::TransferBackend* backend) {
   OSCARKV_ASSIGN_OR_RETURN(const int ordinal, rpc::ParseDeviceFlag(c.device));
   if (ordinal < 0) return NewCpuPrefillDevice(serving);
 #ifdef OSCARKV_HAVE_MODEL_GPU
-  return NewGpuPrefillDevice(serving, {.device = ordinal,
-                                       .one_pass = c.gpu_prefill == "one_pass",
-                                       .max_prompt_tokens = c.max_prompt_tokens});
+  return NewGpuPrefillDevice(serving,
+                             {.device = ordinal,
+                              .one_pass = c.gpu_prefill == "one_pass",
+                              .max_prompt_tokens = c.max_prompt_tokens,
+                              .packed_handoff = c.gpu_direct_kv,
+                              .outbox_bytes = c.outbox_capacity_bytes,
+                              .outbox_ttl_seconds = c.outbox_ttl_seconds},
+                             backend);
 #else
   return absl::UnimplementedError(
       absl::StrCat("--device ", c.device, ": this build has no CUDA (rebuild where nvcc is found)"));
@@ -88,7 +94,8 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(const Prefi
   s->publisher_ = std::make_unique<KvPublisher>(
       s->backend_, s->store_.get(), config.worker_id, absl::Seconds(config.outbox_ttl_seconds),
       static_cast<uint64_t>(config.outbox_capacity_bytes));
-  absl::StatusOr<std::unique_ptr<PrefillDevice>> device = MakeDevice(config, serving);
+  absl::StatusOr<std::unique_ptr<PrefillDevice>> device =
+      MakeDevice(config, serving, s->backend_);
   if (!device.ok()) return Annotate(device.status(), "prefill device");
   s->device_ = *std::move(device);
   if (s->store_ != nullptr && !s->device_->shares_kvstore()) {
@@ -118,7 +125,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(const Prefi
       s->http_, rpc::StartMetricsEndpoint(registry, config.metrics_host, config.metrics_port,
                                           &s->ready_, "draining"));
   s->sweep_ = std::make_unique<rpc::PeriodicThread>(absl::Seconds(1), [server = s.get()] {
-    const int dropped = server->publisher_->Sweep();
+    const int dropped = server->publisher_->Sweep() + server->device_->Sweep();
     if (dropped > 0) VLOG(1) << "prefill: dropped " << dropped << " expired outbox entries";
   });
   s->ready_.store(true);
@@ -127,6 +134,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(const Prefi
     info.set_worker_id(config.worker_id);
     info.set_role(oscarkv::common::v1::WORKER_ROLE_PREFILL);
     info.set_transfer_backend(s->backend_->capabilities().name);
+    info.set_packed_kv_direct(s->device_->offers_packed_kv());
     rpc::FillModelIdentity(*serving, info.mutable_model());
     // Held keys: none. The outbox only stages a request's blocks for its decode worker; reuse
     // across requests goes through the kvstore.
@@ -145,7 +153,8 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(const Prefi
   LOG(INFO) << "prefill " << config.worker_id << " serving gRPC on port " << s->grpc_port()
             << ", metrics on port " << s->metrics_port() << ", codec " << serving->codec().name
             << ", kvstore " << (config.kvstore_address.empty() ? "none" : config.kvstore_address)
-            << ", transfer " << s->backend_->capabilities().name;
+            << ", transfer " << s->backend_->capabilities().name
+            << (s->device_->offers_packed_kv() ? " (packed KV GPU to GPU)" : "");
   return s;
 }
 

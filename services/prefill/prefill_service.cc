@@ -34,6 +34,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
   p.sampling.seed = req->sampling().seed();
   p.model_fingerprint = req->model().model_fingerprint();
   p.calib_fingerprint = req->model().calib_fingerprint();
+  p.want_packed = req->offer_packed_kv();
   absl::StatusOr<PrefillOutput> out = engine_->Prefill(p);
   if (!out.ok()) return rpc::ToGrpcStatus(out.status());
   resp->set_request_id(req->request_id());
@@ -59,7 +60,23 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
     l->set_length(b.location.length);
     l->set_worker_id(b.location.worker_id);
   }
+  if (out->packed.has_value()) {
+    const PackedKvHandoff& h = *out->packed;
+    oscarkv::common::v1::PackedKvDescriptor* d = resp->mutable_packed_kv();
+    oscarkv::common::v1::BlockLocation* l = d->mutable_location();
+    l->set_endpoint_address(engine_->endpoint_address());
+    l->set_backend(engine_->backend_name());
+    l->set_remote_descriptor(h.remote_descriptor);
+    l->set_offset(h.offset);
+    l->set_length(h.bytes);
+    l->set_worker_id(engine_->worker_id());
+    d->set_tokens(static_cast<uint32_t>(h.tokens));
+    d->set_bytes(h.bytes);
+    d->set_checksum(h.checksum);
+    d->set_codec(static_cast<uint32_t>(engine_->serving_engine().codec().id));
+  }
   v1::PrefillTimings* t = resp->mutable_timings();
+  t->set_pack_seconds(out->timings.pack_seconds);
   t->set_prefix_fetch_seconds(out->timings.prefix_fetch_seconds);
   t->set_compute_seconds(out->timings.compute_seconds);
   t->set_transfer_seconds(out->timings.transfer_seconds);

@@ -61,6 +61,7 @@ grpc::Status RouterService::Register(grpc::ServerContext*, const v1::RegisterReq
   spec.id = info.worker_id();
   spec.role = *role;
   spec.address = info.grpc_address();
+  spec.packed_kv_direct = info.packed_kv_direct();
   // The proto has no request-slot capacity; workers enforce their own limits and answer
   // RESOURCE_EXHAUSTED, so the router does not cap them here.
   spec.capacity = 1 << 20;

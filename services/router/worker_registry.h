@@ -37,6 +37,9 @@ struct WorkerSpec {
   WorkerRole role = WorkerRole::kPrefill;
   std::string address;  // gRPC address "host:port", non-empty
   int capacity = 1;     // concurrent requests it accepts, >= 1
+  // Hands over (prefill) or takes (decode) a prompt's KV GPU to GPU in packed form
+  // (WorkerInfo.packed_kv_direct).
+  bool packed_kv_direct = false;
 };
 
 // Load a worker reports in a heartbeat.

@@ -68,6 +68,7 @@ class Route {
   std::shared_ptr<WorkerStubs> prefill, decode;
   std::string prefill_id, decode_id;  // worker ids; the addresses in static mode
   int decode_matched_blocks = 0;
+  bool packed_kv = false;  // both workers move the prompt's KV GPU to GPU (registry mode)
 
  private:
   router::WorkerRegistry* workers_ = nullptr;  // null in static mode
@@ -156,6 +157,7 @@ struct WorkerCompletionBackend::Impl {
     route->decode = channels.Get(p->decode_address);
     route->prefill_id = p->prefill_id;
     route->decode_id = p->decode_id;
+    route->packed_kv = PackedKvDirect(workers, p->prefill_id) && PackedKvDirect(workers, p->decode_id);
     auto it = preq.matched.find(p->decode_id);
     route->decode_matched_blocks = it == preq.matched.end() ? 0 : it->second;
     const int64_t bt = std::max(1, reg.key_params.block_tokens);
@@ -166,6 +168,13 @@ struct WorkerCompletionBackend::Impl {
             << " kvstore blocks of " << p->request_blocks << "), decode " << p->decode_id << " ("
             << route->decode_matched_blocks << " held), cost " << p->cost;
     return route;
+  }
+
+  static bool PackedKvDirect(const std::vector<router::WorkerView>& workers, const std::string& id) {
+    for (const router::WorkerView& w : workers) {
+      if (w.spec.id == id) return w.spec.packed_kv_direct;
+    }
+    return false;
   }
 
   // Registry mode: the keys a prefill published to the kvstore are now there (as far as the
@@ -333,6 +342,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   preq.mutable_token_ids()->Add(request.prompt_token_ids.begin(), request.prompt_token_ids.end());
   preq.set_codec(request.codec);
   preq.set_publish_to_kvstore(impl_->options.use_kvstore);
+  preq.set_offer_packed_kv(route.packed_kv);
   preq.mutable_sampling()->set_temperature(static_cast<float>(request.temperature));
   preq.mutable_sampling()->set_top_p(static_cast<float>(request.top_p));
   preq.mutable_sampling()->set_seed(seed);
@@ -350,6 +360,8 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   trace.reused_tokens = presp.reused_tokens();
   trace.prompt_blocks = presp.published_blocks_size();
   for (const auto& b : presp.published_blocks()) trace.prompt_block_bytes += 128 + b.payload_bytes();
+  trace.packed_kv = presp.has_packed_kv();
+  if (trace.packed_kv) trace.prompt_block_bytes = presp.packed_kv().bytes();
   auto record = [&] {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->last = trace;
@@ -383,7 +395,11 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   sreq.set_prompt_tokens(static_cast<uint32_t>(request.prompt_token_ids.size()));
   sreq.set_max_new_tokens(static_cast<uint32_t>(request.max_tokens - 1));
   sreq.set_codec(request.codec);
-  *sreq.mutable_prompt_blocks() = presp.published_blocks();
+  if (presp.has_packed_kv()) {
+    *sreq.mutable_packed_kv() = presp.packed_kv();
+  } else {
+    *sreq.mutable_prompt_blocks() = presp.published_blocks();
+  }
   dv1::StartSequenceResponse sresp;
   {
     grpc::ClientContext ctx;

@@ -68,7 +68,9 @@ struct RequestTrace {
   int prefix_matched_blocks = 0;     // leading blocks the chosen decode worker was known to hold
   uint32_t reused_tokens = 0;
   uint64_t prompt_block_bytes = 0;   // serialised bytes of all prompt blocks moved to decode
+                                     // (packed bytes when packed_kv)
   int prompt_blocks = 0;
+  bool packed_kv = false;            // the KV went GPU to GPU in packed form (no blocks)
   double prefill_seconds = 0;
   double decode_seconds = 0;
 };

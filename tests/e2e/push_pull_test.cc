@@ -2,7 +2,8 @@
 // real gRPC services (one PrefillServer, one DecodeServer, one model):
 //   pull: Prefill → published_blocks (outbox) → StartSequence(descriptors) → Generate;
 //   push: StartSequence(prompt_tokens) → block_locations → Prefill(decode_target) → Generate.
-// Both must stream exactly the tokens of a greedy ServingEngine run in this process.
+// Both must stream exactly the tokens of a greedy ServingEngine run in this process. A packed GPU
+// handoff (PrefillRequest.offer_packed_kv) falls back to blocks on these CPU workers.
 #include <fstream>
 #include <sstream>
 
@@ -122,6 +123,27 @@ TEST(PushPull, BothTransferModesStreamTheReferenceTokens) {
     dv1::EndTurnResponse er;
     ASSERT_TRUE(decode->EndTurn(ctx().get(), e, &er).ok());
     EXPECT_GT(er.released_bytes(), 0u);
+  }
+  // A packed GPU handoff offered to a CPU prefill worker: it answers with blocks as usual (and
+  // registered as not offering one); a CPU decode worker refuses packed KV with the reason.
+  {
+    pv1::PrefillRequest offer = preq;
+    offer.set_offer_packed_kv(true);
+    pv1::PrefillResponse presp;
+    ASSERT_TRUE(prefill->Prefill(ctx().get(), offer, &presp).ok());
+    EXPECT_FALSE(presp.has_packed_kv());
+    EXPECT_EQ(presp.published_blocks_size(), (600 + 63) / 64);
+    dv1::StartSequenceRequest s;
+    s.set_codec(codec);
+    s.set_prompt_tokens(prompt.size());
+    s.mutable_packed_kv()->set_tokens(prompt.size());
+    s.mutable_packed_kv()->set_bytes(1 << 20);
+    s.mutable_packed_kv()->mutable_location()->set_endpoint_address("somewhere");
+    dv1::StartSequenceResponse sr;
+    grpc::Status st = decode->StartSequence(ctx().get(), s, &sr);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(st.error_message().find("cannot take packed GPU KV"), std::string::npos)
+        << st.error_message();
   }
   // A push whose slots are too few is refused.
   {

@@ -90,7 +90,12 @@ void UcxBackend::ProgressLoop() {
 }
 
 Capabilities UcxBackend::capabilities() const {
-  return {.name = "ucx", .host_memory = true, .gpu_memory = context_->supports_cuda_memory(),
+  // A CUDA-enabled UCX reports CUDA memory even when UCX_TLS leaves its CUDA transports out;
+  // device memory then has no zero-copy path, so it only counts when they were asked for.
+  const bool cuda_transports = options_.transports == "all" ||
+                               options_.transports.find("cuda") != std::string::npos;
+  return {.name = "ucx", .host_memory = true,
+          .gpu_memory = cuda_transports && context_->supports_cuda_memory(),
           .remote_peers = true,
           .one_sided = true};
 }

@@ -56,17 +56,30 @@ class FakePrefill final : public pv1::PrefillService::Service {
     }
     resp->set_request_id(req->request_id());
     resp->set_first_token(7);
+    offered.store(req->offer_packed_kv());
+    if (req->offer_packed_kv()) {
+      cv1::PackedKvDescriptor* d = resp->mutable_packed_kv();
+      d->set_tokens(static_cast<uint32_t>(ids.size()));
+      d->set_bytes(4096);
+      d->set_checksum(0xfeed);
+      d->mutable_location()->set_remote_descriptor("gpu-outbox");
+    } else {
+      resp->add_published_blocks()->set_payload_bytes(100);
+    }
     return grpc::Status::OK;
   }
   std::atomic<int> calls{0};
+  std::atomic<bool> offered{false};
 };
 
 // Decode: streams tokens 8, 9, ... up to max_new_tokens; can hold Generate until released.
 class FakeDecode final : public dv1::DecodeService::Service {
  public:
-  grpc::Status StartSequence(grpc::ServerContext*, const dv1::StartSequenceRequest*,
+  grpc::Status StartSequence(grpc::ServerContext*, const dv1::StartSequenceRequest* req,
                              dv1::StartSequenceResponse* resp) override {
     starts.fetch_add(1);
+    packed_checksum.store(req->has_packed_kv() ? req->packed_kv().checksum() : 0);
+    prompt_blocks.store(req->prompt_blocks_size());
     resp->set_sequence_id(41);
     return grpc::Status::OK;
   }
@@ -88,6 +101,8 @@ class FakeDecode final : public dv1::DecodeService::Service {
     return grpc::Status::OK;
   }
   std::atomic<int> starts{0};
+  std::atomic<uint64_t> packed_checksum{0};  // of the last StartSequence's packed_kv; 0 = none
+  std::atomic<int> prompt_blocks{0};        // of the last StartSequence
   absl::Notification* hold = nullptr;  // not owned
   absl::Notification generating;
 };
@@ -162,7 +177,7 @@ class PlacedBackendTest : public ::testing::Test {
 
   template <typename Fake>
   Fake* AddWorker(const std::string& id, cv1::WorkerRole role,
-                  std::vector<kvformat::BlockKey> held = {}) {
+                  std::vector<kvformat::BlockKey> held = {}, bool packed_kv_direct = false) {
     auto w = std::make_unique<Worker>();
     auto fake = std::make_unique<Fake>();
     Fake* raw = fake.get();
@@ -175,6 +190,7 @@ class PlacedBackendTest : public ::testing::Test {
     o.worker.set_worker_id(id);
     o.worker.set_role(role);
     o.worker.set_grpc_address(w->server->dial_address());
+    o.worker.set_packed_kv_direct(packed_kv_direct);
     o.initial_backoff = absl::Milliseconds(50);
     auto reg = rpc::WorkerRegistration::Start(o, [held] {
       rpc::WorkerReport r;
@@ -211,6 +227,33 @@ std::vector<int32_t> Prompt(int n, int32_t base = 100) {
   std::vector<int32_t> p;
   for (int i = 0; i < n; ++i) p.push_back(base + i);
   return p;
+}
+
+TEST_F(PlacedBackendTest, AsksForPackedGpuKvOnlyWhenBothWorkersCanMoveIt) {
+  FakePrefill* pf = AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL, {},
+                                           /*packed_kv_direct=*/true);
+  FakeDecode* dc = AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
+  ASSERT_TRUE(backend_->Ready());
+  auto out = backend_->Complete(Request(Prompt(9)), [](const router::TokenEvent&) { return true; });
+  ASSERT_TRUE(out.ok()) << out.status();
+  // The decode worker did not say it takes packed KV: blocks as usual.
+  EXPECT_FALSE(pf->offered.load());
+  EXPECT_EQ(dc->packed_checksum.load(), 0u);
+  EXPECT_EQ(dc->prompt_blocks.load(), 1);
+  EXPECT_FALSE(backend_->last_trace().packed_kv);
+
+  // A decode worker that does, placed alone: the prefill is asked, and its descriptor (not
+  // blocks) reaches StartSequence unchanged.
+  workers_[1]->registration->Stop();  // deregisters: placed on no more
+  FakeDecode* gpu = AddWorker<FakeDecode>("decode-gpu", cv1::WORKER_ROLE_DECODE, {},
+                                          /*packed_kv_direct=*/true);
+  out = backend_->Complete(Request(Prompt(9)), [](const router::TokenEvent&) { return true; });
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(pf->offered.load());
+  EXPECT_EQ(gpu->packed_checksum.load(), 0xfeedu);
+  EXPECT_EQ(gpu->prompt_blocks.load(), 0);
+  EXPECT_TRUE(backend_->last_trace().packed_kv);
+  EXPECT_EQ(backend_->last_trace().prompt_block_bytes, 4096u);
 }
 
 TEST_F(PlacedBackendTest, PicksTheDecodeWorkerHoldingTheLongestPrefix) {
