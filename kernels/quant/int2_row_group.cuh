@@ -2,8 +2,10 @@
 // G = D/32 lanes with 32 channels each, so a warp holds 32/G rows: one unit (8 tokens x one
 // head = one INT2 page segment) at D = 128, two at D = 64. Row min/max, exact clip threshold,
 // params, codes, quartered packing. Every step gives KvQuantRef's bytes:
-//   clip threshold  tau = the k-th largest |y| (k = D - ClipIndex), found by a tournament over
-//                   per-lane sorted lists (an order statistic is exact whatever finds it);
+//   clip threshold  tau = the k-th largest |y| (k = D - ClipIndex), found by merging networks
+//                   over per-column sorted lists (packed bf16 rows at D = 128) or a tournament
+//                   over per-lane sorted lists (the rest): an order statistic is exact whatever
+//                   finds it;
 //   params          the reference's float ops on the clipped min/max, including which zero the
 //                   reference's running min keeps (+0 == -0, and the sign reaches the fp16 min);
 //   codes           three compares with the exact code bounds of int2_code_bounds.h.
@@ -125,6 +127,10 @@ __device__ __forceinline__ uint32_t Bf16x2Max(uint32_t a, uint32_t b) {
 __device__ __forceinline__ uint32_t Bf16x2GeMask(uint32_t a, uint32_t b) {
   return __hge2_mask(AsBf16x2(a), AsBf16x2(b));
 }
+// 0xffff in each half where a > b.
+__device__ __forceinline__ uint32_t Bf16x2GtMask(uint32_t a, uint32_t b) {
+  return __hgt2_mask(AsBf16x2(a), AsBf16x2(b));
+}
 __device__ __forceinline__ float LoBf16(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float HiBf16(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 
@@ -139,6 +145,13 @@ struct U32Order {
 struct U16x2Order {
   __device__ static uint32_t Max(uint32_t a, uint32_t b) { return __vmaxu2(a, b); }
   __device__ static uint32_t Min(uint32_t a, uint32_t b) { return __vminu2(a, b); }
+};
+// Two bf16 magnitudes (>= 0, not NaN) per register, ordered as values, which for these is the
+// order of their bits: the same comparators as U16x2Order, but HMNMX2 runs on the FMA pipe at
+// full rate, where VIMNMX takes the half-rate integer ALU.
+struct Bf16x2Order {
+  __device__ static uint32_t Max(uint32_t a, uint32_t b) { return Bf16x2Max(a, b); }
+  __device__ static uint32_t Min(uint32_t a, uint32_t b) { return Bf16x2Min(a, b); }
 };
 
 // Descending compare-exchange and the networks built from it.
@@ -246,6 +259,24 @@ __device__ __forceinline__ void SortAll(uint32_t (&k)[N]) {
     }
     BitonicClean<O>(k, 16);
   }
+}
+
+// Merges of descending lists: m = a and b sorted together; a = the N largest of a and b.
+template <class O, int N>
+__device__ __forceinline__ void MergeAll(const uint32_t (&a)[N], const uint32_t (&b)[N],
+                                         uint32_t (&m)[2 * N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    m[i] = a[i];
+    m[N + i] = b[N - 1 - i];  // a then b reversed: bitonic
+  }
+  BitonicClean<O>(m, 2 * N);
+}
+template <class O, int N>
+__device__ __forceinline__ void MergeTop(uint32_t (&a)[N], const uint32_t (&b)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) a[i] = O::Max(a[i], b[N - 1 - i]);  // the top half of the merge
+  BitonicClean<O>(a, N);
 }
 
 // Pops the group's largest remaining key k times from the lanes' descending lists a and b (R
@@ -360,16 +391,109 @@ __device__ __forceinline__ uint32_t SortedKthKey(const FloatLane<D>& x, int k, i
   return PopKth<RowLayout<D>::kGroupLanes, N, false>(ka, kb, k, gl, &unused);
 }
 
+// ---- Clip threshold of packed bf16 rows: merging networks ----
+// The row's 2G columns (lane, low or high half: 16 values each) keep their top Rc in sorted lists
+// (sorting networks on packed magnitudes, two columns per instruction); the group's lists are
+// merged by xor shuffles (lists of the same half merge, both halves at once) into the row's top
+// R = 2 Rc, then the two halves' lists into one; tau is its entry k - 1. The lists hold every
+// value above tau unless a column holds more than Rc of them: then the column's last entry is
+// above the result (a tie with it is harmless: unlisted values are <= it), and the row repeats
+// with longer lists. An order statistic of a multiset is the same whatever finds it, so no keys,
+// tags or tie rules are needed (bf16 magnitudes of one row, not NaN, order as their bits).
+
+// Bits of the k-th largest |y| (1 <= k <= 2 Rc) of the group's row from lists of Rc per column;
+// *dry when a column of this lane may hold more above it than its list does. The short lists
+// (Rc = 4) sort their first 8 words with VIMNMX and the other 8 with HMNMX2 (same order): both
+// issue at half rate on the H200, and this split measured 2 us faster at D = 128 than HMNMX2
+// alone (bench/NOTES.md "Demotion v4"; apparently register allocation: that build spilled).
+template <int D, int Rc>
+__device__ __forceinline__ uint32_t MergedKthBits(const Bf16Lane<D>& x, int k, bool* dry) {
+  constexpr int N = RowLayout<D>::kColumnKeys;
+  constexpr int R = 2 * Rc;
+  uint32_t col[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) col[i] = x.w[i] & 0x7fff7fffu;
+  uint32_t c[Rc];
+  if constexpr (Rc == 4) {
+    uint32_t b[4];
+    Top4Of8<U16x2Order>(col, 0, c);
+    Top4Of8<Bf16x2Order>(col, 8, b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[i] = Bf16x2Order::Max(c[i], b[3 - i]);
+    BitonicClean<Bf16x2Order>(c, 4);
+  } else {
+    TopOf<Bf16x2Order>(col, c);
+  }
+  uint32_t o[Rc];
+#pragma unroll
+  for (int i = 0; i < Rc; ++i) o[i] = __shfl_xor_sync(kFullMask, c[i], 1);
+  uint32_t m[R];
+  MergeAll<Bf16x2Order>(c, o, m);  // the two lanes' columns of each half, all of them
+  if constexpr (RowLayout<D>::kGroupLanes == 4) {
+    uint32_t p[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) p[i] = __shfl_xor_sync(kFullMask, m[i], 2);
+    MergeTop<Bf16x2Order>(m, p);
+  }
+  // Low and high halves: each half of h is the other half of m.
+  uint32_t h[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) h[i] = __byte_perm(m[i], 0u, 0x1032);
+  MergeTop<Bf16x2Order>(m, h);
+  uint32_t t = m[0];
+#pragma unroll
+  for (int i = 1; i < R; ++i) t = i < k ? m[i] : t;
+  t &= 0xffffu;
+  *dry = Bf16x2GtMask(c[Rc - 1], t | t << 16) != 0u;
+  return t;
+}
+
+template <int D>
+__device__ __forceinline__ float ClipThreshold(const Bf16Lane<D>& x, int k, const RowGroup<D>& rg) {
+  // D = 128: short lists while the chance that a column holds Rc of the k - 1 largest stays
+  // small (< 1% of rows at k = 6; never when k <= Rc), then long ones, then fully sorted lists.
+  // D = 64, k <= 8 (both served ratios): the tournament over top-4 / top-6 lists (PopKth), which
+  // measured faster there (the H200, bench/NOTES.md "Demotion v4"); then sorted lists.
+  constexpr bool kTournament = RowLayout<D>::kGroupLanes == 2;
+  uint32_t bits = 0;
+  bool redo = true;
+  if (kTournament && k <= 8) {
+    bool dry;
+    const uint32_t key = k <= 4 ? FastKthKey<D, 4>(x, k, rg.gl, &dry)
+                                : FastKthKey<D, 6>(x, k, rg.gl, &dry);
+    bits = (key >> 4) & 0x7fffu;
+    redo = (__ballot_sync(kFullMask, dry) & rg.mask) != 0u;
+  } else if (!kTournament && k <= 6) {
+    bool dry;
+    bits = MergedKthBits<D, 4>(x, k, &dry);
+    redo = (__ballot_sync(kFullMask, dry) & rg.mask) != 0u;
+  }
+  if (k <= 16 && !(kTournament && k <= 8) && __any_sync(kFullMask, redo)) {
+    bool dry;
+    const uint32_t long_bits = MergedKthBits<D, 8>(x, k, &dry);
+    const bool long_dry = (__ballot_sync(kFullMask, dry) & rg.mask) != 0u;
+    if (redo) {
+      bits = long_bits;
+      redo = long_dry;
+    }
+  }
+  if (__any_sync(kFullMask, redo)) {
+    const uint32_t sorted_key = SortedKthKey<D>(x, k, rg.gl);
+    if (redo) bits = (sorted_key >> 4) & 0x7fffu;
+  }
+  return __uint_as_float(bits << 16);
+}
+
 __device__ __forceinline__ float KeyMagnitude(uint32_t key, bool bf16_keys) {
   return bf16_keys ? __uint_as_float(((key >> 4) & 0x7fffu) << 16) : __uint_as_float(key - 1u);
 }
 
-// tau = the k-th largest |y| of the group's row (k uniform over the warp). Fast path: a
-// tournament over each lane's top R of its two lists (R by k, ListEntriesFor); a group whose
-// lists ran dry repeats with fully sorted lists.
-template <int D, class Lane>
-__device__ __forceinline__ float ClipThreshold(const Lane& x, int k, const RowGroup<D>& rg) {
-  constexpr bool kBf16Keys = std::is_same_v<Lane, Bf16Lane<D>>;
+// Float rows (f32 input, rotated rows): tau = the k-th largest |y| of the group's row (k uniform
+// over the warp). Fast path: a tournament over each lane's top R of its two lists (R by k,
+// ListEntriesFor); a group whose lists ran dry repeats with fully sorted lists.
+template <int D>
+__device__ __forceinline__ float ClipThreshold(const FloatLane<D>& x, int k,
+                                               const RowGroup<D>& rg) {
   uint32_t key = 0;
   bool emptied = true;
   const int entries = ListEntriesFor<D>(k);
@@ -383,7 +507,7 @@ __device__ __forceinline__ float ClipThreshold(const Lane& x, int k, const RowGr
     const uint32_t sorted_key = SortedKthKey<D>(x, k, rg.gl);
     if (redo) key = sorted_key;
   }
-  return KeyMagnitude(key, kBf16Keys);
+  return KeyMagnitude(key, false);
 }
 
 // ---- Params ----

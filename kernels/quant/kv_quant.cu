@@ -100,7 +100,9 @@ __device__ __forceinline__ void LoadWords(const void* p, uint32_t* dst) {
   }
 }
 
-template <int D, bool kBf16>
+// kVector: 1 = 16-byte loads, -1 = as src.vector_loads says (a runtime choice costs the issue
+// slots of both paths: the compiler predicates the scalar loads). Same for the stores below.
+template <int D, bool kBf16, int kVector = -1>
 __device__ __forceinline__ void LoadRow(const RowsSource& src, Unit u, const rows::RowGroup<D>& rg,
                                         LaneRaw<D, kBf16>& raw) {
   using L = rows::RowLayout<D>;
@@ -119,7 +121,7 @@ __device__ __forceinline__ void LoadRow(const RowsSource& src, Unit u, const row
   for (int q = 0; q < 4; ++q) {
     const T* at = row + q * L::kCodeBytes;  // chunk q: channels q D/4 + 8 gl ..
     uint32_t* dst = raw.w + q * kCw;
-    if (src.vector_loads) {
+    if (kVector < 0 ? src.vector_loads : kVector == 1) {
       LoadWords<kCw>(at, dst);
     } else if constexpr (kBf16) {
 #pragma unroll
@@ -276,14 +278,15 @@ __device__ __forceinline__ uint8_t* SegmentOf(const RowsTarget& tgt, Unit u, int
   return tgt.base + u.h * tgt.head_stride;
 }
 
-template <int D>
+template <int D, int kVector>
 __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, int row,
                                          const uint32_t (&w)[2],
                                          const quant_device::GroupParams& gp,
                                          const rows::RowGroup<D>& rg) {
   using L = rows::RowLayout<D>;
   uint8_t* codes = seg + static_cast<int64_t>(row) * L::kCodeBytes + L::kChunk * rg.gl;
-  if (tgt.vector_stores) {
+  const bool vector_stores = kVector < 0 ? tgt.vector_stores : kVector == 1;
+  if (vector_stores) {
     *reinterpret_cast<uint2*>(codes) = make_uint2(w[0], w[1]);
   } else {
 #pragma unroll
@@ -294,7 +297,7 @@ __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, in
     uint8_t* prm = seg + static_cast<int64_t>(tgt.segment_tokens) * L::kCodeBytes + 4 * row;
     const uint32_t s = __half_as_ushort(gp.s16);
     const uint32_t m = __half_as_ushort(gp.m16);
-    if (tgt.vector_stores) {
+    if (vector_stores) {
       *reinterpret_cast<uint32_t*>(prm) = s | m << 16;
     } else {
       reinterpret_cast<uint16_t*>(prm)[0] = static_cast<uint16_t>(s);
@@ -306,7 +309,7 @@ __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, in
 // ---- Kernel ----
 
 // The row pipeline for one pass of a warp's rows (its units u) and the stores.
-template <int D, class Lane>
+template <int D, int kVector = -1, class Lane>
 __device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page,
                                                  const RowsSource& src, const RowsTarget& tgt,
                                                  const RowsClip& clip, int lane,
@@ -320,13 +323,17 @@ __device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page
   if (u.group * kUnitTokens + r < src.tokens) {  // a row of this unit (the unit exists)
     int first_row;
     uint8_t* seg = SegmentOf(tgt, u, page, &first_row);
-    StoreRow<D>(tgt, seg, first_row + r, w, st.gp, rg);
+    StoreRow<D, kVector>(tgt, seg, first_row + r, w, st.gp, rg);
   }
 }
 
-// Unrotated rows. Three blocks (24 warps) per SM for the model's path (bf16): enough loads in
-// flight with the next units prefetched, and the register budget (85) needs no spill at either D.
-template <int D, bool kBf16>
+// Unrotated rows. Three blocks (24 warps) per SM for the model's path (bf16), 80 registers (the
+// D = 64 build spills two words to local memory). A fourth block (64 registers, the rows
+// staged through a cp.async ring in shared memory) measured no faster: the kernel is bound by
+// the issue of its half-rate instructions, not by loads in flight (bench/NOTES.md "Demotion v4").
+// kVector: 1 when every input row and output segment is 16-byte aligned (vector loads and
+// stores), -1 to look at the flags.
+template <int D, bool kBf16, int kVector>
 __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
     KvInt2RowsKernel(const RowsSource src, const RowsTarget tgt, const RowsClip clip) {
   // bf16 rows stay packed bf16; f32 input is floats.
@@ -342,20 +349,23 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
   const int first =
       (static_cast<int>(blockIdx.x) * kWarps + warp) * kUnitsPerWarp + rg.slot / kUnitTokens;
   Unit u{first / src.heads, first % src.heads};
-  Raw raw;
-  LoadRow<D, kBf16>(src, u, rg, raw);
-  while (__any_sync(rows::kFullMask, u.group < groups)) {
-    // The next units' loads stay in flight while these are processed; the page id is loaded now
-    // and used at the end.
+  // Two raw buffers used in turn (the loop body twice), so the prefetched words are not copied.
+  Raw raw[2];
+  LoadRow<D, kBf16, kVector>(src, u, rg, raw[0]);
+  // The next unit's loads stay in flight while this one is processed; the page id is loaded now
+  // and used at the end. Returns false when the warp is done.
+  const auto step_unit = [&](const Raw& cur, Raw& next) {
     const int page = PageOf(tgt, u, groups);
     const Unit n = walk.Next(u);
-    Raw next;
-    LoadRow<D, kBf16>(src, n, rg, next);
+    LoadRow<D, kBf16, kVector>(src, n, rg, next);
     Lane x;
-    ToLane(raw, x);
-    QuantizeAndStore<D>(x, u, page, src, tgt, clip, lane, rg);
-    raw = next;
+    ToLane(cur, x);
+    QuantizeAndStore<D, kVector>(x, u, page, src, tgt, clip, lane, rg);
     u = n;
+    return __any_sync(rows::kFullMask, u.group < groups);
+  };
+  if (!__any_sync(rows::kFullMask, u.group < groups)) return;
+  while (step_unit(raw[0], raw[1]) && step_unit(raw[1], raw[0])) {
   }
 }
 
@@ -430,7 +440,8 @@ cudaError_t LaunchRows(const RowsSource& src, const RowsTarget& tgt, const RowsC
   constexpr int64_t kWarpUnits = rows::RowLayout<D>::kUnitsPerWarp;
   int blocks = 0;
   if (rotation == nullptr) {
-    const auto kernel = KvInt2RowsKernel<D, kBf16>;
+    const auto kernel = src.vector_loads && tgt.vector_stores ? KvInt2RowsKernel<D, kBf16, 1>
+                                                              : KvInt2RowsKernel<D, kBf16, -1>;
     OSCARKV_CUDA_RETURN_IF_ERROR(GridFor(kernel, 0, units, kWarps * kWarpUnits, &blocks));
     kernel<<<blocks, kWarps * 32, 0, stream>>>(src, tgt, clip);
   } else {

@@ -49,6 +49,8 @@ enum class Pattern {
   kTiny,         // 1e-6 t(3): fp16-subnormal scale and min
   kClustered,    // heavy tail plus 11-12 large values, the top 6 on channels that the kernel's
                  // fast path keeps in one list (lane 0's): it runs dry, the sorted path runs
+  kColumn,       // heavy tail plus 12 large values on one bf16 column of the kernel (lane 0's
+                 // even channels): more than the long lists hold at k = 11..16 (D = 128)
 };
 
 struct Case {
@@ -83,6 +85,8 @@ const char* PatternName(Pattern p) {
       return "tiny";
     case Pattern::kClustered:
       return "clustered";
+    case Pattern::kColumn:
+      return "column";
   }
   return "?";
 }
@@ -168,6 +172,14 @@ void FillRow(Pattern pattern, bool bf16, int64_t row, int d, std::mt19937_64& rn
       const int* at = d == 128 ? (bf16 ? kBf16At128 : kF32At128) : (bf16 ? kBf16At64 : kF32At64);
       const int n = d == 128 ? 11 : 12;
       for (int i = 0; i < n; ++i) x[at[i]] = (i % 2 == 0 ? 1.0f : -1.0f) * (5.0f + 0.75f * i);
+      return;
+    }
+    case Pattern::kColumn: {
+      // Lane 0's even channels of each quarter: 2b for b < 4, plus q d/4. Twelve of its sixteen.
+      for (int i = 0; i < d; ++i) x[i] = 0.5f * heavy(rng);
+      for (int i = 0; i < 12; ++i) {
+        x[(i % 4) * (d / 4) + 2 * (i / 4)] = (i % 2 == 0 ? 1.0f : -1.0f) * (5.0f + 0.75f * i);
+      }
       return;
     }
   }
@@ -390,6 +402,10 @@ int main() {
       {256, 8, 128, 0.96f, false, false, false, 54, Pattern::kClustered},
       {256, 3, 64, 0.875f, true, false, true, 55, Pattern::kClustered},
       {256, 3, 64, 0.875f, false, false, true, 56, Pattern::kClustered},
+      {256, 8, 128, 0.96f, true, false, true, 59, Pattern::kColumn},
+      {256, 8, 128, 0.92f, true, false, true, 60, Pattern::kColumn},
+      {256, 8, 128, 0.875f, true, false, true, 61, Pattern::kColumn},
+      {256, 3, 64, 0.8f, true, false, true, 62, Pattern::kColumn},
       {4096, 8, 128, 0.96f, true, true, true, 57},
       {20000, 3, 64, 0.92f, true, true, true, 58},
       {96, 8, 128, 0.92f, true, true, true, 47, Pattern::kTies},
