@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -308,6 +309,103 @@ void RunDemote(int tokens, int heads, int d, bool rotate, float clip, double bw,
   for (void* ptr : frees) GPU_CHECK(cudaFree(ptr));
 }
 
+// Issue rate of the demotion kernel's hot-path instructions (bench/NOTES.md "Demotion v4"): one
+// block of 32 warps per SM, each thread 8 independent chains of one instruction (inline PTX, so
+// the SASS is that instruction), clock64 around the loop; prints warp instructions per cycle per
+// SM sub-partition (1.0 = one per cycle, FFMA's rate; 0.5 = the integer ALU's).
+enum class ProbeOp { kFfma, kHmnmx2Bf16, kHsetBf16, kVimnmxU16x2, kVimnmxU32, kLop3, kImad, kPrmt,
+                     kShfl, kCvtF64 };
+constexpr int kProbeIters = 512;
+template <ProbeOp kOp>
+__device__ __forceinline__ void ProbeStep(uint32_t& a, float& f, double& dd, uint32_t b) {
+  if constexpr (kOp == ProbeOp::kFfma) {
+    asm volatile("fma.rn.f32 %0, %0, %1, %1;" : "+f"(f) : "f"(__uint_as_float(b)));
+  } else if constexpr (kOp == ProbeOp::kHmnmx2Bf16) {
+    // max then min (two instructions): two maxes in a row fuse into one 3-input VHMNMX.
+    asm volatile("max.bf16x2 %0, %0, %1;" : "+r"(a) : "r"(b));
+    asm volatile("min.bf16x2 %0, %0, %1;" : "+r"(a) : "r"(b ^ 0x00400040u));
+  } else if constexpr (kOp == ProbeOp::kHsetBf16) {
+    asm volatile("set.gt.u32.bf16x2 %0, %0, %1;" : "+r"(a) : "r"(b));
+  } else if constexpr (kOp == ProbeOp::kVimnmxU16x2) {
+    asm volatile("max.u16x2 %0, %0, %1;" : "+r"(a) : "r"(b));
+    asm volatile("min.u16x2 %0, %0, %1;" : "+r"(a) : "r"(b ^ 0x00400040u));
+  } else if constexpr (kOp == ProbeOp::kVimnmxU32) {
+    asm volatile("max.u32 %0, %0, %1;" : "+r"(a) : "r"(b));
+    asm volatile("min.u32 %0, %0, %1;" : "+r"(a) : "r"(b ^ 0x00400040u));
+  } else if constexpr (kOp == ProbeOp::kLop3) {
+    asm volatile("lop3.b32 %0, %0, %1, %1, 0x96;" : "+r"(a) : "r"(b));
+  } else if constexpr (kOp == ProbeOp::kImad) {
+    asm volatile("mad.lo.u32 %0, %0, %1, %1;" : "+r"(a) : "r"(b));
+  } else if constexpr (kOp == ProbeOp::kPrmt) {
+    asm volatile("prmt.b32 %0, %0, %1, 0x1032;" : "+r"(a) : "r"(b));
+  } else if constexpr (kOp == ProbeOp::kShfl) {
+    asm volatile("shfl.sync.bfly.b32 %0, %0, 1, 0x1f, 0xffffffff;" : "+r"(a));
+  } else {
+    // double -> float -> double loses bits, so the pair is not an identity to be removed.
+    asm volatile("cvt.rn.f32.f64 %0, %1;" : "=f"(f) : "d"(dd));
+    asm volatile("cvt.f64.f32 %0, %1;" : "+d"(dd) : "f"(f));
+  }
+}
+template <ProbeOp kOp>
+__global__ void __launch_bounds__(1024) PipeProbeKernel(uint32_t seed, long long* cycles,
+                                                         uint32_t* sink) {
+  uint32_t a[8];
+  float f[8];
+  double dd[8];
+  for (int i = 0; i < 8; ++i) {
+    a[i] = seed * (i + 1) + threadIdx.x;
+    f[i] = 1.0f + static_cast<float>(a[i] & 0xff) * 1e-3f;  // from the runtime seed: ptxas
+    dd[i] = 1.0 + static_cast<double>(a[i]) * 1e-12;          // folds constant chains
+  }
+  const uint32_t b = seed ^ 0x3f803f80u;
+  __syncthreads();
+  const long long t0 = clock64();
+  for (int it = 0; it < kProbeIters; ++it) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ProbeStep<kOp>(a[i], f[i], dd[i], b);
+  }
+  const long long t1 = clock64();
+  uint32_t x = 0;
+  for (int i = 0; i < 8; ++i) x ^= a[i] ^ __float_as_uint(f[i]) ^ static_cast<uint32_t>(dd[i]);
+  if (x == 0x12345678u) sink[0] = x;
+  if ((threadIdx.x & 31) == 0) cycles[blockIdx.x * 32 + threadIdx.x / 32] = t1 - t0;
+}
+template <ProbeOp kOp>
+void RunPipeProbe(const char* name, int sms, cudaStream_t stream) {
+  long long* cycles;
+  uint32_t* sink;
+  GPU_CHECK(cudaMalloc(&cycles, size_t(sms) * 32 * sizeof(long long)));
+  GPU_CHECK(cudaMalloc(&sink, 4));
+  PipeProbeKernel<kOp><<<sms, 1024, 0, stream>>>(1, cycles, sink);  // warm-up
+  PipeProbeKernel<kOp><<<sms, 1024, 0, stream>>>(2, cycles, sink);
+  GPU_CHECK(cudaStreamSynchronize(stream));
+  std::vector<long long> c(size_t(sms) * 32);
+  GPU_CHECK(cudaMemcpy(c.data(), cycles, c.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  // Per block (one per SM): the slowest warp; then the median block.
+  std::vector<long long> per_sm(sms);
+  for (int i = 0; i < sms; ++i) per_sm[i] = *std::max_element(c.begin() + i * 32, c.begin() + i * 32 + 32);
+  std::nth_element(per_sm.begin(), per_sm.begin() + sms / 2, per_sm.end());
+  constexpr bool kPairs = kOp == ProbeOp::kCvtF64 || kOp == ProbeOp::kHmnmx2Bf16 ||
+                          kOp == ProbeOp::kVimnmxU16x2 || kOp == ProbeOp::kVimnmxU32;
+  const double instr = 8.0 /* warps per sub-partition */ * kProbeIters * 8 * (kPairs ? 2 : 1);
+  std::printf("pipe probe %-22s %5.3f warp instructions / cycle / SM sub-partition\n", name,
+              instr / double(per_sm[sms / 2]));
+  GPU_CHECK(cudaFree(cycles));
+  GPU_CHECK(cudaFree(sink));
+}
+void RunPipeProbes(int sms, cudaStream_t stream) {
+  RunPipeProbe<ProbeOp::kFfma>("FFMA", sms, stream);
+  RunPipeProbe<ProbeOp::kHmnmx2Bf16>("HMNMX2.BF16 (max, min)", sms, stream);
+  RunPipeProbe<ProbeOp::kHsetBf16>("HSET2.BF16 (mask)", sms, stream);
+  RunPipeProbe<ProbeOp::kVimnmxU16x2>("VIMNMX.U16x2 (max, min)", sms, stream);
+  RunPipeProbe<ProbeOp::kVimnmxU32>("VIMNMX.U32 (max, min)", sms, stream);
+  RunPipeProbe<ProbeOp::kLop3>("LOP3", sms, stream);
+  RunPipeProbe<ProbeOp::kImad>("IMAD", sms, stream);
+  RunPipeProbe<ProbeOp::kPrmt>("PRMT", sms, stream);
+  RunPipeProbe<ProbeOp::kShfl>("SHFL.BFLY", sms, stream);
+  RunPipeProbe<ProbeOp::kCvtF64>("F2F.F64.F32 + F2F.F32.F64", sms, stream);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -372,6 +470,10 @@ int main(int argc, char** argv) {
   }
   for (const Shape& sh : shapes) RunDemote(32768, sh.hkv, sh.d, true, 0.96f, bw, sms, stream);
   RunDemote(64 * kPageTokens, 8, 128, false, 0.96f, bw, sms, stream);
+  // Variant rows: no clip (no threshold search: what the rest of the row pipeline costs), and
+  // the issue rates of the instructions the row pipeline is made of.
+  for (const Shape& sh : shapes) RunDemote(32768, sh.hkv, sh.d, false, 1.0f, bw, sms, stream);
+  RunPipeProbes(sms, stream);
   GPU_CHECK(cudaStreamDestroy(stream));
   return 0;
 }
