@@ -82,6 +82,8 @@ template <typename Loader>
 void AttendRange(const DecodeAttentionParams& p, const PagedTierTable& table, int seq, int kvh,
                  int begin, int end, const Loader& load, std::vector<float>& acc,
                  std::vector<RowState>& st) {
+  // An empty range touches no table: a cache without a BF16 tier (M1/M2) leaves it unset.
+  if (begin >= end) return;
   const int d = p.head_dim;
   const int g = p.num_q_heads / p.num_kv_heads;
   const int32_t* pages = table.page_indices + table.page_indptr[seq];
