@@ -144,7 +144,7 @@ if [ $clip = 1 ]; then
   # Time grows with codecs x steps: 3 codecs at 8k took ~610 s on the H200 (session 4: cut off
   # at the 540 s limit at step 7168 of 8192), so each part is bf16 + one setting (~410 s);
   # CLIP_PART=1..4 picks one per device call (default: all four and the greedy agreement,
-  # ~30 minutes).
+  # ~30 minutes); CLIP_WINDOWS (default 20) windows per part.
   parts=(bf16,oscar-gram bf16,oscar@0.90/0.84 bf16,oscar@0.84/0.75 bf16,oscar-hadamard@0.90/0.84)
   for part in 1 2 3 4; do
     [ -n "${CLIP_PART:-}" ] && [ "$CLIP_PART" != "$part" ] && continue
@@ -152,7 +152,7 @@ if [ $clip = 1 ]; then
     echo "== quality: the clipping lever and M5 at 8k ($codecs)"
     OMP_NUM_THREADS=16 "$BIN"/gpu_e2e_bench --mode quality --config default \
       --text "$SCRATCH/emma.txt,$SCRATCH/persuasion.txt,$SCRATCH/mobydick.txt" \
-      --codecs "$codecs" --contexts 8192 --windows 20 2>&1 \
+      --codecs "$codecs" --contexts 8192 --windows "${CLIP_WINDOWS:-20}" 2>&1 \
       | tee "$OUT/quality_clip_$part.log" || status=1
   done
   # One part fills a call: the greedy agreement runs only with all four parts.
