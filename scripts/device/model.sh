@@ -141,8 +141,10 @@ if [ $quality = 1 ]; then
     2>&1 | tee "$OUT/quality.log" || status=1
 fi
 if [ $clip = 1 ]; then
-  # Time grows with codecs x steps: 3 codecs at 8k took ~610 s on the H200 (session 4: cut off
-  # at the 540 s limit at step 7168 of 8192), so each part is bf16 + one setting (~410 s);
+  # Time grows with codecs x windows x steps: 3 codecs x 20 windows at 8k were cut off at step
+  # 7168 of 8192 after 540 s (session 4), and 2 codecs x 20 windows (one part) after 500 s at the
+  # same step (session 5: ~545 s in all, 14.5 steps/s), so a part with 20 windows needs a call of
+  # nearly the full 600 s on a warm machine; CLIP_WINDOWS=16 leaves a margin;
   # CLIP_PART=1..4 picks one per device call (default: all four and the greedy agreement,
   # ~30 minutes); CLIP_WINDOWS (default 20) windows per part.
   parts=(bf16,oscar-gram bf16,oscar@0.90/0.84 bf16,oscar@0.84/0.75 bf16,oscar-hadamard@0.90/0.84)
