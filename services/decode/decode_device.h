@@ -40,6 +40,8 @@ struct PackedKvSource {
   int64_t tokens = 0;
   uint64_t checksum = 0;          // kernels::ByteChecksum of the bytes
   uint32_t codec = 0;             // kvformat::CodecId
+  uint64_t model_fingerprint = 0;  // of the model and calibration that made it
+  uint64_t calib_fingerprint = 0;
 };
 
 // What BuildFromPacked measured.

@@ -185,6 +185,12 @@ absl::StatusOr<StartResult> DecodeEngine::StartSequence(const StartParams& p) {
     if (!p.blocks.empty()) {
       return fail(absl::InvalidArgumentError("both packed KV and prompt blocks given"));
     }
+    // Packed KV has no block headers: its descriptor carries the identity, checked here.
+    if (p.packed->model_fingerprint != engine_->model_fingerprint() ||
+        p.packed->calib_fingerprint != engine_->calibration_fingerprint()) {
+      return fail(absl::FailedPreconditionError(
+          "packed KV of another model or calibration (fingerprints differ)"));
+    }
     PackedKvArrival arrival;
     absl::StatusOr<uint64_t> id =
         Pool(device_->BuildFromPacked(*p.packed, max_new, &arrival), p, /*entry_id=*/0);

@@ -31,6 +31,8 @@ grpc::Status DecodeService::StartSequence(grpc::ServerContext*,
     src.tokens = d.tokens();
     src.checksum = d.checksum();
     src.codec = d.codec();
+    src.model_fingerprint = d.model_fingerprint();
+    src.calib_fingerprint = d.calib_fingerprint();
     if (src.tokens != req->prompt_tokens()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "packed_kv.tokens differs from prompt_tokens");

@@ -74,6 +74,8 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
     d->set_bytes(h.bytes);
     d->set_checksum(h.checksum);
     d->set_codec(static_cast<uint32_t>(engine_->serving_engine().codec().id));
+    d->set_model_fingerprint(engine_->serving_engine().model_fingerprint());
+    d->set_calib_fingerprint(engine_->serving_engine().calibration_fingerprint());
   }
   v1::PrefillTimings* t = resp->mutable_timings();
   t->set_pack_seconds(out->timings.pack_seconds);

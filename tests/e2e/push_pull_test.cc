@@ -140,7 +140,14 @@ TEST(PushPull, BothTransferModesStreamTheReferenceTokens) {
     s.mutable_packed_kv()->set_bytes(1 << 20);
     s.mutable_packed_kv()->mutable_location()->set_endpoint_address("somewhere");
     dv1::StartSequenceResponse sr;
+    // Another model's KV (the descriptor's fingerprints, here unset) is refused first...
     grpc::Status st = decode->StartSequence(ctx().get(), s, &sr);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(st.error_message().find("another model"), std::string::npos) << st.error_message();
+    // ... and this model's, by a worker whose device cannot take packed KV.
+    s.mutable_packed_kv()->set_model_fingerprint((*engine)->model_fingerprint());
+    s.mutable_packed_kv()->set_calib_fingerprint((*engine)->calibration_fingerprint());
+    st = decode->StartSequence(ctx().get(), s, &sr);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_NE(st.error_message().find("cannot take packed GPU KV"), std::string::npos)
         << st.error_message();
