@@ -401,11 +401,34 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     *sreq.mutable_prompt_blocks() = presp.published_blocks();
   }
   dv1::StartSequenceResponse sresp;
-  {
+  auto start_sequence = [&] {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, request.deadline);
-    absl::Status s = rpc::ToAbslStatus(route.decode->decode->StartSequence(&ctx, sreq, &sresp));
-    if (!s.ok()) return Annotate(s, absl::StrCat("decode StartSequence on ", route.decode_id));
+    return rpc::ToAbslStatus(route.decode->decode->StartSequence(&ctx, sreq, &sresp));
+  };
+  absl::Status started = start_sequence();
+  if (!started.ok() && sreq.has_packed_kv() && !absl::IsDeadlineExceeded(started) &&
+      !absl::IsCancelled(started)) {
+    // The GPU handoff failed (e.g. DATA_LOSS: the prefill's outbox reused the room): the prompt
+    // is prefilled again and moves as blocks. Same seed, so the same first token.
+    LOG(WARNING) << request.request_id << ": packed KV handoff to " << route.decode_id
+                 << " failed (" << started << "), prefilling again with blocks";
+    preq.set_offer_packed_kv(false);
+    pv1::PrefillResponse again;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, request.deadline);
+    absl::Status s = rpc::ToAbslStatus(route.prefill->prefill->Prefill(&ctx, preq, &again));
+    if (!s.ok()) return Annotate(s, absl::StrCat("prefill (block retry) on ", route.prefill_id));
+    sreq.clear_packed_kv();
+    *sreq.mutable_prompt_blocks() = again.published_blocks();
+    trace.packed_kv = false;
+    trace.prompt_blocks = again.published_blocks_size();
+    trace.prompt_block_bytes = 0;
+    for (const auto& b : again.published_blocks()) trace.prompt_block_bytes += 128 + b.payload_bytes();
+    started = start_sequence();
+  }
+  if (!started.ok()) {
+    return Annotate(started, absl::StrCat("decode StartSequence on ", route.decode_id));
   }
   dv1::GenerateRequest greq;
   greq.set_sequence_id(sresp.sequence_id());

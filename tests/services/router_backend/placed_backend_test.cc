@@ -80,6 +80,9 @@ class FakeDecode final : public dv1::DecodeService::Service {
     starts.fetch_add(1);
     packed_checksum.store(req->has_packed_kv() ? req->packed_kv().checksum() : 0);
     prompt_blocks.store(req->prompt_blocks_size());
+    if (req->has_packed_kv() && refuse_packed.load()) {
+      return grpc::Status(grpc::StatusCode::DATA_LOSS, "packed KV checksum mismatch");
+    }
     resp->set_sequence_id(41);
     return grpc::Status::OK;
   }
@@ -103,6 +106,7 @@ class FakeDecode final : public dv1::DecodeService::Service {
   std::atomic<int> starts{0};
   std::atomic<uint64_t> packed_checksum{0};  // of the last StartSequence's packed_kv; 0 = none
   std::atomic<int> prompt_blocks{0};        // of the last StartSequence
+  std::atomic<bool> refuse_packed{false};   // answer packed KV with DATA_LOSS
   absl::Notification* hold = nullptr;  // not owned
   absl::Notification generating;
 };
@@ -254,6 +258,22 @@ TEST_F(PlacedBackendTest, AsksForPackedGpuKvOnlyWhenBothWorkersCanMoveIt) {
   EXPECT_EQ(gpu->prompt_blocks.load(), 0);
   EXPECT_TRUE(backend_->last_trace().packed_kv);
   EXPECT_EQ(backend_->last_trace().prompt_block_bytes, 4096u);
+
+  // A handoff that fails on arrival: the router prefills again without the offer and the
+  // request completes with blocks.
+  gpu->refuse_packed.store(true);
+  const int prefills = pf->calls.load();
+  std::vector<int32_t> got;
+  out = backend_->Complete(Request(Prompt(9)), [&](const router::TokenEvent& e) {
+    got.push_back(e.token_id);
+    return true;
+  });
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(got, (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_EQ(pf->calls.load(), prefills + 2);
+  EXPECT_FALSE(pf->offered.load());
+  EXPECT_EQ(gpu->prompt_blocks.load(), 1);
+  EXPECT_FALSE(backend_->last_trace().packed_kv);
 }
 
 TEST_F(PlacedBackendTest, PicksTheDecodeWorkerHoldingTheLongestPrefix) {
