@@ -57,6 +57,11 @@ void RegisterEvalCommand(CLI::App& app, CommandResult& result) {
   cmd->add_flag("--no-plots", *no_plots, "Skip the PNG plots");
   cmd->add_option("--seed", cfg->seed, "Seed of window choice and bootstrap");
   cmd->add_option("--threads", cfg->threads, "CPU threads (0 = OpenBLAS default)");
+  cmd->add_option("--jobs", cfg->jobs,
+                  "(window, codec) forwards run in parallel, one thread each (1); same results");
+  cmd->add_option("--group-size", cfg->group_size,
+                  "Lever: per-token codecs quantise in groups of N channels (emulation only; "
+                  "0 = one group per row, the stored format)");
   cmd->callback([cfg, quick, no_plots, cmd, &result] {
     eval::EvalConfig c = *cfg;
     if (*quick) {

@@ -2,15 +2,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -294,6 +297,130 @@ namespace {
 
 // ---- perplexity-style grid -------------------------------------------------------------------
 
+// One (window, codec) result: the codec's window scored against the reference.
+struct CodecWindow {
+  WindowSums all, ge;
+  double bits = -1, bits_allocated = -1;  // from a real cache holding window 0; -1 otherwise
+  std::vector<LayerFidelity> fidelity;
+};
+
+// Bits/element of a real ThreeTierCache for `setup` holding `len` tokens of every layer: `k`/`v`
+// as given (the window's own K/V through cache_sink) or zeros (reference).
+void SetBits(const quant::ThreeTierCache& cache, const model::ModelConfig& mc, int len,
+             CodecWindow* out) {
+  out->bits = cache.BitsPerElement();
+  out->bits_allocated = static_cast<double>(cache.BytesAllocated()) * 8.0 /
+                        (2.0 * mc.num_layers * mc.num_kv_heads * mc.head_dim * len);
+}
+
+// The codec's teacher-forced forward over `toks` (or the reference's hidden states when the
+// codec is the reference), scored position by position against the reference's logits.
+absl::StatusOr<CodecWindow> EvaluateCodecWindow(const EvalConfig& cfg, const model::Model& model,
+                                                const CodecSetup& setup, bool is_reference,
+                                                int window, const std::vector<int32_t>& toks,
+                                                const std::vector<float>& ref_hidden) {
+  const model::ModelConfig& mc = model.config();
+  const int len = static_cast<int>(toks.size());
+  CodecWindow out;
+  std::vector<float> own_hidden;
+  const std::vector<float>* hidden = &ref_hidden;
+  if (is_reference && !cfg.quick) {  // the reference row is M0 itself (recomputed in --quick)
+    if (window == 0) {
+      OSCARKV_ASSIGN_OR_RETURN(auto cc, setup.CacheConfig(mc));
+      OSCARKV_ASSIGN_OR_RETURN(auto sink, quant::ThreeTierCache::Create(cc));
+      std::vector<float> zeros(static_cast<size_t>(len) * mc.num_kv_heads * mc.head_dim);
+      for (int l = 0; l < mc.num_layers; ++l) {
+        OSCARKV_RETURN_IF_ERROR(sink->Append(l, zeros.data(), zeros.data(), len));
+      }
+      SetBits(*sink, mc, len, &out);
+    }
+  } else {
+    ForwardOptions fo;
+    fo.attention_fidelity = window < cfg.fidelity_windows;
+    std::unique_ptr<quant::ThreeTierCache> sink;
+    if (window == 0) {
+      OSCARKV_ASSIGN_OR_RETURN(auto cc, setup.CacheConfig(mc));
+      OSCARKV_ASSIGN_OR_RETURN(sink, quant::ThreeTierCache::Create(cc));
+      fo.cache_sink = sink.get();
+    }
+    OSCARKV_ASSIGN_OR_RETURN(ForwardResult r, TeacherForcedForward(model, setup, toks, fo));
+    own_hidden = std::move(r.hidden);
+    hidden = &own_hidden;
+    if (sink != nullptr) SetBits(*sink, mc, len, &out);
+    out.fidelity = std::move(r.fidelity);
+  }
+  // Score t in [score_from, T-2] in chunks of positions (bounded logit buffers).
+  const int first = cfg.score_from, last = len - 2;
+  const int chunk = 128;
+  const int vocab = mc.vocab_size;
+  std::vector<float> ref_logits, logits;
+  for (int t0 = first; t0 <= last; t0 += chunk) {
+    const int rows = std::min(chunk, last - t0 + 1);
+    OutputLogits(model, ref_hidden.data() + static_cast<size_t>(t0) * mc.d_model, rows,
+                 &ref_logits);
+    const std::vector<float>* codec_logits = &ref_logits;
+    if (hidden != &ref_hidden) {
+      OutputLogits(model, hidden->data() + static_cast<size_t>(t0) * mc.d_model, rows, &logits);
+      codec_logits = &logits;
+    }
+    for (int r = 0; r < rows; ++r) {
+      const int t = t0 + r;
+      const size_t at = static_cast<size_t>(r) * vocab;
+      PositionScore ps =
+          ScorePosition(std::span<const float>(ref_logits.data() + at, vocab),
+                        std::span<const float>(codec_logits->data() + at, vocab), toks[t + 1]);
+      out.all.Add(ps);
+      if (t >= 1024) out.ge.Add(ps);
+    }
+  }
+  return out;
+}
+
+// Runs `tasks` on `jobs` threads. A task may start only when ready(i) (its dependencies are
+// done); tasks are taken in index order among the ready ones. Stops at the first error.
+absl::Status RunTasks(int jobs, int tasks, const std::function<bool(int)>& ready,
+                      const std::function<absl::Status(int)>& run, std::mutex& mu,
+                      std::condition_variable& changed) {
+  std::vector<char> taken(tasks, 0);
+  int remaining = tasks, running = 0;
+  absl::Status first_error;
+  auto worker = [&]() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (true) {
+      int pick = -1;
+      if (first_error.ok()) {
+        for (int i = 0; i < tasks && pick < 0; ++i) {
+          if (!taken[i] && ready(i)) pick = i;
+        }
+      }
+      if (pick < 0) {
+        if (remaining == 0 || !first_error.ok()) return;
+        if (running == 0) {  // nothing runs and nothing is ready: a dependency cycle (a bug)
+          first_error = absl::InternalError("eval tasks: no task is ready");
+          changed.notify_all();
+          return;
+        }
+        changed.wait(lock);
+        continue;
+      }
+      taken[pick] = 1;
+      ++running;
+      lock.unlock();
+      absl::Status s = run(pick);  // run() takes `mu` itself to publish its result
+      lock.lock();
+      --running;
+      --remaining;
+      if (!s.ok() && first_error.ok()) first_error = s;
+      changed.notify_all();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int j = 1; j < jobs; ++j) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  return first_error;
+}
+
 absl::Status RunGrid(const EvalConfig& cfg, const model::Model& model,
                      const std::vector<Text>& texts, const std::vector<CodecSetup>& setups,
                      int ref_index, Json* results, Json* windows_json,
@@ -310,37 +437,44 @@ absl::Status RunGrid(const EvalConfig& cfg, const model::Model& model,
   // Results of every (codec, context) with at least one window so far.
   auto emit = [&]() {
     *results = Json::array();
-  for (size_t ci = 0; ci < cfg.contexts.size(); ++ci) {
-    for (const auto& s : setups) {
-      auto it = cells->find({std::string(s.spec->name), cfg.contexts[ci]});
-      if (it == cells->end() || it->second.all.dnll.empty()) continue;
-      const CodecCell& cell = it->second;
-      Json j;
-      j["codec"] = std::string(s.spec->name);
-      j["paper_id"] = std::string(s.spec->paper_id);
-      j["context"] = cfg.contexts[ci];
-      j["windows"] = cell.all.dnll.size();
-      j["bits_per_element"] = cell.bits;
-      j["bits_per_element_allocated"] = cell.bits_allocated;
-      j["k_clip_ratio"] = s.k_clip;
-      j["v_clip_ratio"] = s.v_clip;
-      j["all_positions"] = cell.all.ToJson();
-      j["positions_ge_1024"] = cell.ge1024.dnll.empty() ? Json() : cell.ge1024.ToJson();
-      Json fid = Json::array();
-      for (const auto& f : cell.fidelity_sum) {
-        const double n = std::max(1, cell.fidelity_n);
-        fid.push_back({{"layer", f.layer},
-                       {"attn_row_kl", f.attn_row_kl / n},
-                       {"attn_out_rel_err", f.attn_out_rel_err / n},
-                       {"k_rel_mse", f.k_rel_mse / n},
-                       {"v_rel_mse", f.v_rel_mse / n}});
+    for (size_t ci = 0; ci < cfg.contexts.size(); ++ci) {
+      for (const auto& s : setups) {
+        auto it = cells->find({std::string(s.spec->name), cfg.contexts[ci]});
+        if (it == cells->end() || it->second.all.dnll.empty()) continue;
+        const CodecCell& cell = it->second;
+        Json j;
+        j["codec"] = std::string(s.spec->name);
+        j["paper_id"] = std::string(s.spec->paper_id);
+        j["context"] = cfg.contexts[ci];
+        j["windows"] = cell.all.dnll.size();
+        j["bits_per_element"] = cell.bits;
+        j["bits_per_element_allocated"] = cell.bits_allocated;
+        j["k_clip_ratio"] = s.k_clip;
+        j["v_clip_ratio"] = s.v_clip;
+        if (s.per_token_group > 0) {
+          // Emulation only: the stored format has one fp16 scale+min per row of head_dim.
+          j["per_token_group"] = s.per_token_group;
+          j["extra_bits_per_int2_element_not_in_bits_per_element"] =
+              32.0 * (mc.head_dim / s.per_token_group - 1) / mc.head_dim;
+        }
+        j["all_positions"] = cell.all.ToJson();
+        j["positions_ge_1024"] = cell.ge1024.dnll.empty() ? Json() : cell.ge1024.ToJson();
+        Json fid = Json::array();
+        for (const auto& f : cell.fidelity_sum) {
+          const double n = std::max(1, cell.fidelity_n);
+          fid.push_back({{"layer", f.layer},
+                         {"attn_row_kl", f.attn_row_kl / n},
+                         {"attn_out_rel_err", f.attn_out_rel_err / n},
+                         {"k_rel_mse", f.k_rel_mse / n},
+                         {"v_rel_mse", f.v_rel_mse / n}});
+        }
+        j["attention_fidelity"] = fid;
+        results->push_back(j);
       }
-      j["attention_fidelity"] = fid;
-      results->push_back(j);
     }
-  }
   };
   Progress progress("eval", total, cfg.progress);
+  const int num_codecs = static_cast<int>(setups.size());
   for (size_t ci = 0; ci < cfg.contexts.size(); ++ci) {
     const int len = cfg.contexts[ci];
     if (len <= cfg.score_from + 2) {
@@ -350,37 +484,28 @@ absl::Status RunGrid(const EvalConfig& cfg, const model::Model& model,
     OSCARKV_ASSIGN_OR_RETURN(auto windows,
                              PickWindows(texts, len, windows_for(ci), cfg.seed, &where));
     (*windows_json)[std::to_string(len)] = where;
-    for (size_t w = 0; w < windows.size(); ++w) {
-      const auto& toks = windows[w];
-      std::vector<std::vector<float>> hidden(setups.size());
-      std::vector<float> ref_hidden;
-      {
-        OSCARKV_ASSIGN_OR_RETURN(ForwardResult r,
-                                 TeacherForcedForward(model, setups[ref_index], toks, {}));
-        ref_hidden = std::move(r.hidden);
-        progress.Advance(len, absl::StrFormat("ctx %d win %d ref", len, w));
-      }
-      for (size_t s = 0; s < setups.size(); ++s) {
-        const std::string name(setups[s].spec->name);
-        CodecCell& cell = (*cells)[{name, len}];
-        if (static_cast<int>(s) == ref_index && !cfg.quick) {
-          hidden[s] = ref_hidden;  // the reference row is M0 itself (recomputed in --quick)
-        } else {
-          ForwardOptions fo;
-          fo.attention_fidelity = static_cast<int>(w) < cfg.fidelity_windows;
-          std::unique_ptr<quant::ThreeTierCache> sink;
-          if (w == 0) {
-            OSCARKV_ASSIGN_OR_RETURN(auto cc, setups[s].CacheConfig(mc));
-            OSCARKV_ASSIGN_OR_RETURN(sink, quant::ThreeTierCache::Create(cc));
-            fo.cache_sink = sink.get();
-          }
-          OSCARKV_ASSIGN_OR_RETURN(ForwardResult r,
-                                   TeacherForcedForward(model, setups[s], toks, fo));
-          hidden[s] = std::move(r.hidden);
-          if (sink != nullptr) {
-            cell.bits = sink->BitsPerElement();
-            cell.bits_allocated = static_cast<double>(sink->BytesAllocated()) * 8.0 /
-                                  (2.0 * mc.num_layers * mc.num_kv_heads * mc.head_dim * len);
+    // Tasks, window-major: [reference forward of w, codec 0 of w, ..., codec S-1 of w]; a codec
+    // task waits for its window's reference. Windows are folded into the cells in order, so the
+    // results do not depend on --jobs.
+    const int num_windows = static_cast<int>(windows.size());
+    const int per_window = num_codecs + 1;
+    std::vector<std::vector<float>> ref_hidden(num_windows);
+    std::vector<char> ref_done(num_windows, 0);
+    std::vector<std::vector<CodecWindow>> done(num_windows, std::vector<CodecWindow>(num_codecs));
+    std::vector<int> codecs_done(num_windows, 0);
+    int next_fold = 0;
+    std::mutex mu;
+    std::condition_variable changed;
+    auto fold_ready_windows = [&]() {  // with `mu` held
+      while (next_fold < num_windows && codecs_done[next_fold] == num_codecs) {
+        for (int s = 0; s < num_codecs; ++s) {
+          CodecWindow& r = done[next_fold][s];
+          CodecCell& cell = (*cells)[{std::string(setups[s].spec->name), len}];
+          cell.all.Add(r.all);
+          cell.ge1024.Add(r.ge);
+          if (r.bits >= 0) {
+            cell.bits = r.bits;
+            cell.bits_allocated = r.bits_allocated;
           }
           if (!r.fidelity.empty()) {
             if (cell.fidelity_sum.empty()) cell.fidelity_sum.resize(r.fidelity.size());
@@ -394,51 +519,37 @@ absl::Status RunGrid(const EvalConfig& cfg, const model::Model& model,
             ++cell.fidelity_n;
           }
         }
-        if (w == 0 && static_cast<int>(s) == ref_index && !cfg.quick) {
-          OSCARKV_ASSIGN_OR_RETURN(auto cc, setups[s].CacheConfig(mc));
-          OSCARKV_ASSIGN_OR_RETURN(auto sink, quant::ThreeTierCache::Create(cc));
-          std::vector<float> zeros(static_cast<size_t>(len) * mc.num_kv_heads * mc.head_dim);
-          for (int l = 0; l < mc.num_layers; ++l) {
-            OSCARKV_RETURN_IF_ERROR(sink->Append(l, zeros.data(), zeros.data(), len));
-          }
-          cell.bits = sink->BitsPerElement();
-          cell.bits_allocated = static_cast<double>(sink->BytesAllocated()) * 8.0 /
-                                (2.0 * mc.num_layers * mc.num_kv_heads * mc.head_dim * len);
-        }
-        progress.Advance(len, absl::StrFormat("ctx %d win %d %s", len, w, name));
+        ref_hidden[next_fold] = {};  // every codec of this window has been scored
+        ++next_fold;
+        emit();
+        if (on_window) on_window();
       }
-      // Score: the reference logits once per chunk, every codec against them.
-      const int first = cfg.score_from, last = len - 2;  // t in [first, last]
-      const int chunk = 128;
-      std::vector<WindowSums> all(setups.size()), ge(setups.size());
-      std::vector<float> ref_logits, logits;
-      const int vocab = mc.vocab_size;
-      for (int t0 = first; t0 <= last; t0 += chunk) {
-        const int rows = std::min(chunk, last - t0 + 1);
-        OutputLogits(model, ref_hidden.data() + static_cast<size_t>(t0) * mc.d_model, rows,
-                     &ref_logits);
-        for (size_t s = 0; s < setups.size(); ++s) {
-          OutputLogits(model, hidden[s].data() + static_cast<size_t>(t0) * mc.d_model, rows,
-                       &logits);
-          for (int r = 0; r < rows; ++r) {
-            const int t = t0 + r;
-            PositionScore ps = ScorePosition(
-                std::span<const float>(ref_logits.data() + static_cast<size_t>(r) * vocab, vocab),
-                std::span<const float>(logits.data() + static_cast<size_t>(r) * vocab, vocab),
-                toks[t + 1]);
-            all[s].Add(ps);
-            if (t >= 1024) ge[s].Add(ps);
-          }
-        }
+    };
+    auto ready = [&](int i) { return i % per_window == 0 || ref_done[i / per_window] != 0; };
+    auto run = [&](int i) -> absl::Status {
+      const int w = i / per_window, s = i % per_window - 1;
+      if (s < 0) {
+        OSCARKV_ASSIGN_OR_RETURN(ForwardResult r,
+                                 TeacherForcedForward(model, setups[ref_index], windows[w], {}));
+        std::lock_guard<std::mutex> lock(mu);
+        ref_hidden[w] = std::move(r.hidden);
+        ref_done[w] = 1;
+        progress.Advance(len, absl::StrFormat("ctx %d win %d ref", len, w));
+        return absl::OkStatus();
       }
-      for (size_t s = 0; s < setups.size(); ++s) {
-        CodecCell& cell = (*cells)[{std::string(setups[s].spec->name), len}];
-        cell.all.Add(all[s]);
-        cell.ge1024.Add(ge[s]);
-      }
-      emit();
-      if (on_window) on_window();
-    }
+      OSCARKV_ASSIGN_OR_RETURN(CodecWindow r,
+                               EvaluateCodecWindow(cfg, model, setups[s], s == ref_index, w,
+                                                   windows[w], ref_hidden[w]));
+      std::lock_guard<std::mutex> lock(mu);
+      done[w][s] = std::move(r);
+      ++codecs_done[w];
+      progress.Advance(len, absl::StrFormat("ctx %d win %d %s", len, w,
+                                            std::string(setups[s].spec->name)));
+      fold_ready_windows();
+      return absl::OkStatus();
+    };
+    OSCARKV_RETURN_IF_ERROR(RunTasks(std::max(1, cfg.jobs), num_windows * per_window, ready, run,
+                                     mu, changed));
   }
   progress.Finish();
   return absl::OkStatus();
@@ -714,7 +825,18 @@ absl::Status RunEval(const EvalConfig& cfg_in) {
     cfg.calibration_texts = {FindPath("data/text/austen/prideprejudice.txt"),
                              FindPath("data/text/austen/sensesensibility.txt")};
   }
+  if (cfg.jobs < 1) return absl::InvalidArgumentError("--jobs must be >= 1");
+  if (cfg.group_size < 0) return absl::InvalidArgumentError("--group-size must be >= 0");
+  if (cfg.group_size > 0 && (cfg.niah || cfg.greedy)) {
+    return absl::InvalidArgumentError(
+        "--group-size is an emulation-only lever; --niah/--greedy decode through the real cache, "
+        "whose format has one group per row");
+  }
   if (cfg.threads > 0) model::SetCpuThreads(cfg.threads);
+  if (cfg.jobs > 1) {
+    model::SetCpuThreads(1);  // parallel tasks; nested BLAS threads would oversubscribe
+    if (cfg.threads > 1) LOG(WARNING) << "eval: --jobs " << cfg.jobs << " runs BLAS on 1 thread";
+  }
   const auto t_start = Clock::now();
   std::error_code ec;
   fs::create_directories(cfg.out_dir, ec);
@@ -853,6 +975,15 @@ absl::Status RunEval(const EvalConfig& cfg_in) {
                                                         CalibrationFor(*specs[i], cal),
                                                         cfg.k_clip, cfg.v_clip));
     if (specs[i]->id == kvformat::CodecId::kBf16) ref_index = static_cast<int>(i);
+    const bool per_token = specs[i]->residual_tokens == 0 && specs[i]->id != kvformat::CodecId::kBf16;
+    if (cfg.group_size > 0 && per_token) {
+      if (cfg.group_size % 32 != 0 || mc.head_dim % cfg.group_size != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--group-size ", cfg.group_size, ": must be a multiple of 32 dividing head_dim ",
+            mc.head_dim));
+      }
+      s.per_token_group = cfg.group_size;
+    }
     setups.push_back(std::move(s));
   }
   if (ref_index < 0) {  // the reference is always run
@@ -878,6 +1009,7 @@ absl::Status RunEval(const EvalConfig& cfg_in) {
       {"contexts", cfg.contexts},
       {"windows", cfg.windows},
       {"seed", cfg.seed},
+      {"per_token_group", cfg.group_size},
       {"quick", cfg.quick},
       {"texts", cfg.texts}};
   r["calibration"] = cal.info;

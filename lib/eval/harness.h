@@ -62,6 +62,13 @@ struct EvalConfig {
   std::string plot_script;                       // Default: found next to the repo root
   uint64_t seed = kDefaultEvalSeed;              // Default: kDefaultEvalSeed (lib/eval/niah.h)
   int threads = 0;                               // Default: 0 (OpenBLAS default)
+  // (window, codec) forwards evaluated in parallel, each single-threaded (OpenBLAS is set to one
+  // thread when > 1); results do not depend on it. Default: 1.
+  int jobs = 1;
+  // > 0: per-token codecs (M1-M6) quantise in groups of this many channels instead of one group
+  // per row: an emulation-only lever (the block format has one scale/min per row), so it is
+  // refused with --niah/--greedy, which decode through the real cache. Default: 0 (off).
+  int group_size = 0;
   bool progress = true;                          // progress bar with ETA on stderr
   std::string command_line;                      // recorded in results.json
 };

@@ -196,7 +196,7 @@ absl::StatusOr<ForwardResult> TeacherForcedForward(const model::Model& model,
         quant::EmulatedLayerKv kv,
         quant::BuildEmulatedLayerKv(*codec.spec, codec.rot_k(layer), codec.rot_v(layer),
                                     static_cast<int>(rows), hkv, hd, k.data(), v.data(),
-                                    codec.k_clip, codec.v_clip));
+                                    codec.k_clip, codec.v_clip, codec.per_token_group));
     OSCARKV_RETURN_IF_ERROR(quant::EmulateDecodeAttention(*codec.spec, kv, codec.rot_k(layer),
                                                           codec.rot_v(layer), q.data(), hq,
                                                           attn.data(), scale));

@@ -38,6 +38,9 @@ struct CodecSetup {
   std::vector<std::unique_ptr<quant::Codec>> layers;
   float k_clip = 1.0f;  // per-row clip ratio used for K (1 = none)
   float v_clip = 1.0f;
+  // > 0: per-token codecs quantise rows in groups of this many channels (an emulation-only
+  // lever, quant::BuildEmulatedLayerKv); 0 = the stored format (one group per row).
+  int per_token_group = 0;
   const float* rot_k(int layer) const { return layers[layer]->key_rotation(); }
   const float* rot_v(int layer) const { return layers[layer]->value_rotation(); }
   // A ThreeTierCache config for this codec (rotations, clip ratios) for `model`.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/quant/kv_quant_ref.h"
 #include "lib/base/log.h"
 #include "lib/kvformat/float16.h"
@@ -31,12 +32,19 @@ void CheckOk(kernels::KvQuantStatus s) {
 absl::StatusOr<EmulatedLayerKv> BuildEmulatedLayerKv(const CodecSpec& spec, const float* rot_k,
                                                      const float* rot_v, int tokens, int kv_heads,
                                                      int head_dim, const float* k, const float* v,
-                                                     float k_clip_ratio, float v_clip_ratio) {
+                                                     float k_clip_ratio, float v_clip_ratio,
+                                                     int per_token_group) {
   const float k_clip = k_clip_ratio > 0.0f ? k_clip_ratio : spec.k_clip_ratio;
   const float v_clip = v_clip_ratio > 0.0f ? v_clip_ratio : spec.v_clip_ratio;
   if (tokens < 0 || kv_heads <= 0 || head_dim <= 0 || head_dim % 32 != 0 || head_dim > 256 ||
       (tokens > 0 && (k == nullptr || v == nullptr))) {
     return absl::InvalidArgumentError("BuildEmulatedLayerKv: bad shape or null input");
+  }
+  const int group = per_token_group > 0 ? per_token_group : head_dim;
+  if (group % 32 != 0 || head_dim % group != 0) {  // the INT2 row encoder takes multiples of 32
+    return absl::InvalidArgumentError(
+        absl::StrCat("BuildEmulatedLayerKv: per-token group ", per_token_group,
+                     " must be a multiple of 32 that divides head_dim ", head_dim));
   }
   const int d = head_dim;
   const int64_t row = static_cast<int64_t>(kv_heads) * d;  // floats per token
@@ -63,14 +71,14 @@ absl::StatusOr<EmulatedLayerKv> BuildEmulatedLayerKv(const CodecSpec& spec, cons
   kv.v_deq = kv.v_fp;
   if (spec.id == CodecId::kBf16) return kv;
   if (spec.residual_tokens == 0) {
-    // Per-token codecs: each row on its own.
+    // Per-token codecs: each row (or each group of a row) on its own.
     uint8_t codes[256 / 4];
     Int2Params p;
-    for (int64_t r = 0; r < static_cast<int64_t>(tokens) * kv_heads; ++r) {
-      EncodePerTokenRow(kv.k_fp.data() + r * d, d, k_clip, codes, &p);
-      DecodePerTokenRow(codes, p, d, kv.k_deq.data() + r * d);
-      EncodePerTokenRow(kv.v_fp.data() + r * d, d, v_clip, codes, &p);
-      DecodePerTokenRow(codes, p, d, kv.v_deq.data() + r * d);
+    for (int64_t at = 0; at < static_cast<int64_t>(tokens) * kv_heads * d; at += group) {
+      EncodePerTokenRow(kv.k_fp.data() + at, group, k_clip, codes, &p);
+      DecodePerTokenRow(codes, p, group, kv.k_deq.data() + at);
+      EncodePerTokenRow(kv.v_fp.data() + at, group, v_clip, codes, &p);
+      DecodePerTokenRow(codes, p, group, kv.v_deq.data() + at);
     }
     return kv;
   }
@@ -159,10 +167,27 @@ absl::Status EmulateDecodeAttention(const CodecSpec& spec, const EmulatedLayerKv
           }
         }
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, d, 1.0f, qb.data(), d, kf,
-                  static_cast<int>(kv_row), 0.0f, s_fp.data(), cols);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, d, 1.0f, qb.data(), d, kd,
-                  static_cast<int>(kv_row), 0.0f, s_dq.data(), cols);
+      // Scores only where some row of the block reads them: dequantised keys in
+      // [quant_begin, k end of the last row), full-precision keys outside [quant_begin, k end of
+      // the first row) (tier ends only grow with t). Halves the work against both full widths.
+      const TierWindows first = WindowsAt(spec, t0 + 1), last = WindowsAt(spec, t1);
+      const int qbeg = std::min(first.quant_begin, cols);
+      const auto score = [&](const float* keys, std::vector<float>& s, int j0, int j1) {
+        if (j1 <= j0) return;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, j1 - j0, d, 1.0f, qb.data(), d,
+                    keys + j0 * kv_row, static_cast<int>(kv_row), 0.0f, s.data() + j0, cols);
+      };
+      // (One range when the two touch, so that a block with nothing quantised yet sums exactly
+      // as the BF16 codec does.)
+      const int k_fp_from = std::max(qbeg, std::min(first.k_quant_end, cols));
+      const int v_fp_from = std::max(qbeg, std::min(first.v_quant_end, cols));
+      if (k_fp_from == qbeg) {
+        score(kf, s_fp, 0, cols);
+      } else {
+        score(kf, s_fp, 0, qbeg);
+        score(kf, s_fp, k_fp_from, cols);
+      }
+      score(kd, s_dq, qbeg, std::min(last.k_quant_end, cols));
       // Select, mask, softmax; then split the probabilities by the V choice:
       // s_fp <- P where V is read as BF16, s_dq <- P where V is read dequantised.
       for (int r = 0; r < rows; ++r) {
@@ -191,10 +216,21 @@ absl::Status EmulateDecodeAttention(const CodecSpec& spec, const EmulatedLayerKv
           pd[j] = vq ? p : 0.0f;
         }
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, cols, 1.0f, s_fp.data(),
-                  cols, vf, static_cast<int>(kv_row), 0.0f, ob.data(), d);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, cols, 1.0f, s_dq.data(),
-                  cols, vd, static_cast<int>(kv_row), 1.0f, ob.data(), d);
+      // P V over the same kind of ranges (the split probabilities are zero outside them).
+      std::fill(ob.begin(), ob.end(), 0.0f);
+      const auto pv = [&](const std::vector<float>& p, const float* values, int j0, int j1) {
+        if (j1 <= j0) return;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, j1 - j0, 1.0f,
+                    p.data() + j0, cols, values + j0 * kv_row, static_cast<int>(kv_row), 1.0f,
+                    ob.data(), d);
+      };
+      if (v_fp_from == qbeg) {
+        pv(s_fp, vf, 0, cols);
+      } else {
+        pv(s_fp, vf, 0, qbeg);
+        pv(s_fp, vf, v_fp_from, cols);
+      }
+      pv(s_dq, vd, qbeg, std::min(last.v_quant_end, cols));
       // o = o~ R_V^T into out[t][h*g + i].
       for (int r = 0; r < rows; ++r) {
         const int t = t0 + r / g;

@@ -36,12 +36,16 @@ struct EmulatedLayerKv {
 // Rotates, rounds, and quantises/dequantises a layer's K/V exactly as ThreeTierCache does.
 // k, v: [T][Hkv][D] f32 post-RoPE, model basis. rot_k, rot_v: [D][D] row-major or nullptr.
 // k_clip_ratio / v_clip_ratio override the spec's when > 0 (as ThreeTierCacheConfig's do).
+// per_token_group > 0 (a multiple of 32 dividing head_dim) quantises per-token codecs'
+// rows in groups of that many channels, each clipped and with its own scale/min: a lever of the
+// evaluation only (the block format stores one group per row, so ThreeTierCache cannot hold it).
 // kInvalidArgument on bad shapes.
 absl::StatusOr<EmulatedLayerKv> BuildEmulatedLayerKv(const CodecSpec& spec, const float* rot_k,
                                                      const float* rot_v, int tokens, int kv_heads,
                                                      int head_dim, const float* k, const float* v,
                                                      float k_clip_ratio = -1.0f,
-                                                     float v_clip_ratio = -1.0f);
+                                                     float v_clip_ratio = -1.0f,
+                                                     int per_token_group = 0);
 
 // The rows query t (position t, so t + 1 tokens) reads for KV head `head`: k, v [t+1][D],
 // token_scale [t+1] or empty. Equals ThreeTierCache::ReadSeen after t + 1 appends, bit for bit.

@@ -155,5 +155,33 @@ TEST(DecodeEmulation, OscarDiffersFromBf16OnlyAfterTheWindowsFill) {
   }
 }
 
+// The per-token group lever: group = head_dim is the stored format itself; a 32-channel group
+// keeps every row's own dequantisation error at most that of the whole-row encoding on average
+// (more scales for the same codes); groups the INT2 encoder cannot take are refused.
+TEST(DecodeEmulation, PerTokenGroupLever) {
+  const int T = 300, hkv = 2, d = 64;
+  const std::vector<float> k = RandomKv(T, hkv, d, 9), v = RandomKv(T, hkv, d, 10);
+  const CodecSpec& spec = GetCodecSpec(CodecId::kOscar);
+  auto whole = BuildEmulatedLayerKv(spec, nullptr, nullptr, T, hkv, d, k.data(), v.data());
+  auto same = BuildEmulatedLayerKv(spec, nullptr, nullptr, T, hkv, d, k.data(), v.data(), -1.0f,
+                                   -1.0f, /*per_token_group=*/d);
+  auto g32 = BuildEmulatedLayerKv(spec, nullptr, nullptr, T, hkv, d, k.data(), v.data(), -1.0f,
+                                  -1.0f, /*per_token_group=*/32);
+  ASSERT_TRUE(whole.ok() && same.ok() && g32.ok());
+  EXPECT_EQ(whole->k_deq, same->k_deq);
+  EXPECT_EQ(whole->v_deq, same->v_deq);
+  EXPECT_EQ(whole->k_fp, g32->k_fp);  // only the quantised rows change
+  auto err = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double e = 0;
+    for (size_t i = 0; i < a.size(); ++i) e += (static_cast<double>(a[i]) - b[i]) * (a[i] - b[i]);
+    return e;
+  };
+  EXPECT_LT(err(g32->k_deq, g32->k_fp), err(whole->k_deq, whole->k_fp));
+  EXPECT_LT(err(g32->v_deq, g32->v_fp), err(whole->v_deq, whole->v_fp));
+  EXPECT_FALSE(BuildEmulatedLayerKv(spec, nullptr, nullptr, T, hkv, d, k.data(), v.data(), -1.0f,
+                                    -1.0f, /*per_token_group=*/48)
+                   .ok());
+}
+
 }  // namespace
 }  // namespace oscarkv::quant
