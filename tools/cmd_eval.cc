@@ -23,15 +23,20 @@ void RegisterEvalCommand(CLI::App& app, CommandResult& result) {
       "eval", "Measure codec quality (decode-equivalent teacher forcing, NIAH, greedy agreement)");
   cmd->add_option("--model", cfg->model, "GGUF path, or 'default' (SmolLM2-135M-Instruct)");
   cmd->add_option("--text", cfg->texts, "Evaluation text files")->required()->expected(1, -1);
-  cmd->add_option("--codecs", cfg->codecs, "Comma-separated codecs (default: all M0-M8)")
+  cmd->add_option("--codecs", cfg->codecs,
+                  "Comma-separated codecs (default: all M0-M8), each NAME[@K/V][+gN]: clip ratios "
+                  "K/V override a clipping codec's, +gN quantises a per-token codec in groups of N "
+                  "channels (emulation only), e.g. oscar@0.90/0.84+g32")
       ->delimiter(',');
   cmd->add_option("--context", cfg->contexts, "Window lengths (default 2048,4096,8192)")
       ->delimiter(',');
   cmd->add_option("--windows", cfg->windows, "Windows per context: one value or one per context")
       ->delimiter(',');
   cmd->add_option("--out", cfg->out_dir, "Output folder")->required();
-  cmd->add_option("--calibration", cfg->calibration_file,
-                  "Calibration file (default: calibrate here from --calibration-text)");
+  cmd->add_option("--calibration", cfg->calibration_files,
+                  "Calibration files, one per objective (qqt/sst: oscar; ktk/vtv: oscar-gram); "
+                  "what none gives is calibrated here from --calibration-text")
+      ->delimiter(',');
   cmd->add_option("--calibration-text", cfg->calibration_texts,
                   "Calibration texts (default: Austen prideprejudice + sensesensibility)")
       ->expected(1, -1);

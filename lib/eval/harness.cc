@@ -439,11 +439,11 @@ absl::Status RunGrid(const EvalConfig& cfg, const model::Model& model,
     *results = Json::array();
     for (size_t ci = 0; ci < cfg.contexts.size(); ++ci) {
       for (const auto& s : setups) {
-        auto it = cells->find({std::string(s.spec->name), cfg.contexts[ci]});
+        auto it = cells->find({s.label, cfg.contexts[ci]});
         if (it == cells->end() || it->second.all.dnll.empty()) continue;
         const CodecCell& cell = it->second;
         Json j;
-        j["codec"] = std::string(s.spec->name);
+        j["codec"] = s.label;
         j["paper_id"] = std::string(s.spec->paper_id);
         j["context"] = cfg.contexts[ci];
         j["windows"] = cell.all.dnll.size();
@@ -500,7 +500,7 @@ absl::Status RunGrid(const EvalConfig& cfg, const model::Model& model,
       while (next_fold < num_windows && codecs_done[next_fold] == num_codecs) {
         for (int s = 0; s < num_codecs; ++s) {
           CodecWindow& r = done[next_fold][s];
-          CodecCell& cell = (*cells)[{std::string(setups[s].spec->name), len}];
+          CodecCell& cell = (*cells)[{setups[s].label, len}];
           cell.all.Add(r.all);
           cell.ge1024.Add(r.ge);
           if (r.bits >= 0) {
@@ -544,7 +544,7 @@ absl::Status RunGrid(const EvalConfig& cfg, const model::Model& model,
       done[w][s] = std::move(r);
       ++codecs_done[w];
       progress.Advance(len, absl::StrFormat("ctx %d win %d %s", len, w,
-                                            std::string(setups[s].spec->name)));
+                                            setups[s].label));
       fold_ready_windows();
       return absl::OkStatus();
     };
@@ -612,7 +612,7 @@ absl::Status RunNiah(const EvalConfig& cfg, const model::Model& model,
         logp += lp[c.answer[i]];
         exact = exact && ArgMax(lp) == c.answer[i];
       }
-      out->push_back({{"codec", std::string(setups[s].spec->name)},
+      out->push_back({{"codec", setups[s].label},
                       {"context", c.context},
                       {"depth_percent", c.depth_percent},
                       {"trial", c.trial},
@@ -672,7 +672,7 @@ absl::Status RunGreedy(const EvalConfig& cfg, const model::Model& model,
         cur[p] = ArgMax(std::span<const float>(lg.data() + static_cast<size_t>(p) * vocab, vocab));
         gen[s][p].push_back(cur[p]);
       }
-      progress.Advance(1, absl::StrFormat("%s step %d", std::string(setups[s].spec->name), step));
+      progress.Advance(1, absl::StrFormat("%s step %d", setups[s].label, step));
     }
     progress.Advance(1, "");
     (void)dm;
@@ -692,7 +692,7 @@ absl::Status RunGreedy(const EvalConfig& cfg, const model::Model& model,
       agree.push_back(static_cast<double>(same) / a.size());
       identical += d == static_cast<int>(a.size());
     }
-    out->push_back({{"codec", std::string(setups[s].spec->name)},
+    out->push_back({{"codec", setups[s].label},
                     {"paper_id", std::string(setups[s].spec->paper_id)},
                     {"prompts", np},
                     {"prompt_tokens", cfg.greedy_prompt_tokens},
@@ -806,6 +806,69 @@ std::string Markdown(const Json& r) {
   return md;
 }
 
+// A codec as --codecs names it: NAME[@K/V][+gN].
+struct CodecVariant {
+  std::string label;  // as given
+  std::string base;   // the codec table's name
+  float k_clip = -1.0f, v_clip = -1.0f;
+  int group = 0;
+};
+
+absl::StatusOr<CodecVariant> ParseCodecVariant(const std::string& text) {
+  CodecVariant v;
+  v.label = text;
+  std::string rest = text;
+  if (const size_t plus = rest.find("+g"); plus != std::string::npos) {
+    const std::string g = rest.substr(plus + 2);
+    if (g.empty() || g.find_first_not_of("0123456789") != std::string::npos) {
+      return absl::InvalidArgumentError("codec " + text + ": the group is +gN with N a number");
+    }
+    v.group = std::stoi(g);
+    rest = rest.substr(0, plus);
+  }
+  if (const size_t at = rest.find('@'); at != std::string::npos) {
+    const std::string clip = rest.substr(at + 1);
+    const size_t slash = clip.find('/');
+    char* end_k = nullptr;
+    char* end_v = nullptr;
+    if (slash != std::string::npos) {
+      v.k_clip = std::strtof(clip.c_str(), &end_k);
+      v.v_clip = std::strtof(clip.c_str() + slash + 1, &end_v);
+    }
+    if (slash == std::string::npos || end_k != clip.c_str() + slash || *end_v != '\0' ||
+        !(v.k_clip > 0.5f && v.k_clip <= 1.0f) || !(v.v_clip > 0.5f && v.v_clip <= 1.0f)) {
+      return absl::InvalidArgumentError("codec " + text +
+                                        ": clip ratios are @K/V, each in (0.5, 1], e.g. @0.90/0.84");
+    }
+    rest = rest.substr(0, at);
+  }
+  v.base = rest;
+  return v;
+}
+
+bool IsPerToken(const quant::CodecSpec& spec) {  // M1-M6: one INT2 row per token and head
+  return spec.residual_tokens == 0 && spec.id != kvformat::CodecId::kBf16;
+}
+
+absl::Status CheckVariant(const quant::CodecSpec& spec, const CodecVariant& v, int head_dim) {
+  if (v.k_clip > 0 && (spec.k_clip_ratio >= 1.0f || spec.v_clip_ratio >= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("codec ", v.label, ": ", std::string(spec.name), " does not clip (clipping it would ",
+                     "change its definition)"));
+  }
+  if (v.group > 0 && IsPerToken(spec) &&
+      (v.group % 32 != 0 || head_dim % v.group != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("codec ", v.label, ": group ", v.group,
+                                                   " must be a multiple of 32 dividing head_dim ",
+                                                   head_dim));
+  }
+  if (v.group > 0 && !IsPerToken(spec) && v.label != spec.name) {  // +gN on KIVI/OScaR/bf16
+    return absl::InvalidArgumentError(
+        absl::StrCat("codec ", v.label, ": per-token groups apply to per-token codecs only"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunEval(const EvalConfig& cfg_in) {
@@ -857,34 +920,52 @@ absl::Status RunEval(const EvalConfig& cfg_in) {
 
   // Codecs and calibration.
   std::vector<const quant::CodecSpec*> specs;
+  std::vector<CodecVariant> variants;
   bool need_att = false, need_gram = false;
   for (const auto& n : cfg.codecs) {
-    OSCARKV_ASSIGN_OR_RETURN(const quant::CodecSpec* s, quant::FindCodec(n));
+    OSCARKV_ASSIGN_OR_RETURN(CodecVariant v, ParseCodecVariant(n));
+    if (v.group == 0) v.group = cfg.group_size;
+    OSCARKV_ASSIGN_OR_RETURN(const quant::CodecSpec* s, quant::FindCodec(v.base));
+    OSCARKV_RETURN_IF_ERROR(CheckVariant(*s, v, mc.head_dim));
+    if (v.group > 0 && (cfg.niah || cfg.greedy)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(n, ": per-token groups are an emulation-only lever; --niah/--greedy decode "
+                       "through the real cache, whose format has one group per row"));
+    }
+    for (const auto& other : variants) {
+      if (other.label == v.label) return absl::InvalidArgumentError("--codecs: " + n + " twice");
+    }
     specs.push_back(s);
+    variants.push_back(v);
     if (s->needs_calibration) (s->k_objective == "ktk" ? need_gram : need_att) = true;
   }
   Calibrations cal;
   cal.info = Json::object();
   std::vector<std::string> calib_text_paths;
-  if (!cfg.calibration_file.empty()) {
-    OSCARKV_ASSIGN_OR_RETURN(quant::Calibration c,
-                             quant::ReadCalibrationFile(cfg.calibration_file));
+  Json files = Json::array();
+  for (const std::string& file : cfg.calibration_files) {
+    OSCARKV_ASSIGN_OR_RETURN(quant::Calibration c, quant::ReadCalibrationFile(file));
     const bool gram = c.k_objective == "ktk";
+    if ((gram ? cal.gram : cal.attention) != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--calibration: two files with objectives ", c.k_objective, "/", c.v_objective));
+    }
     (gram ? cal.gram_store : cal.attention_store) = std::move(c);
     (gram ? cal.gram : cal.attention) = gram ? &cal.gram_store : &cal.attention_store;
-    cal.info["file"] = cfg.calibration_file;
-    auto side = ReadFile(cfg.calibration_file + ".texts.json");
+    files.push_back(file);
+    auto side = ReadFile(file + ".texts.json");
     if (side.ok()) {
       Json sj = Json::parse(*side, nullptr, false);
       if (!sj.is_discarded() && sj.contains("texts")) {
         for (const auto& t : sj["texts"]) calib_text_paths.push_back(t["path"].get<std::string>());
       }
     } else {
-      LOG(WARNING) << "\n*** WARNING: calibration file " << cfg.calibration_file
+      LOG(WARNING) << "\n*** WARNING: calibration file " << file
                    << " has no .texts.json sidecar: cannot verify that the evaluation text is "
                       "disjoint from the calibration text. ***";
     }
   }
+  if (!files.empty()) cal.info["files"] = files;
   const bool build_here = (need_att && cal.attention == nullptr) || (need_gram && cal.gram == nullptr);
   std::vector<Text> calib_texts;
   if (build_here) {
@@ -971,19 +1052,16 @@ absl::Status RunEval(const EvalConfig& cfg_in) {
   std::vector<CodecSetup> setups;
   int ref_index = -1;
   for (size_t i = 0; i < specs.size(); ++i) {
-    OSCARKV_ASSIGN_OR_RETURN(CodecSetup s, PrepareCodec(*model, specs[i]->name,
-                                                        CalibrationFor(*specs[i], cal),
-                                                        cfg.k_clip, cfg.v_clip));
-    if (specs[i]->id == kvformat::CodecId::kBf16) ref_index = static_cast<int>(i);
-    const bool per_token = specs[i]->residual_tokens == 0 && specs[i]->id != kvformat::CodecId::kBf16;
-    if (cfg.group_size > 0 && per_token) {
-      if (cfg.group_size % 32 != 0 || mc.head_dim % cfg.group_size != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--group-size ", cfg.group_size, ": must be a multiple of 32 dividing head_dim ",
-            mc.head_dim));
-      }
-      s.per_token_group = cfg.group_size;
+    const CodecVariant& v = variants[i];
+    OSCARKV_ASSIGN_OR_RETURN(
+        CodecSetup s, PrepareCodec(*model, specs[i]->name, CalibrationFor(*specs[i], cal),
+                                   v.k_clip > 0 ? v.k_clip : cfg.k_clip,
+                                   v.v_clip > 0 ? v.v_clip : cfg.v_clip));
+    s.label = v.label;
+    if (specs[i]->id == kvformat::CodecId::kBf16 && v.label == specs[i]->name) {
+      ref_index = static_cast<int>(i);
     }
+    if (IsPerToken(*specs[i])) s.per_token_group = v.group;
     setups.push_back(std::move(s));
   }
   if (ref_index < 0) {  // the reference is always run

@@ -32,14 +32,19 @@ namespace oscarkv::eval {
 struct EvalConfig {
   std::string model = "default";                 // path or "default"
   std::vector<std::string> texts;                // evaluation text files (required)
-  std::vector<std::string> codecs;               // Default (empty): all nine codecs
+  // Codecs, each NAME[@K/V][+gN]: a codec of the table, optionally with its clip ratios
+  // overridden (clipping codecs only) and/or quantised in per-token groups of N channels
+  // (per-token codecs only; emulation, see group_size), e.g. "oscar@0.90/0.84+g32".
+  // Default (empty): all nine codecs.
+  std::vector<std::string> codecs;
   std::vector<int> contexts = {2048, 4096, 8192};
   // Windows per context: one value for all, or one per context. Default: 20.
   std::vector<int> windows = {20};
   std::string out_dir;                           // required
-  // Calibration file for calibrated codecs (oscar, oscar-gram needs ktk/vtv: built here when the
-  // file's objectives differ). Default: empty = calibrate here from calibration_texts.
-  std::string calibration_file;
+  // Calibration files for calibrated codecs, at most one per objective pair (qqt/sst for oscar,
+  // ktk/vtv for oscar-gram); an objective no file gives is calibrated here from
+  // calibration_texts. Default: empty = calibrate here.
+  std::vector<std::string> calibration_files;
   std::vector<std::string> calibration_texts;    // Default: Austen P&P + S&S under data/text
   int calibration_tokens = 20480;                // Default: 20480 (quant.md A.2: 10-30K)
   int calibration_chunk = 2048;                  // Default: 2048 tokens per prefill chunk

@@ -29,6 +29,7 @@ absl::StatusOr<CodecSetup> PrepareCodec(const model::Model& model, std::string_v
   const model::ModelConfig& c = model.config();
   CodecSetup setup;
   setup.spec = spec;
+  setup.label = std::string(codec_name);
   if (spec->needs_calibration) {
     if (calibration == nullptr) {
       return absl::FailedPreconditionError(

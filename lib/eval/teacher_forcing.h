@@ -35,6 +35,7 @@ namespace oscarkv::eval {
 // clip ratios in force.
 struct CodecSetup {
   const quant::CodecSpec* spec = nullptr;
+  std::string label;  // how results name it: the codec's name, or the eval's variant of it
   std::vector<std::unique_ptr<quant::Codec>> layers;
   float k_clip = 1.0f;  // per-row clip ratio used for K (1 = none)
   float v_clip = 1.0f;

@@ -189,5 +189,49 @@ TEST_F(EvalModelTest, QuickEvalSanity) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
 }
 
+// Codec variants (NAME@K/V+gN) come out as their own rows, and --jobs changes nothing but speed.
+TEST_F(EvalModelTest, CodecVariantsAndParallelJobs) {
+  EvalConfig cfg;
+  ApplyQuick(&cfg);
+  cfg.texts = {Src("data/text/austen/emma.txt")};
+  cfg.calibration_texts = {Src("data/text/austen/prideprejudice.txt")};
+  if (!std::filesystem::exists(cfg.texts[0])) GTEST_SKIP() << "data/text missing (scripts/setup.sh)";
+  cfg.calibration_files = {Src("data/calibration/smollm2-135m-oscar.cal")};
+  if (!std::filesystem::exists(cfg.calibration_files[0])) {
+    GTEST_SKIP() << "default calibration missing (scripts/setup.sh)";
+  }
+  cfg.codecs = {"bf16", "oscar", "oscar@0.90/0.84+g32"};
+  cfg.contexts = {640};
+  cfg.windows = {2};
+  cfg.calibration_tokens = 2048;
+  cfg.fidelity_windows = 0;
+  cfg.plots = false;
+  cfg.progress = false;
+  nlohmann::json results[2];
+  for (int jobs : {1, 3}) {
+    cfg.jobs = jobs;
+    cfg.out_dir = ::testing::TempDir() + "/oscarkv_eval_jobs" + std::to_string(jobs);
+    std::filesystem::remove_all(cfg.out_dir);
+    ASSERT_TRUE(RunEval(cfg).ok());
+    std::ifstream in(cfg.out_dir + "/results.json");
+    results[jobs == 1 ? 0 : 1] = nlohmann::json::parse(in)["results"];
+  }
+  EXPECT_EQ(results[0], results[1]);
+  ASSERT_EQ(results[0].size(), 3u);
+  const auto& oscar = results[0][1];
+  const auto& variant = results[0][2];
+  EXPECT_EQ(variant["codec"], "oscar@0.90/0.84+g32");
+  EXPECT_EQ(variant["per_token_group"], 32);
+  EXPECT_NEAR(variant["k_clip_ratio"].get<double>(), 0.90, 1e-6);
+  EXPECT_NEAR(variant["v_clip_ratio"].get<double>(), 0.84, 1e-6);
+  EXPECT_DOUBLE_EQ(variant["extra_bits_per_int2_element_not_in_bits_per_element"], 0.5);
+  EXPECT_GT(variant["all_positions"]["token_kl"]["mean"].get<double>(), 0.0);
+  EXPECT_NE(variant["all_positions"]["token_kl"]["mean"], oscar["all_positions"]["token_kl"]["mean"]);
+  for (const char* bad : {"kivi2@0.9/0.8", "oscar+g48", "oscar@0.9"}) {
+    cfg.codecs = {"bf16", bad};
+    EXPECT_EQ(RunEval(cfg).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace oscarkv::eval
