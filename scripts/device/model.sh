@@ -18,7 +18,11 @@
 #        for bf16 and oscar with the chunked GPU prefill (kvstore reuse checked) and oscar with
 #        the one-pass GPU prefill (checked against `oscarkv generate --device cuda`); SVC_RUNS
 #        picks codec:mode runs, mode one of chunked, one_pass, one_pass_direct (KV GPU to GPU
-#        over UCX cuda_ipc), one_pass_host (same UCX, handoff off). Logs in $OUT.
+#        over UCX cuda_ipc), one_pass_host (same UCX, handoff off); with --cpu-eval the CPU
+#        emulation `oscarkv eval` on this machine's cores ((window, codec) forwards in parallel,
+#        --jobs = nproc): CPU_EVAL_CODECS (required), CPU_EVAL_CONTEXT (8192), CPU_EVAL_WINDOWS
+#        (20), CPU_EVAL_LIMIT (560 s; results.json is rewritten after every finished window, so
+#        a run cut off keeps those), results in $OUT/cpu_eval. Logs in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
@@ -40,10 +44,11 @@ export LD_LIBRARY_PATH="$SCRATCH/lib:$cublas:${LD_LIBRARY_PATH:-}"
 export OSCARKV_DEFAULT_MODEL="$SCRATCH/model.gguf"
 BIN="$SCRATCH/bin"
 status=0
-bench=0; quality=0; clip=0; niah=0; multigpu=0; services=0; tests=1
+bench=0; quality=0; clip=0; niah=0; multigpu=0; services=0; cpu_eval=0; tests=1
 for a in "${@:3}"; do
   case "$a" in --bench) bench=1 ;; --quality) quality=1 ;; --clip) clip=1 ;; --niah) niah=1 ;;
-    --multigpu) multigpu=1 ;; --services) services=1 ;; --skip-tests) tests=0 ;;
+    --multigpu) multigpu=1 ;; --services) services=1 ;; --cpu-eval) cpu_eval=1 ;;
+    --skip-tests) tests=0 ;;
     *) echo "unknown $a" >&2; exit 2 ;; esac
 done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
@@ -132,6 +137,18 @@ if [ $multigpu = 1 ]; then
     --transports ucx
   mg 8b --config qwen3-8b-like --codecs bf16,oscar --contexts 8192,32768,131072 \
     --prefill-max 32768 --no-sweep --transports "${MG_8B_TRANSPORTS:-nccl,ucx}"
+fi
+if [ $cpu_eval = 1 ]; then
+  echo "== CPU emulation (oscarkv eval) on $(nproc) cores: ${CPU_EVAL_CODECS:?set CPU_EVAL_CODECS}"
+  lscpu | grep -E 'Model name|^CPU\(s\)' | tee "$OUT/cpu.txt"
+  timeout "${CPU_EVAL_LIMIT:-560}" "$BIN"/oscarkv eval --model default \
+    --text "$SCRATCH/emma.txt" "$SCRATCH/persuasion.txt" "$SCRATCH/mobydick.txt" \
+    --codecs "$CPU_EVAL_CODECS" --context "${CPU_EVAL_CONTEXT:-8192}" \
+    --windows "${CPU_EVAL_WINDOWS:-20}" --jobs "$(nproc)" --fidelity-windows 0 --no-plots \
+    --calibration data/calibration/smollm2-135m-oscar.cal,data/calibration/smollm2-135m-oscar-gram.cal \
+    --out "$OUT/cpu_eval" 2> >(tr '\r' '\n' | grep -v '^eval ' > "$OUT/cpu_eval.log") \
+    || echo "cpu eval exited $? (124: cut off by CPU_EVAL_LIMIT)"
+  grep -o '"windows": [0-9]*' "$OUT/cpu_eval/results.json" | sort | uniq -c
 fi
 if [ $quality = 1 ]; then
   echo "== quality (true decode on the GPU, held-out text)"
