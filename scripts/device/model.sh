@@ -146,7 +146,7 @@ if [ $cpu_eval = 1 ]; then
     --codecs "$CPU_EVAL_CODECS" --context "${CPU_EVAL_CONTEXT:-8192}" \
     --windows "${CPU_EVAL_WINDOWS:-20}" --jobs "$(nproc)" --fidelity-windows 0 --no-plots \
     --calibration data/calibration/smollm2-135m-oscar.cal,data/calibration/smollm2-135m-oscar-gram.cal \
-    --out "$OUT/cpu_eval" 2> >(tr '\r' '\n' | grep -v '^eval ' > "$OUT/cpu_eval.log") \
+    --out "$OUT/cpu_eval" 2> >(tr '\r' '\n' > "$OUT/cpu_eval.log") \
     || echo "cpu eval exited $? (124: cut off by CPU_EVAL_LIMIT)"
   grep -o '"windows": [0-9]*' "$OUT/cpu_eval/results.json" | sort | uniq -c
 fi
