@@ -43,6 +43,20 @@ OSCARKV_HOST_DEVICE inline float SubRn(float a, float b) {
   return a - b;
 #endif
 }
+OSCARKV_HOST_DEVICE inline float AddFloatRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+OSCARKV_HOST_DEVICE inline float MulRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
 OSCARKV_HOST_DEVICE inline double ToDouble(float f) { return static_cast<double>(f); }
 OSCARKV_HOST_DEVICE inline double AddRn(double a, double b) {
 #if defined(__CUDA_ARCH__)
@@ -117,6 +131,44 @@ OSCARKV_HOST_DEVICE inline float CodeLowerBound(int j, float s, float m) {
   return y;
 }
 
+// The step part of CodeLowerBound in closed form: the smallest float d with fl(fl(d / s) + 0.5)
+// >= j for an fp16-valued scale s > 0 (finite). With s = sigma 2^e (sigma in [1, 2), at most 11
+// significant bits), s * at_j is exact in double and lies within one float step below:
+//   j = 2, 3: at_j = 1.5 - 2^-24, 2.5 - 2^-23 (inclusive), and s 2^-24 (s 2^-23) is less than the
+//             gap below 1.5 s (2.5 s), both exact floats and never powers of two: d = 1.5 s, 2.5 s;
+//   j = 1:    at_1 = 0.5 - 3 2^-26 (strict): s at_1 = s/2 - 0.75 sigma gap(s/2), so d is s/2 unless
+//             that reaches past the float below s/2, i.e. sigma > 4/3 (mantissa field of s/2 above
+//             2^23 / 3), or sigma = 1 (the gap below a power of two is half as wide).
+// Checked against CodeLowerBound's double derivation for every fp16 scale by the GPU test's host
+// part.
+OSCARKV_HOST_DEVICE inline float CodeStepMin(int j, float s) {
+  const float d = MulRn(s, j == 1 ? 0.5f : j == 2 ? 1.5f : 2.5f);  // exact
+  const uint32_t f = FloatBits(d) & 0x7fffffu;
+  return j == 1 && (f == 0u || f > 0x2aaaaau) ? BitsFloat(FloatBits(d) - 1u) : d;
+}
+
+// CodeLowerBound's final step in float arithmetic, checked on the spot: y0 = fl(fl(m + d) - h),
+// h = half the gap below d (so m + d - h is the rounding midpoint the bound sits on; d is never a
+// power of two, whose gap below is half as wide), and the answer is y0 or the float above it when
+// the reference's own subtraction says so: fl(y - m) >= d holds for y and not for the float below
+// y (it is non-decreasing in y, so y is the smallest). The check is what makes it exact: a poor
+// y0 only costs the fallback. Returns false (and the caller takes CodeLowerBound) when neither is
+// proven, or y0 is zero or not finite. d is a positive normal float (CodeStepMin), m any float.
+OSCARKV_HOST_DEVICE inline bool FastCodeLowerBound(float d, float m, float* y) {
+  const uint32_t hb = (FloatBits(d) & 0x7f800000u) - (24u << 23);
+  const float y0 = SubRn(AddFloatRn(m, d), BitsFloat(hb));
+  const uint32_t u = FloatBits(y0);
+  const uint32_t toward_up = (u >> 31) != 0u ? 0xffffffffu : 1u;  // +1 ulp in bits
+  const float up = BitsFloat(u + toward_up);
+  const float down = BitsFloat(u - toward_up);
+  const bool at = SubRn(y0, m) >= d;
+  const bool at_up = SubRn(up, m) >= d;
+  const bool at_down = SubRn(down, m) >= d;
+  *y = at ? y0 : up;
+  const bool finite_nonzero = (u & 0x7fffffffu) != 0u && (u & 0x7f800000u) != 0x7f800000u;
+  return finite_nonzero & ((at & !at_down) | (!at & at_up));
+}
+
 // The bound a raw (unclipped) value is compared with when the row is clipped to [-tau, tau]
 // first: clamp(y) >= b  <=>  tau >= b and (y >= b or -tau >= b). No clip: b itself.
 OSCARKV_HOST_DEVICE inline float ClippedBound(float b, bool clip, float tau) {
@@ -131,7 +183,9 @@ OSCARKV_HOST_DEVICE inline float ClippedBound(float b, bool clip, float tau) {
 // (or non-finite) scale codes everything 0.
 OSCARKV_HOST_DEVICE inline float RowCodeBound(int j, float s, float m, bool clip, float tau) {
   if (!(s > 0.0f) || !(s < kInf)) return kInf;
-  return ClippedBound(CodeLowerBound(j, s, m), clip, tau);
+  float y;
+  if (!FastCodeLowerBound(CodeStepMin(j, s), m, &y)) y = CodeLowerBound(j, s, m);
+  return ClippedBound(y, clip, tau);
 }
 
 }  // namespace oscarkv::kernels::int2_bounds

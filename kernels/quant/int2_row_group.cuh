@@ -131,6 +131,9 @@ __device__ __forceinline__ uint32_t Bf16x2GeMask(uint32_t a, uint32_t b) {
 __device__ __forceinline__ uint32_t Bf16x2GtMask(uint32_t a, uint32_t b) {
   return __hgt2_mask(AsBf16x2(a), AsBf16x2(b));
 }
+// |a| of both halves. Compiles to an HFMA2 with an |a| operand, which issues on the FMA pipe (a
+// LOP3 mask takes the half-rate integer ALU); the bits are those of a & 0x7fff7fff (not NaN).
+__device__ __forceinline__ uint32_t Bf16x2Abs(uint32_t a) { return Bf16x2Bits(__habs2(AsBf16x2(a))); }
 __device__ __forceinline__ float LoBf16(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float HiBf16(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 
@@ -279,6 +282,44 @@ __device__ __forceinline__ void MergeTop(uint32_t (&a)[N], const uint32_t (&b)[N
   BitonicClean<O>(a, N);
 }
 
+// The K largest of two descending lists a and b (K <= N), descending, into t: x_i = max(a_i,
+// b_{K-1-i}) holds them as a bitonic sequence (falling, then rising), and stays bitonic with
+// N2 - K entries above every key appended (N2 = K rounded up to a power of two), so the half
+// cleaners sort it with those on top. The appended entries are tracked at compile time, not
+// stored: a compare-exchange with one of them is a move, two of them nothing.
+template <class O, int K, int NA, int NB>
+__device__ __forceinline__ void MergeTopK(const uint32_t (&a)[NA], const uint32_t (&b)[NB],
+                                          uint32_t (&t)[K]) {
+  static_assert(1 <= K && K <= NA && K <= NB);
+  constexpr int N2 = K <= 1 ? 1 : K <= 2 ? 2 : K <= 4 ? 4 : K <= 8 ? 8 : 16;
+  static_assert(K <= N2 && N2 <= 16);
+  uint32_t x[N2];
+  bool top[N2];  // constants once unrolled
+#pragma unroll
+  for (int i = 0; i < N2; ++i) {
+    top[i] = i >= K;
+    x[i] = i < K ? O::Max(a[i], b[K - 1 - i]) : 0u;
+  }
+#pragma unroll
+  for (int stride = N2 / 2; stride > 0; stride /= 2) {
+#pragma unroll
+    for (int i = 0; i < N2; ++i) {
+      if ((i & stride) != 0) continue;
+      const int j = i + stride;
+      if (top[i]) continue;  // in order already (or both on top)
+      if (top[j]) {
+        x[j] = x[i];
+        top[i] = true;
+        top[j] = false;
+        continue;
+      }
+      Cas<O>(x[i], x[j]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < K; ++i) t[i] = x[N2 - K + i];
+}
+
 // Pops the group's largest remaining key k times from the lanes' descending lists a and b (R
 // entries each; 0 marks an emptied slot, below every key); returns the k-th key popped. One
 // element leaves per step: with unique keys the list whose head is the maximum, otherwise the
@@ -341,7 +382,7 @@ template <int D, int R>
 __device__ __forceinline__ uint32_t FastKthKey(const Bf16Lane<D>& x, int k, int gl, bool* emptied) {
   uint32_t col[RowLayout<D>::kColumnKeys];
 #pragma unroll
-  for (int i = 0; i < RowLayout<D>::kColumnKeys; ++i) col[i] = x.w[i] & 0x7fff7fffu;
+  for (int i = 0; i < RowLayout<D>::kColumnKeys; ++i) col[i] = Bf16x2Abs(x.w[i]);
   uint32_t top[R], a[R], b[R];
   TopOf<U16x2Order>(col, top);
   Bf16Keys(top, gl, a, b);
@@ -406,13 +447,33 @@ __device__ __forceinline__ uint32_t SortedKthKey(const FloatLane<D>& x, int k, i
 // (Rc = 4) sort their first 8 words with VIMNMX and the other 8 with HMNMX2 (same order): both
 // issue at half rate on the H200, and this split measured 2 us faster at D = 128 than HMNMX2
 // alone (bench/NOTES.md "Demotion v4"; apparently register allocation: that build spilled).
-template <int D, int Rc>
+// The K-th largest (K compile-time, 1 <= K <= R) of the union of two descending lists, the low
+// halves of m and the high halves: the top K of the union take i entries of one list and K - i of
+// the other, and its smallest is the smaller of the two last taken, so it is the largest such
+// minimum over the splits (each is a lower bound). In both halves (the split is symmetric).
+template <int K, int R>
+__device__ __forceinline__ uint32_t KthOfHalves(const uint32_t (&m)[R]) {
+  static_assert(1 <= K && K <= R);
+  uint32_t h[K];
+#pragma unroll
+  for (int i = 0; i < K; ++i) h[i] = __byte_perm(m[i], 0u, 0x1032);
+  uint32_t t = Bf16x2Max(m[K - 1], h[K - 1]);
+#pragma unroll
+  for (int i = 1; i < K; ++i) t = Bf16x2Max(t, Bf16x2Min(m[i - 1], h[K - 1 - i]));
+  return t;
+}
+
+// kK: k as a compile-time constant (the served ratios' k, dispatched by the launcher), or 0 (k at
+// run time). With kK the two halves' lists are not merged: KthOfHalves reads the k-th entry of
+// their union, and the merges before it keep only the top kK entries (the compiler drops the
+// comparators that feed only the rest).
+template <int D, int Rc, int kK = 0>
 __device__ __forceinline__ uint32_t MergedKthBits(const Bf16Lane<D>& x, int k, bool* dry) {
   constexpr int N = RowLayout<D>::kColumnKeys;
   constexpr int R = 2 * Rc;
   uint32_t col[N];
 #pragma unroll
-  for (int i = 0; i < N; ++i) col[i] = x.w[i] & 0x7fff7fffu;
+  for (int i = 0; i < N; ++i) col[i] = Bf16x2Abs(x.w[i]);
   uint32_t c[Rc];
   if constexpr (Rc == 4) {
     uint32_t b[4];
@@ -429,26 +490,42 @@ __device__ __forceinline__ uint32_t MergedKthBits(const Bf16Lane<D>& x, int k, b
   for (int i = 0; i < Rc; ++i) o[i] = __shfl_xor_sync(kFullMask, c[i], 1);
   uint32_t m[R];
   MergeAll<Bf16x2Order>(c, o, m);  // the two lanes' columns of each half, all of them
-  if constexpr (RowLayout<D>::kGroupLanes == 4) {
-    uint32_t p[R];
+  uint32_t t;
+  if constexpr (kK != 0) {
+    // Only the top kK of each list matter from here on.
+    uint32_t top[kK];
+    if constexpr (RowLayout<D>::kGroupLanes == 4) {
+      uint32_t p[kK];
 #pragma unroll
-    for (int i = 0; i < R; ++i) p[i] = __shfl_xor_sync(kFullMask, m[i], 2);
-    MergeTop<Bf16x2Order>(m, p);
+      for (int i = 0; i < kK; ++i) p[i] = __shfl_xor_sync(kFullMask, m[i], 2);
+      MergeTopK<Bf16x2Order, kK>(m, p, top);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kK; ++i) top[i] = m[i];
+    }
+    t = KthOfHalves<kK>(top) & 0xffffu;
+  } else {
+    if constexpr (RowLayout<D>::kGroupLanes == 4) {
+      uint32_t p[R];
+#pragma unroll
+      for (int i = 0; i < R; ++i) p[i] = __shfl_xor_sync(kFullMask, m[i], 2);
+      MergeTop<Bf16x2Order>(m, p);
+    }
+    // Low and high halves: each half of h is the other half of m.
+    uint32_t h[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) h[i] = __byte_perm(m[i], 0u, 0x1032);
+    MergeTop<Bf16x2Order>(m, h);
+    t = m[0];
+#pragma unroll
+    for (int i = 1; i < R; ++i) t = i < k ? m[i] : t;
+    t &= 0xffffu;
   }
-  // Low and high halves: each half of h is the other half of m.
-  uint32_t h[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) h[i] = __byte_perm(m[i], 0u, 0x1032);
-  MergeTop<Bf16x2Order>(m, h);
-  uint32_t t = m[0];
-#pragma unroll
-  for (int i = 1; i < R; ++i) t = i < k ? m[i] : t;
-  t &= 0xffffu;
   *dry = Bf16x2GtMask(c[Rc - 1], t | t << 16) != 0u;
   return t;
 }
 
-template <int D>
+template <int D, int kK = 0>
 __device__ __forceinline__ float ClipThreshold(const Bf16Lane<D>& x, int k, const RowGroup<D>& rg) {
   // D = 128: short lists while the chance that a column holds Rc of the k - 1 largest stays
   // small (< 1% of rows at k = 6; never when k <= Rc), then long ones, then fully sorted lists.
@@ -465,12 +542,12 @@ __device__ __forceinline__ float ClipThreshold(const Bf16Lane<D>& x, int k, cons
     redo = (__ballot_sync(kFullMask, dry) & rg.mask) != 0u;
   } else if (!kTournament && k <= 6) {
     bool dry;
-    bits = MergedKthBits<D, 4>(x, k, &dry);
+    bits = MergedKthBits<D, 4, (kK >= 1 && kK <= 6 ? kK : 0)>(x, k, &dry);
     redo = (__ballot_sync(kFullMask, dry) & rg.mask) != 0u;
   }
   if (k <= 16 && !(kTournament && k <= 8) && __any_sync(kFullMask, redo)) {
     bool dry;
-    const uint32_t long_bits = MergedKthBits<D, 8>(x, k, &dry);
+    const uint32_t long_bits = MergedKthBits<D, 8, (kK >= 1 && kK <= 16 ? kK : 0)>(x, k, &dry);
     const bool long_dry = (__ballot_sync(kFullMask, dry) & rg.mask) != 0u;
     if (redo) {
       bits = long_bits;
@@ -491,7 +568,7 @@ __device__ __forceinline__ float KeyMagnitude(uint32_t key, bool bf16_keys) {
 // Float rows (f32 input, rotated rows): tau = the k-th largest |y| of the group's row (k uniform
 // over the warp). Fast path: a tournament over each lane's top R of its two lists (R by k,
 // ListEntriesFor); a group whose lists ran dry repeats with fully sorted lists.
-template <int D>
+template <int D, int kK = 0>
 __device__ __forceinline__ float ClipThreshold(const FloatLane<D>& x, int k,
                                                const RowGroup<D>& rg) {
   uint32_t key = 0;
@@ -552,10 +629,10 @@ __device__ __forceinline__ uint32_t ValueBits(const FloatLane<D>& x, int q, int 
 // reference keeps the first in channel order; only +0 and -0 differ while comparing equal, and
 // the sign reaches the stored fp16 min, so a zero minimum takes the sign of the first value whose
 // clipped value is a zero (with tau = 0 every value clips to a zero of its own sign).
-template <int D, class Lane>
+template <int D, int kK = 0, class Lane>
 __device__ __forceinline__ RowStats RowStatsOf(const Lane& x, bool clip, int k,
                                                const RowGroup<D>& rg) {
-  const float tau = clip ? ClipThreshold<D>(x, k, rg) : 0.0f;
+  const float tau = clip ? ClipThreshold<D, kK>(x, k, rg) : 0.0f;
   MinMax r = RowMinMax<D>(x);
   if (clip) {
     // Every |y| <= max|y| and one |y| equals tau, so min <= tau and max >= -tau: clipping the
@@ -584,65 +661,58 @@ __device__ __forceinline__ RowStats RowStatsOf(const Lane& x, bool clip, int k,
 
 // ---- Codes ----
 
-// The three code bounds of every row in the warp, computed once per row: item t = 3 row + j - 1
-// is computed by lane t % 32 in round t / 32 (one round at D = 128, two at D = 64) from the
-// stats that the row's group lane 0 holds; then each lane fetches its row's three.
-template <int D>
+// A bf16 value is >= a float bound iff it is >= the bound rounded up to bf16: the bound as a packed
+// bf16 pair, for two compares per instruction.
+__device__ __forceinline__ uint32_t Bf16PairAtLeast(float bound) {
+  const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_ru(bound));
+  return h | h << 16;
+}
+__device__ __forceinline__ uint32_t BoundOperand(float bound, uint32_t) {
+  return Bf16PairAtLeast(bound);
+}
+__device__ __forceinline__ float BoundOperand(float bound, float) { return bound; }
+
+// The three code bounds of the lane's row, each computed once: every lane of a group holds its
+// row's stats (the group reductions leave them in all G lanes), so bound j is computed by the
+// group's lane (j - 1) % G in round (j - 1) / G (one round at D = 128, two at D = 64; the lanes
+// past bound 3 repeat it), already in the form PackCodeBytes compares with (a packed bf16 pair
+// for bf16 rows, T = uint32_t, else the float), then each lane fetches its row's three.
+template <int D, class T>
 __device__ __forceinline__ void WarpCodeBounds(const RowStats& st, bool clip, int lane,
-                                               const RowGroup<D>& rg, float (&b)[3]) {
-  constexpr int kRows = RowLayout<D>::kRowsPerWarp;
-  constexpr int kRounds = (3 * kRows + 31) / 32;
-  float mine[kRounds];
+                                               const RowGroup<D>& rg, T (&b)[3]) {
+  constexpr int G = RowLayout<D>::kGroupLanes;
+  constexpr int kRounds = (3 + G - 1) / G;
+  T mine[kRounds];
 #pragma unroll
   for (int round = 0; round < kRounds; ++round) {
-    const int item = 32 * round + lane;
-    const int row = min(item / 3, kRows - 1);
-    const int j = min(item - 3 * row, 2) + 1;
-    const int src = row * RowLayout<D>::kGroupLanes;
-    const float s = __shfl_sync(kFullMask, st.gp.s, src);
-    const float m = __shfl_sync(kFullMask, st.gp.m, src);
-    const float tau = __shfl_sync(kFullMask, st.tau, src);
-    mine[round] = int2_bounds::RowCodeBound(j, s, m, clip, tau);
+    const int j = min(round * G + rg.gl, 2) + 1;
+    mine[round] = BoundOperand(int2_bounds::RowCodeBound(j, st.gp.s, st.gp.m, clip, st.tau), T{});
   }
+  const int group_lane0 = lane - rg.gl;
 #pragma unroll
-  for (int i = 0; i < 3; ++i) {
-    const int item = 3 * rg.slot + i;
-    b[i] = __shfl_sync(kFullMask, mine[0], item % 32);
-    if constexpr (kRounds > 1) {
-      const float other = __shfl_sync(kFullMask, mine[1], item % 32);
-      if (item >= 32) b[i] = other;
-    }
-  }
+  for (int i = 0; i < 3; ++i) b[i] = __shfl_sync(kFullMask, mine[i / G], group_lane0 + i % G);
 }
 
 // The lane's code bytes [8 gl, 8 gl + 8) of its row (byte j = codes of channels j, j + D/4,
 // j + D/2, j + 3D/4 in bits 1:0, 3:2, 5:4, 7:6), little-endian in w. Codes:
-// code(y) = sum_j [y >= bound j].
+// code(y) = sum_j [y >= bound j], bounds as packed bf16 pairs (Bf16PairAtLeast).
 template <int D>
-__device__ __forceinline__ void PackCodeBytes(const Bf16Lane<D>& x, const float (&bound)[3],
+__device__ __forceinline__ void PackCodeBytes(const Bf16Lane<D>& x, const uint32_t (&b2)[3],
                                               uint32_t (&w)[RowLayout<D>::kChunk / 4]) {
   constexpr int kHalfChunk = RowLayout<D>::kChunk / 2;  // words per chunk
-  // A bf16 value is >= a float bound iff it is >= the bound rounded up to bf16.
-  uint32_t b2[3];
-#pragma unroll
-  for (int i = 0; i < 3; ++i) {
-    const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_ru(bound[i]));
-    b2[i] = h | h << 16;
-  }
-  // Per half: code bit 0 = an odd number of bounds passed, bit 1 = bound 2 passed (the masks
-  // nest); chunk q's code goes to bits 2q, 2q + 1 of the byte.
+  // Per half: code bit 1 = bound 2 passed; code bit 0 = bound 3 passed if so, else bound 1 (the
+  // bounds are ordered): two compares per two values, the second against a per-half selected
+  // bound. Chunk q's code goes to bits 2q, 2q + 1 of the byte.
   uint32_t pairs[kHalfChunk];
-#pragma unroll
-  for (int i = 0; i < kHalfChunk; ++i) pairs[i] = 0;
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
 #pragma unroll
     for (int i = 0; i < kHalfChunk; ++i) {
       const uint32_t v = x.w[q * kHalfChunk + i];
-      const uint32_t m1 = Bf16x2GeMask(v, b2[0]);
       const uint32_t m2 = Bf16x2GeMask(v, b2[1]);
-      const uint32_t m3 = Bf16x2GeMask(v, b2[2]);
-      pairs[i] |= ((m1 ^ m2 ^ m3) & (0x00010001u << (2 * q))) | (m2 & (0x00020002u << (2 * q)));
+      const uint32_t m13 = Bf16x2GeMask(v, (m2 & b2[2]) | (~m2 & b2[0]));
+      const uint32_t bit1 = m2 & (0x00020002u << (2 * q));
+      pairs[i] = (q == 0 ? bit1 : pairs[i] | bit1) | (m13 & (0x00010001u << (2 * q)));
     }
   }
   // Byte 0 of each half holds the byte of positions 2i, 2i + 1.

@@ -267,15 +267,20 @@ __device__ __forceinline__ void RotateRows(rows::FloatLane<D> (&x)[2], float* st
 __device__ __forceinline__ int PageOf(const RowsTarget& tgt, Unit u, int groups) {
   return tgt.page_ids != nullptr && u.group < groups ? tgt.page_ids[u.group] : 0;
 }
+// Page ids, heads and rows are non-negative: unsigned 32 x 64-bit products (one IMAD.WIDE.U32 and
+// one IMAD each, no sign extension).
+__device__ __forceinline__ uint64_t Times(int i, int64_t stride) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(i)) * static_cast<uint64_t>(stride);
+}
 __device__ __forceinline__ uint8_t* SegmentOf(const RowsTarget& tgt, Unit u, int page,
                                               int* first_row) {
   if (tgt.page_ids != nullptr) {
     *first_row = 0;
-    return tgt.base + static_cast<int64_t>(page) * tgt.page_stride + u.h * tgt.head_stride +
-           tgt.segment_offset;
+    return tgt.base + (Times(page, tgt.page_stride) + Times(u.h, tgt.head_stride) +
+                       static_cast<uint64_t>(tgt.segment_offset));
   }
   *first_row = u.group * kUnitTokens;
-  return tgt.base + u.h * tgt.head_stride;
+  return tgt.base + Times(u.h, tgt.head_stride);
 }
 
 template <int D, int kVector>
@@ -284,7 +289,7 @@ __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, in
                                          const quant_device::GroupParams& gp,
                                          const rows::RowGroup<D>& rg) {
   using L = rows::RowLayout<D>;
-  uint8_t* codes = seg + static_cast<int64_t>(row) * L::kCodeBytes + L::kChunk * rg.gl;
+  uint8_t* codes = seg + (Times(row, L::kCodeBytes) + L::kChunk * rg.gl);
   const bool vector_stores = kVector < 0 ? tgt.vector_stores : kVector == 1;
   if (vector_stores) {
     *reinterpret_cast<uint2*>(codes) = make_uint2(w[0], w[1]);
@@ -294,7 +299,7 @@ __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, in
   }
   if (rg.gl == 0) {
     // Scale then min, little-endian; whole 16-bit words (see quant_device::StoreParamsDev).
-    uint8_t* prm = seg + static_cast<int64_t>(tgt.segment_tokens) * L::kCodeBytes + 4 * row;
+    uint8_t* prm = seg + (Times(tgt.segment_tokens, L::kCodeBytes) + Times(row, 4));
     const uint32_t s = __half_as_ushort(gp.s16);
     const uint32_t m = __half_as_ushort(gp.m16);
     if (vector_stores) {
@@ -309,13 +314,17 @@ __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, in
 // ---- Kernel ----
 
 // The row pipeline for one pass of a warp's rows (its units u) and the stores.
-template <int D, int kVector = -1, class Lane>
+// kClipK: clip.k as a compile-time constant (0: read clip.k).
+template <int D, int kVector = -1, int kClipK = 0, class Lane>
 __device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page,
                                                  const RowsSource& src, const RowsTarget& tgt,
                                                  const RowsClip& clip, int lane,
                                                  const rows::RowGroup<D>& rg) {
-  const rows::RowStats st = rows::RowStatsOf<D>(x, clip.on, clip.k, rg);
-  float bounds[3];
+  const rows::RowStats st =
+      rows::RowStatsOf<D, kClipK>(x, clip.on, kClipK != 0 ? kClipK : clip.k, rg);
+  // Packed bf16 bound pairs for bf16 rows, floats otherwise.
+  using Bound = std::conditional_t<std::is_same_v<Lane, rows::Bf16Lane<D>>, uint32_t, float>;
+  Bound bounds[3];
   rows::WarpCodeBounds<D>(st, clip.on, lane, rg, bounds);
   uint32_t w[2];
   rows::PackCodeBytes<D>(x, bounds, w);
@@ -332,8 +341,9 @@ __device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page
 // staged through a cp.async ring in shared memory) measured no faster: the kernel is bound by
 // the issue of its half-rate instructions, not by loads in flight (bench/NOTES.md "Demotion v4").
 // kVector: 1 when every input row and output segment is 16-byte aligned (vector loads and
-// stores), -1 to look at the flags.
-template <int D, bool kBf16, int kVector>
+// stores), -1 to look at the flags. kClipK: the clip's k when the launcher has a build for it (the
+// served ratios' k at D = 128: the merges then keep only what the k-th entry needs), else 0.
+template <int D, bool kBf16, int kVector, int kClipK = 0>
 __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
     KvInt2RowsKernel(const RowsSource src, const RowsTarget tgt, const RowsClip clip) {
   // bf16 rows stay packed bf16; f32 input is floats.
@@ -360,7 +370,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
     LoadRow<D, kBf16, kVector>(src, n, rg, next);
     Lane x;
     ToLane(cur, x);
-    QuantizeAndStore<D, kVector>(x, u, page, src, tgt, clip, lane, rg);
+    QuantizeAndStore<D, kVector, kClipK>(x, u, page, src, tgt, clip, lane, rg);
     u = n;
     return __any_sync(rows::kFullMask, u.group < groups);
   };
@@ -432,6 +442,10 @@ cudaError_t GridFor(Kernel kernel, size_t smem, int64_t units, int64_t units_per
   return cudaSuccess;
 }
 
+// Clip k with a build of their own (D = 128, bf16 rows): 128 - ClipIndex(0.96 / 0.92, 128).
+constexpr int kClipKeyK = 6;
+constexpr int kClipValueK = 11;
+
 template <int D, bool kBf16>
 cudaError_t LaunchRows(const RowsSource& src, const RowsTarget& tgt, const RowsClip& clip,
                        const float* rotation, cudaStream_t stream) {
@@ -440,8 +454,18 @@ cudaError_t LaunchRows(const RowsSource& src, const RowsTarget& tgt, const RowsC
   constexpr int64_t kWarpUnits = rows::RowLayout<D>::kUnitsPerWarp;
   int blocks = 0;
   if (rotation == nullptr) {
-    const auto kernel = src.vector_loads && tgt.vector_stores ? KvInt2RowsKernel<D, kBf16, 1>
-                                                              : KvInt2RowsKernel<D, kBf16, -1>;
+    const bool vector = src.vector_loads && tgt.vector_stores;
+    auto kernel = vector ? KvInt2RowsKernel<D, kBf16, 1> : KvInt2RowsKernel<D, kBf16, -1>;
+    if constexpr (D == 128 && kBf16) {
+      // The model's K and V ratios (0.96, 0.92): k = 6 and 11.
+      if (clip.on && clip.k == kClipKeyK) {
+        kernel = vector ? KvInt2RowsKernel<D, kBf16, 1, kClipKeyK>
+                        : KvInt2RowsKernel<D, kBf16, -1, kClipKeyK>;
+      } else if (clip.on && clip.k == kClipValueK) {
+        kernel = vector ? KvInt2RowsKernel<D, kBf16, 1, kClipValueK>
+                        : KvInt2RowsKernel<D, kBf16, -1, kClipValueK>;
+      }
+    }
     OSCARKV_CUDA_RETURN_IF_ERROR(GridFor(kernel, 0, units, kWarps * kWarpUnits, &blocks));
     kernel<<<blocks, kWarps * 32, 0, stream>>>(src, tgt, clip);
   } else {

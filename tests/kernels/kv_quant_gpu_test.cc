@@ -335,6 +335,42 @@ bool CodeBoundConstantsHold() {
   return ok;
 }
 
+// The kernels' float shortcut to the code bounds (CodeStepMin, FastCodeLowerBound) against the
+// double derivation (CodeLowerBound): the step bound for every positive finite fp16 scale, and the
+// verified fast bound, where it answers, for a grid of fp16 (scale, min) pairs. Host only.
+bool FastCodeBoundsHold() {
+  namespace b = kernels::int2_bounds;
+  size_t bad = 0, tried = 0, answered = 0;
+  for (uint32_t hs = 1; hs < 0x7c00u; ++hs) {
+    const float s = kvformat::HalfBitsToFloat(static_cast<uint16_t>(hs));
+    for (int j = 1; j <= 3; ++j) {
+      const b::RoundsUpTo q = b::RoundsUpToFloat(kvformat::BitsFloat(b::RoundHalfUpBits(j)));
+      const float want = b::CeilToFloat(b::MulRn(b::ToDouble(s), q.at), q.inclusive);
+      if (kvformat::FloatBits(b::CodeStepMin(j, s)) != kvformat::FloatBits(want)) ++bad;
+    }
+  }
+  const size_t step_bad = bad;
+  for (uint32_t hs = 1; hs < 0x7c00u; hs += 61) {
+    const float s = kvformat::HalfBitsToFloat(static_cast<uint16_t>(hs));
+    for (uint32_t hm = 0; hm < 0x10000u; hm += 7) {
+      const float m = kvformat::HalfBitsToFloat(static_cast<uint16_t>(hm));
+      for (int j = 1; j <= 3; ++j) {
+        ++tried;
+        float y;
+        if (!b::FastCodeLowerBound(b::CodeStepMin(j, s), m, &y)) continue;
+        ++answered;
+        const float want = b::CodeLowerBound(j, s, m);
+        if (kvformat::FloatBits(y) != kvformat::FloatBits(want) && !(y == 0.0f && want == 0.0f)) {
+          ++bad;
+        }
+      }
+    }
+  }
+  std::printf("[fast code bounds] step mismatches %zu, fast mismatches %zu, answered %zu of %zu %s\n",
+              step_bad, bad - step_bad, answered, tried, bad == 0 ? "PASS" : "FAIL");
+  return bad == 0;
+}
+
 }  // namespace
 }  // namespace oscarkv
 
@@ -422,6 +458,7 @@ int main() {
       {70, 3, 64, 0.92f, false, true, false, 15, Pattern::kHeavyTail, kPer, true},
   };
   bool ok = oscarkv::CodeBoundConstantsHold();
+  ok = oscarkv::FastCodeBoundsHold() && ok;
   for (const Case& c : cases) ok = oscarkv::RunCase(c) && ok;
   std::printf("%s\n", ok ? "ALL PASS" : "SOME FAILED");
   return ok ? 0 : 1;
