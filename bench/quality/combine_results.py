@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Merges the per-run results.json files of bench/quality/results/ into one and redraws the plots
-(ΔNLL and KL by codec and context, NIAH heat map) into bench/quality/.
+into bench/quality/: ΔNLL and KL by codec and context (delta_nll.png, token_kl.png), the levers
+tried on OSCAR (levers_kl.png: codec variants such as oscar@0.90/0.84+g32), and the NIAH heat map.
 
-    python3 bench/quality/combine_results.py   # from the repo root, after run_grid.sh
+For each (codec, context) the run with the most windows wins (ties: the later folder name), so
+the plots show the 20-window grid where it exists and older, smaller runs only where it does not.
+
+    python3 bench/quality/combine_results.py   # from the repo root
 """
 import json
 import os
@@ -11,20 +15,48 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RES = os.path.join(HERE, "results")
-merged = {"results": [], "niah": []}
+best = {}
+niah = []
 for run in sorted(os.listdir(RES)):
     path = os.path.join(RES, run, "results.json")
     if run.startswith("lever_") or not os.path.exists(path):
         continue
     with open(path) as f:
         r = json.load(f)
-    merged["results"] += r.get("results", [])
-    merged["niah"] += r.get("niah", [])
+    for row in r.get("results", []):
+        key = (row["codec"], row["context"])
+        if key not in best or row["windows"] >= best[key]["windows"]:
+            best[key] = dict(row, run=run)
+    niah += r.get("niah", [])
+
+
+def is_variant(codec):
+    return "@" in codec or "+g" in codec
+
+
+ORDER = ["bf16", "int2-naive", "int2-hadamard", "oscar-hadamard", "oscar-norot", "oscar-gram",
+         "oscar", "kivi2", "oscar-tns"]
+rows = sorted(best.values(), key=lambda r: (ORDER.index(r["codec"]) if r["codec"] in ORDER
+                                            else len(ORDER), r["codec"], r["context"]))
+grid = [r for r in rows if not is_variant(r["codec"])]
+levers = [r for r in rows if is_variant(r["codec"]) or r["codec"] == "oscar"]
 out = os.path.join(HERE, "combined_results.json")
 with open(out, "w") as f:
-    json.dump(merged, f, indent=1)
+    json.dump({"results": grid, "niah": niah}, f, indent=1)
+lever_out = os.path.join(HERE, "combined_levers.json")
+with open(lever_out, "w") as f:
+    json.dump({"results": levers}, f, indent=1)
 script = os.path.join(HERE, "..", "..", "scripts", "plots", "quality_plots.py")
 for py in ("python3", "/usr/bin/python3"):
     if subprocess.call([py, script, out, HERE]) == 0:
-        sys.exit(0)
-sys.exit("plots failed (python3-matplotlib missing?)")
+        break
+else:
+    sys.exit("plots failed (python3-matplotlib missing?)")
+if any(is_variant(r["codec"]) for r in levers):
+    tmp = os.path.join(HERE, ".levers")
+    os.makedirs(tmp, exist_ok=True)
+    subprocess.check_call([py, script, lever_out, tmp])
+    os.replace(os.path.join(tmp, "token_kl.png"), os.path.join(HERE, "levers_kl.png"))
+    for name in os.listdir(tmp):
+        os.remove(os.path.join(tmp, name))
+    os.rmdir(tmp)
