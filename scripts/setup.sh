@@ -93,8 +93,12 @@ if [ "${1:-}" = "--after-build" ]; then
       "$BIN" calibrate --model default --text "$DATA/austen/prideprejudice.txt" \
         "$DATA/austen/sensesensibility.txt" --tokens 8192 --objective "$objective" \
         --out "$CAL.tmp"
+      mv "$CAL.tmp.texts.json" "$CAL.texts.json"
       mv "$CAL.tmp" "$CAL"
     fi
+    # The texts beside the file (calibrate writes this; older set-ups made the file without it).
+    [ -s "$CAL.texts.json" ] || printf '{"texts": [{"path": "%s"}, {"path": "%s"}]}\n' \
+      "$DATA/austen/prideprejudice.txt" "$DATA/austen/sensesensibility.txt" > "$CAL.texts.json"
     want=$(cat "$SUM" 2>/dev/null || true)
     have=$(sha256sum "$CAL" | cut -d' ' -f1)
     if [ -n "$want" ] && [ "$want" != "$have" ]; then

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "lib/engine/calibrate.h"
 #include "lib/model/model.h"
 #include "lib/quant/calibration.h"
+#include "nlohmann/json.hpp"
 #include "tools/commands.h"
 
 namespace oscarkv::tools {
@@ -67,6 +69,12 @@ absl::Status RunCalibrate(const CalibrateFlags& f) {
   OSCARKV_ASSIGN_OR_RETURN(quant::Calibration calibration,
                            engine::CalibrateModel(*m, options, engine::ModelFingerprint(*m)));
   OSCARKV_RETURN_IF_ERROR(quant::WriteCalibrationFile(f.out, calibration));
+  // The texts it came from, beside it: `oscarkv eval` refuses evaluation text that overlaps them.
+  nlohmann::ordered_json side;
+  side["texts"] = nlohmann::ordered_json::array();
+  for (const auto& t : f.text) side["texts"].push_back({{"path", t}});
+  side["tokens"] = calibration.tokens;
+  std::ofstream(f.out + ".texts.json") << side.dump(2) << "\n";
   OSCARKV_ASSIGN_OR_RETURN(std::string bytes, quant::SerializeCalibration(calibration));
   std::cerr << absl::StrFormat("wrote %s: %d layers, head_dim %d, %d tokens, fingerprint %016x\n",
                                f.out, calibration.layers.size(), calibration.head_dim,

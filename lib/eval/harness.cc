@@ -957,7 +957,9 @@ absl::Status RunEval(const EvalConfig& cfg_in) {
     if (side.ok()) {
       Json sj = Json::parse(*side, nullptr, false);
       if (!sj.is_discarded() && sj.contains("texts")) {
-        for (const auto& t : sj["texts"]) calib_text_paths.push_back(t["path"].get<std::string>());
+        for (const auto& t : sj["texts"]) {
+          calib_text_paths.push_back(FindPath(t["path"].get<std::string>()));
+        }
       }
     } else {
       LOG(WARNING) << "\n*** WARNING: calibration file " << file
