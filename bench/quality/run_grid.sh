@@ -17,7 +17,7 @@ JOBS=${JOBS:-$(nproc)}
 TEXTS=(data/text/austen/emma.txt data/text/austen/persuasion.txt data/text/moby/mobydick.txt)
 CAL=data/calibration/smollm2-135m-oscar.cal,data/calibration/smollm2-135m-oscar-gram.cal
 ALL=bf16,int2-naive,int2-hadamard,oscar-hadamard,oscar-norot,oscar-gram,oscar,kivi2,oscar-tns
-LEVERS=bf16,oscar,oscar@0.94/0.88,oscar@0.90/0.84,oscar@0.84/0.75,oscar+g32,oscar@0.90/0.84+g32
+LEVERS=bf16,oscar@0.90/0.84,oscar+g32,oscar@0.90/0.84+g32
 eval_() { "$BIN" eval --model default --text "${TEXTS[@]}" --calibration "$CAL" --jobs "$JOBS" \
             --fidelity-windows 0 "$@"; }
 parts=("$@")
