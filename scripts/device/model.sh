@@ -22,7 +22,9 @@
 #        emulation `oscarkv eval` on this machine's cores ((window, codec) forwards in parallel,
 #        --jobs = nproc): CPU_EVAL_CODECS (required), CPU_EVAL_CONTEXT (8192), CPU_EVAL_WINDOWS
 #        (20), CPU_EVAL_LIMIT (560 s; results.json is rewritten after every finished window, so
-#        a run cut off keeps those), results in $OUT/cpu_eval. Logs in $OUT.
+#        a run cut off keeps those), results in $OUT/cpu_eval. Costly: at 8k one (window, codec)
+#        forward took ~330 s with 20 in parallel on the x2's 32 cores (session 6: nothing
+#        finished in a 565 s call), so use it for 2k/4k or few windows. Logs in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
