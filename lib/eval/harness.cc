@@ -304,8 +304,8 @@ struct CodecWindow {
   std::vector<LayerFidelity> fidelity;
 };
 
-// Bits/element of a real ThreeTierCache for `setup` holding `len` tokens of every layer: `k`/`v`
-// as given (the window's own K/V through cache_sink) or zeros (reference).
+// Bits/element of a real ThreeTierCache holding `len` tokens of every layer (the window's own
+// K/V through cache_sink, or zeros for the reference), from its format and from its allocation.
 void SetBits(const quant::ThreeTierCache& cache, const model::ModelConfig& mc, int len,
              CodecWindow* out) {
   out->bits = cache.BitsPerElement();
