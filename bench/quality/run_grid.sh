@@ -5,8 +5,9 @@
 # and scripts/run.sh do both):
 #   bash bench/quality/run_grid.sh [PART...]    PART: 2k 4k 8k levers niah (default: all)
 # JOBS (default: nproc) (window, codec) forwards run in parallel, one core each; the numbers do
-# not depend on it. On the 2-core dev VM (JOBS=2) one (window, codec) forward takes ~13 s at 2k,
-# ~40 s at 4k and ~160 s at 8k, so the 8k part with all nine codecs takes about 4.5 hours;
+# not depend on it. On the 2-core dev VM one (window, codec) forward took ~14 s at 2k, ~46 s at
+# 4k and ~117 s at 8k (session 6 runs: 544 s, 1863 s, and 5839 s with JOBS=2 for 100 forwards),
+# so the 8k part with all nine codecs (180 forwards) takes about 3 hours with JOBS=2;
 # RESULTS.md says which codecs each committed folder holds (the GPU runs of the other 8k codecs
 # are scripts/device/model.sh's --quality/--clip).
 set -euo pipefail

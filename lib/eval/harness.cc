@@ -890,11 +890,6 @@ absl::Status RunEval(const EvalConfig& cfg_in) {
   }
   if (cfg.jobs < 1) return absl::InvalidArgumentError("--jobs must be >= 1");
   if (cfg.group_size < 0) return absl::InvalidArgumentError("--group-size must be >= 0");
-  if (cfg.group_size > 0 && (cfg.niah || cfg.greedy)) {
-    return absl::InvalidArgumentError(
-        "--group-size is an emulation-only lever; --niah/--greedy decode through the real cache, "
-        "whose format has one group per row");
-  }
   if (cfg.threads > 0) model::SetCpuThreads(cfg.threads);
   if (cfg.jobs > 1) {
     model::SetCpuThreads(1);  // parallel tasks; nested BLAS threads would oversubscribe

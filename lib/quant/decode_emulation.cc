@@ -177,16 +177,19 @@ absl::Status EmulateDecodeAttention(const CodecSpec& spec, const EmulatedLayerKv
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, j1 - j0, d, 1.0f, qb.data(), d,
                     keys + j0 * kv_row, static_cast<int>(kv_row), 0.0f, s.data() + j0, cols);
       };
-      // (One range when the two touch, so that a block with nothing quantised yet sums exactly
-      // as the BF16 codec does.)
+      // Full-precision columns [0, quant_begin) and [fp_from, cols), as one range when they touch,
+      // so that a block with nothing quantised yet sums exactly as the BF16 codec does.
+      const auto for_fp_ranges = [&](int fp_from, const auto& run) {
+        if (fp_from == qbeg) {
+          run(0, cols);
+        } else {
+          run(0, qbeg);
+          run(fp_from, cols);
+        }
+      };
       const int k_fp_from = std::max(qbeg, std::min(first.k_quant_end, cols));
       const int v_fp_from = std::max(qbeg, std::min(first.v_quant_end, cols));
-      if (k_fp_from == qbeg) {
-        score(kf, s_fp, 0, cols);
-      } else {
-        score(kf, s_fp, 0, qbeg);
-        score(kf, s_fp, k_fp_from, cols);
-      }
+      for_fp_ranges(k_fp_from, [&](int j0, int j1) { score(kf, s_fp, j0, j1); });
       score(kd, s_dq, qbeg, std::min(last.k_quant_end, cols));
       // Select, mask, softmax; then split the probabilities by the V choice:
       // s_fp <- P where V is read as BF16, s_dq <- P where V is read dequantised.
@@ -224,12 +227,7 @@ absl::Status EmulateDecodeAttention(const CodecSpec& spec, const EmulatedLayerKv
                     p.data() + j0, cols, values + j0 * kv_row, static_cast<int>(kv_row), 1.0f,
                     ob.data(), d);
       };
-      if (v_fp_from == qbeg) {
-        pv(s_fp, vf, 0, cols);
-      } else {
-        pv(s_fp, vf, 0, qbeg);
-        pv(s_fp, vf, v_fp_from, cols);
-      }
+      for_fp_ranges(v_fp_from, [&](int j0, int j1) { pv(s_fp, vf, j0, j1); });
       pv(s_dq, vd, qbeg, std::min(last.v_quant_end, cols));
       // o = o~ R_V^T into out[t][h*g + i].
       for (int r = 0; r < rows; ++r) {
