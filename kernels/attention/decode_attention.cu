@@ -69,13 +69,13 @@ struct Int2Loader {
     raw.vp0 = LoadStream(reinterpret_cast<const uint32_t*>(u0 + kVp + 4 * r));
     raw.vp1 = LoadStream(reinterpret_cast<const uint32_t*>(u1 + kVp + 4 * r));
   }
-  // Same fragments from a tile staged in shared memory (u0, u1: the two page units there).
-  __device__ static void LoadShared(Raw& raw, const uint8_t* u0, const uint8_t* u1, int lane) {
+  // Same fragments from a tile staged in shared memory (u0, u1: the two page units there), in two
+  // parts: K codes + K params for the scores, then V codes + V params for P.V (loaded late, so
+  // that a 4-tile step at D = 128 fits in 128 registers).
+  __device__ static void LoadSharedK(Raw& raw, const uint8_t* u0, const uint8_t* u1, int lane) {
     const int r = lane >> 2, p = lane & 3;
     constexpr int kRow = D / 4;
     constexpr int kKp = kPageTokens * kRow;
-    constexpr int kV = kKp + kPageTokens * 4;
-    constexpr int kVp = kV + kKp;
     const int koff = r * kRow + p * 4 * kKW;
     if constexpr (kKW == 2) {
       const uint2 a = *reinterpret_cast<const uint2*>(u0 + koff);
@@ -85,15 +85,26 @@ struct Int2Loader {
       raw.k0[0] = *reinterpret_cast<const uint32_t*>(u0 + koff);
       raw.k1[0] = *reinterpret_cast<const uint32_t*>(u1 + koff);
     }
+    raw.kp0 = *reinterpret_cast<const uint32_t*>(u0 + kKp + 4 * r);
+    raw.kp1 = *reinterpret_cast<const uint32_t*>(u1 + kKp + 4 * r);
+  }
+  __device__ static void LoadSharedV(Raw& raw, const uint8_t* u0, const uint8_t* u1, int lane) {
+    const int r = lane >> 2, p = lane & 3;
+    constexpr int kRow = D / 4;
+    constexpr int kKp = kPageTokens * kRow;
+    constexpr int kV = kKp + kPageTokens * 4;
+    constexpr int kVp = kV + kKp;
     const int voff = kV + (2 * p) * kRow + 4 * VWord(r);
     raw.v[0][0] = *reinterpret_cast<const uint32_t*>(u0 + voff);
     raw.v[0][1] = *reinterpret_cast<const uint32_t*>(u0 + voff + kRow);
     raw.v[1][0] = *reinterpret_cast<const uint32_t*>(u1 + voff);
     raw.v[1][1] = *reinterpret_cast<const uint32_t*>(u1 + voff + kRow);
-    raw.kp0 = *reinterpret_cast<const uint32_t*>(u0 + kKp + 4 * r);
-    raw.kp1 = *reinterpret_cast<const uint32_t*>(u1 + kKp + 4 * r);
     raw.vp0 = *reinterpret_cast<const uint32_t*>(u0 + kVp + 4 * r);
     raw.vp1 = *reinterpret_cast<const uint32_t*>(u1 + kVp + 4 * r);
+  }
+  __device__ static void LoadShared(Raw& raw, const uint8_t* u0, const uint8_t* u1, int lane) {
+    LoadSharedK(raw, u0, u1, lane);
+    LoadSharedV(raw, u0, u1, lane);
   }
   // Channel of logical k index kk (0..15) of k-step ks for the lane with p = (kk % 8) / 2: the
   // low half of a word pair holds bytes 0 / 1, the high half bytes 2 / 3 (no byte shuffles).
@@ -328,6 +339,11 @@ struct SplitSmem {
   } u;
 };
 
+struct NoFetchV {
+  template <class Raw>
+  __device__ __forceinline__ void operator()(int, Raw&) const {}
+};
+
 // Online-softmax state of one warp in RunSplit (per lane: heads 2p, 2p + 1 of rows r, r + 8),
 // and one softmax step over KT 16-token tiles for loader LL: token of row r of tile t is
 // tok_base + (tile0 + t) * 16 + r; tokens at or past `tend` are masked out. A fused INT2 split
@@ -344,10 +360,12 @@ struct WarpSoftmax {
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
   }
-  template <class LL, int KT>
-  __device__ __forceinline__ void Step(const typename LL::Raw (&raw)[KT],
-                                       const uint32_t (&qf)[kMt][2], int tok_base, int tile0,
-                                       int tend) {
+  // fetch_v(t, raw[t]) fills tile t's V codes and params just before its P.V (a no-op when
+  // the caller loaded whole tiles).
+  template <class LL, int KT, class FetchV = NoFetchV>
+  __device__ __forceinline__ void Step(typename LL::Raw (&raw)[KT], const uint32_t (&qf)[kMt][2],
+                                       int tok_base, int tile0, int tend,
+                                       const FetchV& fetch_v = FetchV()) {
     float s[KT][4];
 #pragma unroll
     for (int t = 0; t < KT; ++t) {
@@ -396,6 +414,7 @@ struct WarpSoftmax {
     for (int t = 0; t < KT; ++t) {
       const int tok = tok_base + (tile0 + t) * 16 + r;
       const bool va = tok < tend, vb = tok + 8 < tend;
+      fetch_v(t, raw[t]);
       const float p0 = Exp2(s[t][0] - ms0), p1 = Exp2(s[t][1] - ms1);
       const float p2 = Exp2(s[t][2] - ms0), p3 = Exp2(s[t][3] - ms1);
       l0 += p0 + p2;
@@ -621,18 +640,34 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     BuildQFrags<L, D>(sm.q, r, pq, qf);
     pb_next = load_batch(1);
     const int tend = min(te, tb + 16 * t_end);
+    auto slot = [&](int t) { return ring + (t % kStages) * (2 * kUnit); };
     for (int t = 0; t < nmy; t += kTiles) {
-      CpAsyncWait<kStages / kTiles - 1>();
-      __syncwarp();
       Raw raw[kTiles];
+      if constexpr (D == 128) {
+        // V is read from the ring inside the step (registers for 4 tiles per step), so a step's
+        // slots are refilled at the start of the next step, once every lane has read them.
+        __syncwarp();
+        if (t > 0) issue(t - kTiles + kStages);
+        CpAsyncWait<kStages / kTiles - 1>();
+        __syncwarp();
 #pragma unroll
-      for (int k = 0; k < kTiles; ++k) {
-        const uint8_t* st = ring + ((t + k) % kStages) * (2 * kUnit);
-        L::LoadShared(raw[k], st, st + kUnit, lane);
+        for (int k = 0; k < kTiles; ++k) {
+          L::LoadSharedK(raw[k], slot(t + k), slot(t + k) + kUnit, lane);
+        }
+        st.template Step<L, kTiles>(raw, qf, tb, t_begin + t, tend, [&](int k, Raw& rk) {
+          L::LoadSharedV(rk, slot(t + k), slot(t + k) + kUnit, lane);
+        });
+      } else {
+        CpAsyncWait<kStages / kTiles - 1>();
+        __syncwarp();
+#pragma unroll
+        for (int k = 0; k < kTiles; ++k) {
+          L::LoadShared(raw[k], slot(t + k), slot(t + k) + kUnit, lane);
+        }
+        __syncwarp();
+        issue(t + kStages);
+        st.template Step<L, kTiles>(raw, qf, tb, t_begin + t, tend);
       }
-      __syncwarp();
-      issue(t + kStages);
-      st.template Step<L, kTiles>(raw, qf, tb, t_begin + t, tend);
     }
     CpAsyncWait<0>();
   } else {
@@ -711,8 +746,8 @@ __global__ void __launch_bounds__(kThreads, 4)
   if (item.tier == static_cast<int32_t>(Tier::kBf16)) {
     RunSplit<D, Bf16Loader, 1, false>(p, item, p.bf16, sc_log2, sm);
   } else {
-    // 4 tiles per softmax step fit in 128 registers at D = 64 only (D = 128 would spill).
-    RunSplit<D, Int2Loader, D == 64 ? 4 : 2, true>(p, item, p.int2, sc_log2, sm);
+    // 4 tiles per softmax step (D = 128 fits in 128 registers with V loaded inside the step).
+    RunSplit<D, Int2Loader, 4, true>(p, item, p.int2, sc_log2, sm);
   }
 }
 
