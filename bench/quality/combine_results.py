@@ -4,7 +4,8 @@ into bench/quality/: ΔNLL and KL by codec and context (delta_nll.png, token_kl.
 tried on OSCAR (levers_kl.png: codec variants such as oscar@0.90/0.84+g32), and the NIAH heat map.
 
 For each (codec, context) the run with the most windows wins (ties: the later folder name), so
-the plots show the 20-window grid where it exists and older, smaller runs only where it does not.
+the plots show the 20-window grid where it exists and older, smaller runs only where it does not;
+the same holds for NIAH cases (the run with the most haystacks per codec and context).
 
     python3 bench/quality/combine_results.py   # from the repo root
 """
@@ -16,7 +17,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 RES = os.path.join(HERE, "results")
 best = {}
-niah = []
+niah_runs = {}  # (codec, context) -> NIAH rows of the run with the most of them
 for run in sorted(os.listdir(RES)):
     path = os.path.join(RES, run, "results.json")
     if run.startswith("lever_") or not os.path.exists(path):
@@ -27,7 +28,13 @@ for run in sorted(os.listdir(RES)):
         key = (row["codec"], row["context"])
         if key not in best or row["windows"] >= best[key]["windows"]:
             best[key] = dict(row, run=run)
-    niah += r.get("niah", [])
+    cells = {}
+    for row in r.get("niah", []):
+        cells.setdefault((row["codec"], row["context"]), []).append(row)
+    for key, rows_ in cells.items():
+        if key not in niah_runs or len(rows_) >= len(niah_runs[key]):
+            niah_runs[key] = rows_
+niah = [row for rows_ in niah_runs.values() for row in rows_]
 
 
 def is_variant(codec):
@@ -38,6 +45,7 @@ ORDER = ["bf16", "int2-naive", "int2-hadamard", "oscar-hadamard", "oscar-norot",
          "oscar", "kivi2", "oscar-tns"]
 rows = sorted(best.values(), key=lambda r: (ORDER.index(r["codec"]) if r["codec"] in ORDER
                                             else len(ORDER), r["codec"], r["context"]))
+niah.sort(key=lambda r: ORDER.index(r["codec"]) if r["codec"] in ORDER else len(ORDER))
 grid = [r for r in rows if not is_variant(r["codec"])]
 levers = [r for r in rows if is_variant(r["codec"]) or r["codec"] == "oscar"]
 out = os.path.join(HERE, "combined_results.json")
