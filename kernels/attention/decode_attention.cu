@@ -333,7 +333,7 @@ struct SplitSmem {
   float qsum[kMaxHeadsPerCta];  // sum over d of the rounded q of each head
   float m[kWarps][kMaxHeadsPerCta];
   float l[kWarps][kMaxHeadsPerCta];
-  union {
+  union alignas(16) {  // the ring takes 16-byte cp.async and 8-byte loads
     float o[kWarps][kMaxHeadsPerCta][D + 4];                           // epilogue
     uint8_t ring[kWarps][kStages][2 * Int2PageUnitBytes(D)];           // INT2 main loop
   } u;
