@@ -3,7 +3,9 @@
 // timed graph reads more than 4x the L2, a CUDA graph of `copies` calls replayed many times, the
 // median replay divided by `copies`. The HBM floor is (bytes that must be read) / (measured
 // device-to-device copy bandwidth, bytes read + written).
-//   decode_attention_bench [--quick]
+//   decode_attention_bench [--quick]     the grid (--quick: the four goal shapes) + variant rows
+//   decode_attention_bench --only D B S  one INT2 case (profilers, A/B runs)
+//   decode_attention_bench --cap-sweep D S  B=1 INT2 rows with the plan's splits capped
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -16,6 +18,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/attention/decode_attention.h"
@@ -69,6 +72,8 @@ bool g_flip_fuse = false;
 // true: page tables in allocation order (page ids 0, 1, 2, ... per tier) instead of shuffled: a
 // variant that shows how much DRAM locality of the page units matters (printed as "sequential").
 bool g_sequential = false;
+// > 0: caps the plan's INT2 splits per (sequence, KV head) (variant rows; printed as "cap=N").
+int g_max_splits = 0;
 
 double MedianMs(std::vector<float> v) {
   std::sort(v.begin(), v.end());
@@ -155,6 +160,9 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   auto config = oscarkv::kernels::GpuDecodePlanConfig(b, sh.hkv, sh.hq, sms, ctas_per_sm);
   if (g_min_tokens > 0) config.min_tokens_per_split = g_min_tokens;
   if (g_flip_fuse) config.fuse_bf16_into_int2 = !config.fuse_bf16_into_int2;
+  if (g_max_splits > 0) {
+    config.max_splits_per_tier = std::min(config.max_splits_per_tier, g_max_splits);
+  }
   const auto plan = oscarkv::kernels::PlanDecodeAttention(config, b, bf_tok.data(), i2_tok.data());
 
   std::vector<void*> frees;
@@ -230,11 +238,12 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
     if (ptr) GPU_CHECK(cudaFree(const_cast<void*>(ptr)));
   }
   const double floor_us = bytes / bw * 1e6;
-  std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%d mtok=%3d bf=%5d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s%s%s\n",
+  std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%d mtok=%3d bf=%5d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s%s%s%s\n",
               int2 ? "int2" : "bf16", sh.hq, sh.hkv, sh.d, b, s, ctas_per_sm, config.min_tokens_per_split, bf_tokens,
               plan.num_work(), us,
               bytes / (us * 1e-6) / 1e9, floor_us, 100.0 * floor_us / us, finite ? "" : "  NON-FINITE OUTPUT",
-              g_flip_fuse ? "  fuse flipped" : "", g_sequential ? "  sequential" : "");
+              g_flip_fuse ? "  fuse flipped" : "", g_sequential ? "  sequential" : "",
+              g_max_splits > 0 ? ("  cap=" + std::to_string(g_max_splits)).c_str() : "");
 }
 
 // One demotion case (DemoteToPagesCuda): `tokens` tokens x `heads` bf16 rows of dim d, clipped at
@@ -425,6 +434,20 @@ int main(int argc, char** argv) {
     RunDecode(sh, std::atoi(argv[3]), std::atoi(argv[4]), true, 3.9e12, 4, n, st);
     return 0;
   }
+  // --cap-sweep D S: B=1 INT2 rows with the plan's splits capped at several values.
+  if (argc == 4 && std::strcmp(argv[1], "--cap-sweep") == 0) {
+    cudaStream_t st;
+    GPU_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    int n = 0;
+    GPU_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+    const Shape sh = std::atoi(argv[2]) == 64 ? Shape{9, 3, 64} : Shape{32, 8, 128};
+    for (int cap : {0, 40, 48, 56, 64, 72, 80, 96, 128}) {
+      g_max_splits = cap;
+      RunDecode(sh, 1, std::atoi(argv[3]), true, 3.9e12, 4, n, st);
+    }
+    g_max_splits = 0;
+    return 0;
+  }
   cudaStream_t stream;
   GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int sms = 0;
@@ -437,9 +460,8 @@ int main(int argc, char** argv) {
       for (int s : {8192, 32768, 131072}) {
         if (quick && !(b == 1 && s == 131072) && !(b == 32 && s == 8192)) continue;
         RunDecode(sh, b, s, true, bw, 4, sms, stream);
-        if (b == 1 && s == 131072 && sh.d == 128) {
-          RunDecode(sh, b, s, true, bw, 3, sms, stream);
-          RunDecode(sh, b, s, true, bw, 8, sms, stream);
+        if (b == 1 && s == 131072) {  // variant: other split counts (CTAs per SM in the plan)
+          for (int cps : {1, 2, 3, 8}) RunDecode(sh, b, s, true, bw, cps, sms, stream);
         }
         if ((b == 32 && s == 8192) || (b == 1 && s == 131072)) {
           // variant: the other BF16 handling (fused into the INT2 splits or separate splits),

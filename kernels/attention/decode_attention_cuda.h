@@ -27,11 +27,13 @@ namespace oscarkv::kernels {
 // params give cudaErrorInvalidValue. Asynchronous; no host synchronisation, graph-capturable.
 cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_t stream);
 
-// A plan config that fills the GPU in one wave: about `ctas_per_sm` * num_sms stage-1 CTAs (the
-// kernel's occupancy is 4 per SM) when the batch alone does not fill the chip (batch 1, long
-// context), assuming the BF16 tier holds sink + recent (<= 2 splits of 256 tokens): then the wave
-// keeps room for the BF16 splits. With many (sequence, KV head) pairs (fewer than 16 INT2 splits
-// each) the BF16 tier is fused into the INT2 splits instead (fuse_bf16_into_int2). Default: 4.
+// A plan config that fills the GPU in one wave of stage-1 CTAs (the kernel's occupancy is 4 per
+// SM). With few (sequence, KV head) pairs (batch 1-4 at long context: >= 16 splits each at
+// `ctas_per_sm` CTAs per SM) the wave has about (ctas_per_sm - 1) * num_sms INT2 CTAs (fewer,
+// longer splits repay their fixed costs) and keeps room for the BF16 splits, assuming the BF16
+// tier holds sink + recent (<= 2 splits of 256 tokens). With many pairs the wave has about
+// ctas_per_sm * num_sms CTAs and the BF16 tier is fused into the INT2 splits
+// (fuse_bf16_into_int2). Default: 4.
 DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads,
                                      int num_sms, int ctas_per_sm = 4);
 
