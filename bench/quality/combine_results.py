@@ -20,7 +20,9 @@ best = {}
 niah_runs = {}  # (codec, context) -> NIAH rows of the run with the most of them
 for run in sorted(os.listdir(RES)):
     path = os.path.join(RES, run, "results.json")
-    if run.startswith("lever_") or not os.path.exists(path):
+    # lever_*: session-1 single-window lever runs; fidelity_*: 1-2 windows for the per-layer
+    # fidelity tables (RESULTS.md), not grid cells.
+    if run.startswith(("lever_", "fidelity_")) or not os.path.exists(path):
         continue
     with open(path) as f:
         r = json.load(f)
