@@ -44,34 +44,10 @@ struct Int2Loader {
     uint32_t kp0, kp1, vp0, vp1;  // Int2Params of row r of page 0 / 1 (scale lo, min hi)
   };
   __device__ static int VWord(int r) { return D == 128 ? r : (r & 3); }
-  __device__ static void Load(Raw& raw, const uint8_t* u0, const uint8_t* u1, int lane) {
-    const int r = lane >> 2, p = lane & 3;
-    constexpr int kRow = D / 4;
-    constexpr int kKp = kPageTokens * kRow;
-    constexpr int kV = kKp + kPageTokens * 4;
-    constexpr int kVp = kV + kKp;
-    const int koff = r * kRow + p * 4 * kKW;
-    if constexpr (kKW == 2) {
-      const uint2 a = LoadStream(reinterpret_cast<const uint2*>(u0 + koff));
-      const uint2 b = LoadStream(reinterpret_cast<const uint2*>(u1 + koff));
-      raw.k0[0] = a.x; raw.k0[1] = a.y; raw.k1[0] = b.x; raw.k1[1] = b.y;
-    } else {
-      raw.k0[0] = LoadStream(reinterpret_cast<const uint32_t*>(u0 + koff));
-      raw.k1[0] = LoadStream(reinterpret_cast<const uint32_t*>(u1 + koff));
-    }
-    const int voff = kV + (2 * p) * kRow + 4 * VWord(r);
-    raw.v[0][0] = LoadStream(reinterpret_cast<const uint32_t*>(u0 + voff));
-    raw.v[0][1] = LoadStream(reinterpret_cast<const uint32_t*>(u0 + voff + kRow));
-    raw.v[1][0] = LoadStream(reinterpret_cast<const uint32_t*>(u1 + voff));
-    raw.v[1][1] = LoadStream(reinterpret_cast<const uint32_t*>(u1 + voff + kRow));
-    raw.kp0 = LoadStream(reinterpret_cast<const uint32_t*>(u0 + kKp + 4 * r));
-    raw.kp1 = LoadStream(reinterpret_cast<const uint32_t*>(u1 + kKp + 4 * r));
-    raw.vp0 = LoadStream(reinterpret_cast<const uint32_t*>(u0 + kVp + 4 * r));
-    raw.vp1 = LoadStream(reinterpret_cast<const uint32_t*>(u1 + kVp + 4 * r));
-  }
-  // Same fragments from a tile staged in shared memory (u0, u1: the two page units there), in two
-  // parts: K codes + K params for the scores, then V codes + V params for P.V (loaded late, so
-  // that a 4-tile step at D = 128 fits in 128 registers).
+  // A tile's fragments from the two page units staged in shared memory (u0, u1; the INT2 tier is
+  // always read through the cp.async ring), in two parts: K codes + K params for the scores, then
+  // V codes + V params for P.V (loaded late, so that a 4-tile step at D = 128 fits in 128
+  // registers).
   __device__ static void LoadSharedK(Raw& raw, const uint8_t* u0, const uint8_t* u1, int lane) {
     const int r = lane >> 2, p = lane & 3;
     constexpr int kRow = D / 4;
