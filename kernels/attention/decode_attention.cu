@@ -850,9 +850,9 @@ DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_h
     // occupancy, because each split costs fixed work (q staging, ring fill, epilogue, and its
     // partial in the merge) that a fourth CTA per SM does not repay (H200, B=1: D=64 128k
     // 16.8 -> 15.8 us, D=128 32k 24.2 -> 19.6 us, D=128 128k 40.7 -> 40.0-40.8 us; bench/NOTES.md
-    // "v12 plan"). And room in the wave for
-    // the short BF16 splits, 2 per pair, at a cost of <= 1/8 of the INT2 splits. (H200, B=1 128k
-    // D=128: 41.5 us this way, 43.9 us fused: the CTAs that get a BF16 share form a tail.)
+    // "v12 plan"). And room in the wave for the short BF16 splits, 2 per pair, at a cost of
+    // <= 1/8 of the INT2 splits. (H200, B=1 128k D=128: 41.5 us this way, 43.9 us fused: the
+    // CTAs that get a BF16 share form a tail.)
     splits = std::max(1, num_sms * std::max(1, ctas_per_sm - 1)) / head_ctas - 2;
   } else {
     // Many pairs: the BF16 tier (sink + recent) is shared out among each sequence's INT2 splits
