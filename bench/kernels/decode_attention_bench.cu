@@ -423,35 +423,30 @@ int main(int argc, char** argv) {
     return 77;
   }
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  // --only D B S: one INT2 case (for profilers).
-  if (argc == 5 && std::strcmp(argv[1], "--only") == 0) {
-    cudaStream_t st;
-    GPU_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    int n = 0;
-    GPU_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
-    const int d = std::atoi(argv[2]);
-    const Shape sh = d == 64 ? Shape{9, 3, 64} : Shape{32, 8, 128};
-    RunDecode(sh, std::atoi(argv[3]), std::atoi(argv[4]), true, 3.9e12, 4, n, st);
-    return 0;
-  }
-  // --cap-sweep D S: B=1 INT2 rows with the plan's splits capped at several values.
-  if (argc == 4 && std::strcmp(argv[1], "--cap-sweep") == 0) {
-    cudaStream_t st;
-    GPU_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    int n = 0;
-    GPU_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
-    const Shape sh = std::atoi(argv[2]) == 64 ? Shape{9, 3, 64} : Shape{32, 8, 128};
-    for (int cap : {0, 40, 48, 56, 64, 72, 80, 96, 128}) {
-      g_max_splits = cap;
-      RunDecode(sh, 1, std::atoi(argv[3]), true, 3.9e12, 4, n, st);
-    }
-    g_max_splits = 0;
-    return 0;
-  }
   cudaStream_t stream;
   GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int sms = 0;
   GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  // The two shapes by head_dim: Qwen3-8B-like (D = 128) and the default model's (D = 64).
+  auto shape_of = [](const char* d) {
+    return std::atoi(d) == 64 ? Shape{9, 3, 64} : Shape{32, 8, 128};
+  };
+  // Single-case modes take the floor at a nominal 3.9 TB/s (no copy-bandwidth run).
+  // --only D B S: one INT2 case (profilers, A/B runs).
+  if (argc == 5 && std::strcmp(argv[1], "--only") == 0) {
+    RunDecode(shape_of(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), true, 3.9e12, 4, sms,
+              stream);
+    return 0;
+  }
+  // --cap-sweep D S: B=1 INT2 rows with the plan's splits capped at several values.
+  if (argc == 4 && std::strcmp(argv[1], "--cap-sweep") == 0) {
+    for (int cap : {0, 40, 48, 56, 64, 72, 80, 96, 128}) {
+      g_max_splits = cap;
+      RunDecode(shape_of(argv[2]), 1, std::atoi(argv[3]), true, 3.9e12, 4, sms, stream);
+    }
+    g_max_splits = 0;
+    return 0;
+  }
   const double bw = CopyBandwidth(stream);
   std::printf("copy bandwidth (read+write): %.1f GB/s, SMs %d\n", bw / 1e9, sms);
   const Shape shapes[] = {{32, 8, 128}, {9, 3, 64}};
