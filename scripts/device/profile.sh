@@ -19,7 +19,14 @@ if [ "${1:-}" = --demote ]; then
   exit 0
 fi
 D=${1:-128}; B=${2:-1}; S=${3:-131072}
+# The stall reasons (sampled per warp) go to ncu.txt; the SASS of stage 1 with its stall samples
+# per instruction to ncu_source.csv (which instructions the warps wait on).
 ncu --clock-control none -k regex:"DecodeSplit|MergeKernel" --launch-skip 4 --launch-count 2 \
   --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
-  --section MemoryWorkloadAnalysis --section LaunchStats \
-  build-dev/bench/kernels/decode_attention_bench --only "$D" "$B" "$S" 2>&1 | tee "$OUT/ncu.txt"
+  --section MemoryWorkloadAnalysis --section LaunchStats --section SourceCounters \
+  --metrics regex:smsp__pcsamp_warps_issue_stalled_.* -o "$OUT/prof" \
+  build-dev/bench/kernels/decode_attention_bench --only "$D" "$B" "$S" > "$OUT/ncu_run.txt" 2>&1
+ncu --import "$OUT/prof.ncu-rep" --print-details all 2>&1 | tee "$OUT/ncu.txt"
+ncu --import "$OUT/prof.ncu-rep" -k regex:DecodeSplit --page source --print-source sass --csv \
+  > "$OUT/ncu_source.csv" 2>&1
+rm -f "$OUT/prof.ncu-rep"
