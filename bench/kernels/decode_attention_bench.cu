@@ -4,7 +4,7 @@
 // median replay divided by `copies`. The HBM floor is (bytes that must be read) / (measured
 // device-to-device copy bandwidth, bytes read + written).
 //   decode_attention_bench [--quick]     the grid (--quick: the four goal shapes) + variant rows
-//   decode_attention_bench --only D B S  one INT2 case (profilers, A/B runs)
+//   decode_attention_bench --only D B S [CPS [CAP]]  one INT2 case (profilers, A/B runs)
 //   decode_attention_bench --cap-sweep D S  B=1 INT2 rows with the plan's splits capped
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -157,7 +157,7 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   auto [bf_idx, bf_indptr] = table(bf_pages, bf_pages_seq);
   auto [i2_idx, i2_indptr] = table(i2_pages, i2_pages_seq);
   std::vector<int32_t> bf_tok(b, bf_tokens), i2_tok(b, i2_tokens);
-  auto config = oscarkv::kernels::GpuDecodePlanConfig(b, sh.hkv, sh.hq, sms, ctas_per_sm);
+  auto config = oscarkv::kernels::GpuDecodePlanConfig(b, sh.hkv, sh.hq, sh.d, sms, ctas_per_sm);
   if (g_min_tokens > 0) config.min_tokens_per_split = g_min_tokens;
   if (g_flip_fuse) config.fuse_bf16_into_int2 = !config.fuse_bf16_into_int2;
   if (g_max_splits > 0) {
@@ -239,7 +239,9 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   }
   const double floor_us = bytes / bw * 1e6;
   std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%d mtok=%3d bf=%5d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s%s%s%s\n",
-              int2 ? "int2" : "bf16", sh.hq, sh.hkv, sh.d, b, s, ctas_per_sm, config.min_tokens_per_split, bf_tokens,
+              int2 ? "int2" : "bf16", sh.hq, sh.hkv, sh.d, b, s,
+              ctas_per_sm > 0 ? ctas_per_sm : oscarkv::kernels::DecodeStage1CtasPerSm(sh.d),
+              config.min_tokens_per_split, bf_tokens,
               plan.num_work(), us,
               bytes / (us * 1e-6) / 1e9, floor_us, 100.0 * floor_us / us, finite ? "" : "  NON-FINITE OUTPUT",
               g_flip_fuse ? "  fuse flipped" : "", g_sequential ? "  sequential" : "",
@@ -432,17 +434,20 @@ int main(int argc, char** argv) {
     return std::atoi(d) == 64 ? Shape{9, 3, 64} : Shape{32, 8, 128};
   };
   // Single-case modes take the floor at a nominal 3.9 TB/s (no copy-bandwidth run).
-  // --only D B S: one INT2 case (profilers, A/B runs).
-  if (argc == 5 && std::strcmp(argv[1], "--only") == 0) {
-    RunDecode(shape_of(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), true, 3.9e12, 4, sms,
+  // --only D B S [CPS [CAP]]: one INT2 case (profilers, A/B runs), optionally with the plan's
+  // ctas_per_sm and a cap on its splits per tier.
+  if (argc >= 5 && argc <= 7 && std::strcmp(argv[1], "--only") == 0) {
+    const int cps = argc >= 6 ? std::atoi(argv[5]) : 0;
+    g_max_splits = argc == 7 ? std::atoi(argv[6]) : 0;
+    RunDecode(shape_of(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), true, 3.9e12, cps, sms,
               stream);
     return 0;
   }
   // --cap-sweep D S: B=1 INT2 rows with the plan's splits capped at several values.
   if (argc == 4 && std::strcmp(argv[1], "--cap-sweep") == 0) {
-    for (int cap : {0, 40, 48, 56, 64, 72, 80, 96, 128}) {
+    for (int cap : {0, 24, 32, 40, 44, 46, 48, 56, 64, 80, 96, 128}) {
       g_max_splits = cap;
-      RunDecode(shape_of(argv[2]), 1, std::atoi(argv[3]), true, 3.9e12, 4, sms, stream);
+      RunDecode(shape_of(argv[2]), 1, std::atoi(argv[3]), true, 3.9e12, 0, sms, stream);
     }
     g_max_splits = 0;
     return 0;
@@ -454,7 +459,7 @@ int main(int argc, char** argv) {
     for (int b : {1, 8, 32}) {
       for (int s : {8192, 32768, 131072}) {
         if (quick && !(b == 1 && s == 131072) && !(b == 32 && s == 8192)) continue;
-        RunDecode(sh, b, s, true, bw, 4, sms, stream);
+        RunDecode(sh, b, s, true, bw, 0, sms, stream);
         if (b == 1 && s == 131072) {  // variant: other split counts (the plan's ctas_per_sm)
           for (int cps : {2, 3, 8}) RunDecode(sh, b, s, true, bw, cps, sms, stream);
         }
@@ -462,21 +467,21 @@ int main(int argc, char** argv) {
           // variant: the other BF16 handling (fused into the INT2 splits or separate splits),
           // with the default plan's split count
           g_flip_fuse = true;
-          RunDecode(sh, b, s, true, bw, 4, sms, stream);
+          RunDecode(sh, b, s, true, bw, 0, sms, stream);
           g_flip_fuse = false;
           g_sequential = true;  // variant: unshuffled pages
-          RunDecode(sh, b, s, true, bw, 4, sms, stream);
+          RunDecode(sh, b, s, true, bw, 0, sms, stream);
           g_sequential = false;
         }
         // Variants that time the tiers apart: the INT2 history alone (no BF16 tier), then the
         // BF16 sink + recent alone (320 tokens, the three-tier plan's BF16 splits).
         if ((b == 32 && s == 8192) || (b == 1 && s == 131072)) {
           g_bf16_tokens = 0;
-          RunDecode(sh, b, s, true, bw, 4, sms, stream);
+          RunDecode(sh, b, s, true, bw, 0, sms, stream);
           g_bf16_tokens = -1;
-          RunDecode(sh, b, 320, true, bw, 4, sms, stream);
+          RunDecode(sh, b, 320, true, bw, 0, sms, stream);
         }
-        RunDecode(sh, b, s, false, bw, 4, sms, stream);
+        RunDecode(sh, b, s, false, bw, 0, sms, stream);
       }
     }
   }

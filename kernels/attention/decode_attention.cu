@@ -29,6 +29,8 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kMaxHeadsPerCta = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+// Softmax weights 2^(s - m) may reach 2^kRescaleSlack before the reference max m moves.
+constexpr float kRescaleSlack = 8.0f;
 
 // ---------------------------------------------------------------------------------------------
 // INT2 page loader (kvformat kInt2PerToken segments of 8 tokens, K then V, decode_attention.h).
@@ -309,6 +311,7 @@ struct SplitSmem {
   float qsum[kMaxHeadsPerCta];  // sum over d of the rounded q of each head
   float m[kWarps][kMaxHeadsPerCta];
   float l[kWarps][kMaxHeadsPerCta];
+  float wt[kWarps][kMaxHeadsPerCta];  // epilogue: weight of each warp's partial, per head
   union alignas(16) {  // the ring takes 16-byte cp.async and 8-byte loads
     float o[kWarps][kMaxHeadsPerCta][D + 4];                           // epilogue
     uint8_t ring[kWarps][kStages][2 * Int2PageUnitBytes(D)];           // INT2 main loop
@@ -366,26 +369,31 @@ struct WarpSoftmax {
       s[t][2] = vb ? fmaf(ab, acc[2], bb * e0) : -INFINITY;
       s[t][3] = vb ? fmaf(ab, acc[3], bb * e1) : -INFINITY;
     }
-    float mx0 = m0, mx1 = m1;
+    // Lazy rescaling: the reference max m moves (a warp reduction and a rescale of o) only when
+    // some score exceeds it by more than kRescaleSlack (log2 units); otherwise p = 2^(s - m) is
+    // at most 2^kRescaleSlack, well inside fp16/bf16 and fp32 ranges, and lse = m + log2(l)
+    // holds for any reference m. The common step then takes one vote instead of 6 shuffles.
+    float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int t = 0; t < KT; ++t) {
       mx0 = fmaxf(mx0, fmaxf(s[t][0], s[t][2]));
       mx1 = fmaxf(mx1, fmaxf(s[t][1], s[t][3]));
     }
-    mx0 = WarpMaxOverRows(mx0);
-    mx1 = WarpMaxOverRows(mx1);
-    const float ms0 = mx0 == -INFINITY ? 0.0f : mx0;
-    const float ms1 = mx1 == -INFINITY ? 0.0f : mx1;
-    const float al0 = Exp2(m0 - ms0), al1 = Exp2(m1 - ms1);
-    m0 = mx0;
-    m1 = mx1;
-    l0 *= al0; l1 *= al1; c0 *= al0; c1 *= al1;
-    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {  // the max moved: rescale
+    if (__any_sync(0xffffffffu, mx0 > m0 + kRescaleSlack || mx1 > m1 + kRescaleSlack)) {
+      mx0 = WarpMaxOverRows(fmaxf(mx0, m0));
+      mx1 = WarpMaxOverRows(fmaxf(mx1, m1));
+      const float al0 = m0 == -INFINITY ? 0.0f : Exp2(m0 - mx0);
+      const float al1 = m1 == -INFINITY ? 0.0f : Exp2(m1 - mx1);
+      m0 = mx0;
+      m1 = mx1;
+      l0 *= al0; l1 *= al1; c0 *= al0; c1 *= al1;
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
         o[mt][0] *= al0; o[mt][1] *= al1; o[mt][2] *= al0; o[mt][3] *= al1;
       }
     }
+    const float ms0 = m0 == -INFINITY ? 0.0f : m0;
+    const float ms1 = m1 == -INFINITY ? 0.0f : m1;
 #pragma unroll
     for (int t = 0; t < KT; ++t) {
       const int tok = tok_base + (tile0 + t) * 16 + r;
@@ -470,8 +478,21 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   const uint8_t* base = tab.pool + static_cast<int64_t>(kvh) * tab.head_stride_bytes;
   const int first_page = tb / kPageTokens;
 
+  // q of this warp's heads (w, w + kWarps, ...) is loaded into registers first, before the page
+  // ids and the ring fill: issued behind ~15 MB of tile requests from every CTA at once, its load
+  // came back last and held up every warp (ncu at B=1 128k: 8% of stage 1's warp samples).
+  constexpr int kHeadsPerWarp = kMaxHeadsPerCta / kWarps;
+  const float* q = p.q + static_cast<int64_t>(item.seq) * p.q_seq_stride;
+  float qreg[kHeadsPerWarp][D / 32];
+#pragma unroll
+  for (int i = 0; i < kHeadsPerWarp; ++i) {
+    const int h = warp + i * kWarps;
+#pragma unroll
+    for (int k = 0; k < D / 32; ++k) qreg[i][k] = h < nh ? q[(qh0 + h) * D + lane + 32 * k] : 0.0f;
+  }
+
   // INT2 ring state. The first kStages tiles are requested before q is staged, so the DRAM
-  // latency of the first tiles overlaps the q load and the fragment build.
+  // latency of the first tiles overlaps the fragment build.
   constexpr int kUnit = static_cast<int>(Int2PageUnitBytes(D));
   const int t_begin = kRing ? warp * ntiles / kWarps : 0;
   const int t_end = kRing ? (warp + 1) * ntiles / kWarps : 0;
@@ -560,13 +581,14 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
 
   // Stage q (rounded to the MMA type): warp w owns heads w, w + kWarps, ...; each warp also sums
   // its heads' rounded q (the INT2 min term) with a shuffle reduction.
-  const float* q = p.q + static_cast<int64_t>(item.seq) * p.q_seq_stride;
 #pragma unroll
-  for (int h = warp; h < kMaxHeadsPerCta; h += kWarps) {
+  for (int i = 0; i < kHeadsPerWarp; ++i) {
+    const int h = warp + i * kWarps;
     float part = 0.0f;
 #pragma unroll
-    for (int d = lane; d < D; d += 32) {
-      const float x = h < nh ? q[(qh0 + h) * D + d] : 0.0f;
+    for (int k = 0; k < D / 32; ++k) {
+      const int d = lane + 32 * k;
+      const float x = qreg[i][k];
       const float v = L::RoundQ(x);
       sm.q[h][d] = v;
       if constexpr (kRing) sm.qb[h][d] = Bf16Loader<D>::RoundQ(x);
@@ -690,32 +712,42 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     sm.u.o[warp][2 * pq + 1][d1] = fmaf(st.o[mt][3], f, st.c1);
   }
   __syncthreads();
-  for (int i = tid; i < nh * D; i += kThreads) {
-    const int h = i / D, d = i % D;
+  // The warps' weights once per head (thread h), normalisation folded in; every channel then
+  // takes kWarps FMAs (the exp/divide/log per channel were 8% of stage 1's samples at B=1).
+  if (tid < kMaxHeadsPerCta) {
+    const int h = tid;
     float mm = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, sm.m[w][h]);
-    float out = 0.0f, lse = -INFINITY;
-    if (mm != -INFINITY) {
-      float ll = 0.0f, acc = 0.0f;
+    float f[kWarps], ll = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float f = exp2f(sm.m[w][h] - mm);
-        ll += f * sm.l[w][h];
-        acc += f * sm.u.o[w][h][d];
-      }
-      out = acc / ll;
-      lse = (mm + log2f(ll)) * kLn2;
+    for (int w = 0; w < kWarps; ++w) {
+      f[w] = mm == -INFINITY ? 0.0f : Exp2(sm.m[w][h] - mm);
+      ll += f[w] * sm.l[w][h];
     }
+    const float inv = ll > 0.0f ? 1.0f / ll : 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sm.wt[w][h] = f[w] * inv;
+    if (h < nh) {
+      const int64_t row = static_cast<int64_t>(blockIdx.x) * p.num_q_heads + qh0 + h;
+      p.partial_lse[row] = ll > 0.0f ? (mm + log2f(ll)) * kLn2 : -INFINITY;
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < nh * D; i += kThreads) {
+    const int h = i / D, d = i % D;
+    float out = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) out = fmaf(sm.wt[w][h], sm.u.o[w][h][d], out);
     const int64_t row = static_cast<int64_t>(blockIdx.x) * p.num_q_heads + qh0 + h;
     p.partial_out[row * D + d] = out;
-    if (d == 0) p.partial_lse[row] = lse;
   }
 }
 
 // Stage 1, both tiers in one launch. Grid: (num_work, Hkv, ceil(group / 8)); block: kThreads.
+// Occupancy DecodeStage1CtasPerSm(D).
 template <int D>
-__global__ void __launch_bounds__(kThreads, 4)
+__global__ void __launch_bounds__(kThreads, DecodeStage1CtasPerSm(D))
     DecodeSplitKernel(const DecodeAttentionParams p, float sc_log2) {
   __shared__ __align__(16) SplitSmem<D> sm;
   const DecodeWorkItem item = p.work[blockIdx.x];
@@ -727,67 +759,71 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
-// Stage 2. Grid: (B, Hq); block: D x G threads, G = MergeGroups(plan) <= kMergeGroups. Thread
-// (d, j) sums channel d over splits j, j + G, ... (independent loads, all in flight at once), then
-// the groups are reduced in shared memory. The split weights are staged once per block in shared
-// memory. Small G for few splits per sequence (large batches): more, smaller blocks in one wave.
+// Stage 2. Grid: (B, Hq); block: D x G threads, G <= kMergeGroups (from the splits per sequence).
+// Thread (d, j) loads channel d and the lse of splits j, j + G, ..., kMergeChunk at a time, all
+// in flight together, and keeps its own max, weight sum and weighted sum; one barrier, then
+// group 0 combines the G partial results. One round trip to memory for a sequence of up to
+// G * kMergeChunk splits (the v12 merge staged the lse block-wide first: three barriers and two
+// round trips, ~6 us at B=1).
 constexpr int kMergeGroups = 8;
-constexpr int kMergeMaxSplits = 2048;
+constexpr int kMergeChunk = 8;
 __global__ void MergeKernel(const DecodeAttentionParams p) {
-  __shared__ float s_w[kMergeMaxSplits];
+  __shared__ float s_m[kMergeGroups], s_s[kMergeGroups];
   __shared__ float s_acc[kMergeGroups][128];
-  __shared__ float s_red[2][32];
   const int b = blockIdx.x, h = blockIdx.y, D = p.head_dim;
   const int tid = threadIdx.x, d = tid % D, j = tid / D, groups = blockDim.x / D;
-  const int lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
   const int w0 = p.seq_work_indptr[b], n = p.seq_work_indptr[b + 1] - w0;
-  float* out = p.out + static_cast<int64_t>(b) * p.out_seq_stride + static_cast<int64_t>(h) * D;
   const float* lse = p.partial_lse + static_cast<int64_t>(w0) * p.num_q_heads + h;
-  float mm = -INFINITY;
-  for (int i = tid; i < n; i += blockDim.x) {
-    const float v = lse[static_cast<int64_t>(i) * p.num_q_heads];
-    if (i < kMergeMaxSplits) s_w[i] = v;
-    mm = fmaxf(mm, v);
-  }
-  for (int off = 16; off > 0; off >>= 1) mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, off));
-  if (lane == 0) s_red[0][warp] = mm;
-  __syncthreads();
-  mm = s_red[0][0];
-  for (int w = 1; w < nwarps; ++w) mm = fmaxf(mm, s_red[0][w]);
-  if (mm == -INFINITY) {  // no token attended: zeros, lse -inf
-    if (j == 0) out[d] = 0.0f;
-    if (tid == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = -INFINITY;
-    return;
-  }
-  const bool staged = n <= kMergeMaxSplits;
-  float part = 0.0f;
-  for (int i = tid; i < n; i += blockDim.x) {
-    const float w = __expf((staged ? s_w[i] : lse[static_cast<int64_t>(i) * p.num_q_heads]) - mm);
-    if (staged) s_w[i] = w;
-    part += w;
-  }
-  for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
-  if (lane == 0) s_red[1][warp] = part;
-  __syncthreads();
-  float sum = 0.0f;
-  for (int w = 0; w < nwarps; ++w) sum += s_red[1][w];
   const float* po = p.partial_out + (static_cast<int64_t>(w0) * p.num_q_heads + h) * D + d;
   const int64_t stride = static_cast<int64_t>(p.num_q_heads) * D;
-  float acc = 0.0f;
-#pragma unroll 4
-  for (int i = j; i < n; i += groups) {
-    const float w = staged ? s_w[i] : __expf(lse[static_cast<int64_t>(i) * p.num_q_heads] - mm);
-    acc = fmaf(w, po[i * stride], acc);
+  float m = -INFINITY, sum = 0.0f, acc = 0.0f;
+  for (int i0 = j; i0 < n; i0 += groups * kMergeChunk) {
+    float lv[kMergeChunk], ov[kMergeChunk];
+#pragma unroll
+    for (int k = 0; k < kMergeChunk; ++k) {
+      const int i = i0 + k * groups;
+      lv[k] = i < n ? lse[static_cast<int64_t>(i) * p.num_q_heads] : -INFINITY;
+      ov[k] = i < n ? po[i * stride] : 0.0f;
+    }
+    float cm = m;
+#pragma unroll
+    for (int k = 0; k < kMergeChunk; ++k) cm = fmaxf(cm, lv[k]);
+    if (cm != -INFINITY) {  // else nothing attended yet: keep zeros
+      const float r = __expf(m - cm);  // 0 on the first chunk (m = -inf)
+      sum *= r;
+      acc *= r;
+#pragma unroll
+      for (int k = 0; k < kMergeChunk; ++k) {
+        const float w = __expf(lv[k] - cm);
+        sum += w;
+        acc = fmaf(w, ov[k], acc);
+      }
+      m = cm;
+    }
+  }
+  if (d == 0) {
+    s_m[j] = m;
+    s_s[j] = sum;
   }
   s_acc[j][d] = acc;
   __syncthreads();
-  if (j == 0) {
-    float total = 0.0f;
-#pragma unroll
-    for (int g = 0; g < groups; ++g) total += s_acc[g][d];
-    out[d] = total / sum;
-    if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = mm + logf(sum);
+  if (j != 0) return;
+  float mm = -INFINITY;
+  for (int g = 0; g < groups; ++g) mm = fmaxf(mm, s_m[g]);
+  float* out = p.out + static_cast<int64_t>(b) * p.out_seq_stride + static_cast<int64_t>(h) * D;
+  if (mm == -INFINITY) {  // no token attended: zeros, lse -inf
+    out[d] = 0.0f;
+    if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = -INFINITY;
+    return;
   }
+  float total = 0.0f, wsum = 0.0f;
+  for (int g = 0; g < groups; ++g) {
+    const float f = s_m[g] == -INFINITY ? 0.0f : __expf(s_m[g] - mm);
+    total = fmaf(f, s_acc[g][d], total);
+    wsum = fmaf(f, s_s[g], wsum);
+  }
+  out[d] = total / wsum;
+  if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = mm + logf(wsum);
 }
 
 template <int D>
@@ -836,24 +872,25 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   return cudaGetLastError();
 }
 
-DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads, int num_sms,
-                                     int ctas_per_sm) {
+DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads,
+                                     int head_dim, int num_sms, int ctas_per_sm) {
   const int group = num_q_heads / std::max(1, num_kv_heads);
   const int head_ctas = std::max(1, num_seqs * num_kv_heads *
                                         ((group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta));
   // One wave of INT2 CTAs: stage 1 runs ctas_per_sm CTAs per SM (its occupancy).
+  if (ctas_per_sm <= 0) ctas_per_sm = DecodeStage1CtasPerSm(head_dim);
   const int target = std::max(1, num_sms * ctas_per_sm);
   DecodePlanConfig config;
   int splits = target / head_ctas;
   if (splits >= 16) {
-    // Few (sequence, KV head) pairs (batch 1-4 at long context): one CTA per SM fewer than the
-    // occupancy, because each split costs fixed work (q staging, ring fill, epilogue, and its
-    // partial in the merge) that a fourth CTA per SM does not repay (H200, B=1: D=64 128k
-    // 16.8 -> 15.8 us, D=128 32k 24.2 -> 19.6 us, D=128 128k 40.7 -> 40.0-40.8 us; bench/NOTES.md
-    // "v12 plan"). And room in the wave for the short BF16 splits, 2 per pair, at a cost of
-    // <= 1/8 of the INT2 splits. (H200, B=1 128k D=128: 41.5 us this way, 43.9 us fused: the
-    // CTAs that get a BF16 share form a tail.)
-    splits = std::max(1, num_sms * std::max(1, ctas_per_sm - 1)) / head_ctas - 2;
+    // Few (sequence, KV head) pairs (batch 1-3 at long context): at most 3 INT2 CTAs per SM,
+    // because each split costs fixed work (q staging, ring fill, epilogue, and its partial in the
+    // merge) that a fourth CTA per SM does not repay (H200, B=1: D=64 128k 16.8 -> 15.8 us,
+    // D=128 32k 24.2 -> 19.6 us with 128 registers at D=128; bench/NOTES.md "v12 plan"), while 2
+    // per SM are too few (D=128 128k: 35.3 us at 3, 36.0 at 2; "v13"). And room in the wave for
+    // the short BF16 splits, 2 per pair, at a cost of <= 1/8 of the INT2 splits. (H200, B=1 128k
+    // D=128: 41.5 us this way, 43.9 us fused: the CTAs that get a BF16 share form a tail.)
+    splits = std::max(1, num_sms * std::min(ctas_per_sm, 3)) / head_ctas - 2;
   } else {
     // Many pairs: the BF16 tier (sink + recent) is shared out among each sequence's INT2 splits
     // (Tier::kInt2WithBf16) instead of 2 BF16 CTAs per pair that wait for slots and delay INT2
