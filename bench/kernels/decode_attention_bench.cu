@@ -157,7 +157,7 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   auto [bf_idx, bf_indptr] = table(bf_pages, bf_pages_seq);
   auto [i2_idx, i2_indptr] = table(i2_pages, i2_pages_seq);
   std::vector<int32_t> bf_tok(b, bf_tokens), i2_tok(b, i2_tokens);
-  auto config = oscarkv::kernels::GpuDecodePlanConfig(b, sh.hkv, sh.hq, sh.d, sms, ctas_per_sm);
+  auto config = oscarkv::kernels::GpuDecodePlanConfig(b, sh.hkv, sh.hq, sms, ctas_per_sm);
   if (g_min_tokens > 0) config.min_tokens_per_split = g_min_tokens;
   if (g_flip_fuse) config.fuse_bf16_into_int2 = !config.fuse_bf16_into_int2;
   if (g_max_splits > 0) {
@@ -240,7 +240,7 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   const double floor_us = bytes / bw * 1e6;
   std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%d mtok=%3d bf=%5d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s%s%s%s\n",
               int2 ? "int2" : "bf16", sh.hq, sh.hkv, sh.d, b, s,
-              ctas_per_sm > 0 ? ctas_per_sm : oscarkv::kernels::DecodeStage1CtasPerSm(sh.d),
+              ctas_per_sm > 0 ? ctas_per_sm : oscarkv::kernels::kDecodeStage1CtasPerSm,
               config.min_tokens_per_split, bf_tokens,
               plan.num_work(), us,
               bytes / (us * 1e-6) / 1e9, floor_us, 100.0 * floor_us / us, finite ? "" : "  NON-FINITE OUTPUT",

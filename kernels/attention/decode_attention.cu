@@ -745,9 +745,8 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
 }
 
 // Stage 1, both tiers in one launch. Grid: (num_work, Hkv, ceil(group / 8)); block: kThreads.
-// Occupancy DecodeStage1CtasPerSm(D).
 template <int D>
-__global__ void __launch_bounds__(kThreads, DecodeStage1CtasPerSm(D))
+__global__ void __launch_bounds__(kThreads, kDecodeStage1CtasPerSm)
     DecodeSplitKernel(const DecodeAttentionParams p, float sc_log2) {
   __shared__ __align__(16) SplitSmem<D> sm;
   const DecodeWorkItem item = p.work[blockIdx.x];
@@ -872,23 +871,23 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   return cudaGetLastError();
 }
 
-DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads,
-                                     int head_dim, int num_sms, int ctas_per_sm) {
+DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads, int num_sms,
+                                     int ctas_per_sm) {
   const int group = num_q_heads / std::max(1, num_kv_heads);
   const int head_ctas = std::max(1, num_seqs * num_kv_heads *
                                         ((group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta));
   // One wave of INT2 CTAs: stage 1 runs ctas_per_sm CTAs per SM (its occupancy).
-  if (ctas_per_sm <= 0) ctas_per_sm = DecodeStage1CtasPerSm(head_dim);
+  if (ctas_per_sm <= 0) ctas_per_sm = kDecodeStage1CtasPerSm;
   const int target = std::max(1, num_sms * ctas_per_sm);
   DecodePlanConfig config;
   int splits = target / head_ctas;
   if (splits >= 16) {
-    // Few (sequence, KV head) pairs (batch 1-3 at long context): at most 3 INT2 CTAs per SM,
-    // because each split costs fixed work (q staging, ring fill, epilogue, and its partial in the
-    // merge) that a fourth CTA per SM does not repay (H200, B=1: D=64 128k 16.8 -> 15.8 us,
-    // D=128 32k 24.2 -> 19.6 us with 128 registers at D=128; bench/NOTES.md "v12 plan"), while 2
-    // per SM are too few (D=128 128k: 35.3 us at 3, 36.0 at 2; "v13"). And room in the wave for
-    // the short BF16 splits, 2 per pair, at a cost of <= 1/8 of the INT2 splits. (H200, B=1 128k
+    // Few (sequence, KV head) pairs (batch 1-3 at long context): at most 3 INT2 CTAs per SM even
+    // when more fit, because each split costs fixed work (q staging, ring fill, epilogue, and its
+    // partial in the merge) that a fourth CTA per SM did not repay (H200, B=1, 4-CTA kernel: D=64
+    // 128k 16.8 -> 15.8 us, D=128 32k 24.2 -> 19.6 us; bench/NOTES.md "v12 plan"), while 2 per SM
+    // are too few (D=128 128k: 35.3 us at 3, 36.0 at 2; "v13"). And room in the wave for the
+    // short BF16 splits, 2 per pair, at a cost of <= 1/8 of the INT2 splits. (H200, B=1 128k
     // D=128: 41.5 us this way, 43.9 us fused: the CTAs that get a BF16 share form a tail.)
     splits = std::max(1, num_sms * std::min(ctas_per_sm, 3)) / head_ctas - 2;
   } else {

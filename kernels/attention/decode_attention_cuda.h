@@ -27,20 +27,20 @@ namespace oscarkv::kernels {
 // params give cudaErrorInvalidValue. Asynchronous; no host synchronisation, graph-capturable.
 cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_t stream);
 
-// Stage-1 CTAs per SM (its __launch_bounds__). At D = 128, 148 registers and 3 CTAs per SM beat
-// 128 registers and 4 (H200, same run: B=1 128k 36.7 -> 35.3 us, B=32 8k 76.9 -> 73.7 us with
-// the plan at 3; bench/NOTES.md "v13").
-constexpr int DecodeStage1CtasPerSm(int head_dim) { return head_dim == 128 ? 3 : 4; }
+// Stage-1 CTAs per SM (its __launch_bounds__): more registers and 3 CTAs per SM beat 128
+// registers and 4 (H200, same runs, plan at 3 and 4: D=128 B=1 128k 36.7 -> 35.3 us, B=32 8k
+// 76.9 -> 73.7 us; D=64 B=32 8k 23.95 -> 21.6 us; bench/NOTES.md "v13").
+constexpr int kDecodeStage1CtasPerSm = 3;
 
 // A plan config that fills the GPU in one wave of stage-1 CTAs, `ctas_per_sm` per SM (0: the
-// kernel's occupancy at head_dim, 3 at D = 128 and 4 at D = 64). With few (sequence, KV head)
+// kernel's occupancy, kDecodeStage1CtasPerSm). With few (sequence, KV head)
 // pairs (batch 1-3 at long context: >= 16 splits each) the wave has about
 // min(ctas_per_sm, 3) * num_sms INT2 CTAs (fewer, longer splits repay their fixed costs) and
 // keeps room for the BF16 splits, assuming the BF16 tier holds sink + recent (<= 2 splits of
 // 256 tokens). With many pairs the wave has about ctas_per_sm * num_sms CTAs and the BF16 tier
 // is fused into the INT2 splits (fuse_bf16_into_int2).
 DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads,
-                                     int head_dim, int num_sms, int ctas_per_sm = 0);
+                                     int num_sms, int ctas_per_sm = 0);
 
 }  // namespace oscarkv::kernels
 

@@ -764,7 +764,7 @@ absl::Status GpuModel::DecodeStep(std::span<const int64_t> ids, std::span<const 
   }
   const k::DecodePlan plan = k::PlanDecodeAttention(
       k::GpuDecodePlanConfig(static_cast<int>(b), config_.num_kv_heads, config_.num_heads,
-                             config_.head_dim, num_sms_),
+                             num_sms_),
       static_cast<int>(b), bf16_tokens.data(), windowed_ ? int2_tokens.data() : nullptr);
   const int64_t need_out = plan.PartialOutFloats(config_.num_heads, config_.head_dim) * 4;
   if (static_cast<int64_t>(partial_out_.bytes()) < need_out) {

@@ -169,7 +169,7 @@ bool RunCase(const Case& c, uint64_t seed) {
 
   int sms = 132;
   GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  kernels::DecodePlanConfig config = kernels::GpuDecodePlanConfig(b, c.hkv, c.hq, c.d, sms);
+  kernels::DecodePlanConfig config = kernels::GpuDecodePlanConfig(b, c.hkv, c.hq, sms);
   if (c.fixed_split > 0) config.fixed_tokens_per_split = c.fixed_split;
   if (c.fuse != 0) config.fuse_bf16_into_int2 = c.fuse > 0;
   const kernels::DecodePlan plan =
