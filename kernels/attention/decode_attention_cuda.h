@@ -33,12 +33,12 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
 constexpr int kDecodeStage1CtasPerSm = 3;
 
 // A plan config that fills the GPU in one wave of stage-1 CTAs, `ctas_per_sm` per SM (0: the
-// kernel's occupancy, kDecodeStage1CtasPerSm). With few (sequence, KV head)
-// pairs (batch 1-3 at long context: >= 16 splits each) the wave has about
-// min(ctas_per_sm, 3) * num_sms INT2 CTAs (fewer, longer splits repay their fixed costs) and
-// keeps room for the BF16 splits, assuming the BF16 tier holds sink + recent (<= 2 splits of
-// 256 tokens). With many pairs the wave has about ctas_per_sm * num_sms CTAs and the BF16 tier
-// is fused into the INT2 splits (fuse_bf16_into_int2).
+// kernel's occupancy, kDecodeStage1CtasPerSm). With few (sequence, KV head) pairs (batch 1-3 at
+// long context: >= 16 splits each) the wave has about min(ctas_per_sm, 3) * num_sms INT2 CTAs
+// (fewer, longer splits repay their fixed costs) and keeps room for the BF16 splits, assuming
+// the BF16 tier holds sink + recent (<= 2 splits of 256 tokens). With many pairs the wave has
+// about ctas_per_sm * num_sms CTAs and the BF16 tier is fused into the INT2 splits
+// (fuse_bf16_into_int2).
 DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads,
                                      int num_sms, int ctas_per_sm = 0);
 

@@ -20,7 +20,8 @@ if [ "${1:-}" = --demote ]; then
 fi
 D=${1:-128}; B=${2:-1}; S=${3:-131072}
 # The stall reasons (sampled per warp) go to ncu.txt; the SASS of stage 1 with its stall samples
-# per instruction to ncu_source.csv (which instructions the warps wait on).
+# per instruction to ncu_source.csv (which instructions the warps wait on; summarise it here with
+# python3 bench/kernels/ncu_stalls.py FILE).
 ncu --clock-control none -k regex:"DecodeSplit|MergeKernel" --launch-skip 4 --launch-count 2 \
   --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
   --section MemoryWorkloadAnalysis --section LaunchStats --section SourceCounters \
