@@ -340,8 +340,9 @@ struct WarpSoftmax {
     for (int mt = 0; mt < kMt; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
   }
   // fetch_v(t, raw[t]) fills tile t's V codes and params just before its P.V (a no-op when
-  // the caller loaded whole tiles).
-  template <class LL, int KT, class FetchV = NoFetchV>
+  // the caller loaded whole tiles). kMasked = false: the caller knows every token of the step
+  // is before tend, and the step drops the masks (~10 select/compare instructions per tile).
+  template <class LL, int KT, class FetchV = NoFetchV, bool kMasked = true>
   __device__ __forceinline__ void Step(typename LL::Raw (&raw)[KT], const uint32_t (&qf)[kMt][2],
                                        int tok_base, int tile0, int tend,
                                        const FetchV& fetch_v = FetchV()) {
@@ -363,7 +364,7 @@ struct WarpSoftmax {
       float aa, ba, ab, bb;
       LL::ScoreAB(raw[t], 0, sc_log2, aa, ba);
       LL::ScoreAB(raw[t], 1, sc_log2, ab, bb);
-      const bool va = tok < tend, vb = tok + 8 < tend;
+      const bool va = !kMasked || tok < tend, vb = !kMasked || tok + 8 < tend;
       s[t][0] = va ? fmaf(aa, acc[0], ba * e0) : -INFINITY;
       s[t][1] = va ? fmaf(aa, acc[1], ba * e1) : -INFINITY;
       s[t][2] = vb ? fmaf(ab, acc[2], bb * e0) : -INFINITY;
@@ -397,7 +398,7 @@ struct WarpSoftmax {
 #pragma unroll
     for (int t = 0; t < KT; ++t) {
       const int tok = tok_base + (tile0 + t) * 16 + r;
-      const bool va = tok < tend, vb = tok + 8 < tend;
+      const bool va = !kMasked || tok < tend, vb = !kMasked || tok + 8 < tend;
       fetch_v(t, raw[t]);
       const float p0 = Exp2(s[t][0] - ms0), p1 = Exp2(s[t][1] - ms1);
       const float p2 = Exp2(s[t][2] - ms0), p3 = Exp2(s[t][3] - ms1);
@@ -652,9 +653,17 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
         for (int k = 0; k < kTiles; ++k) {
           L::LoadSharedK(raw[k], slot(t + k), slot(t + k) + kUnit, lane);
         }
-        st.template Step<L, kTiles>(raw, qf, tb, t_begin + t, tend, [&](int k, Raw& rk) {
+        auto fetch = [&](int k, Raw& rk) {
           L::LoadSharedV(rk, slot(t + k), slot(t + k) + kUnit, lane);
-        });
+        };
+        // Steps wholly inside the range need no masks (all but a warp's last step): H200, same
+        // run, D=128 B=1 128k 34.85 -> 33.87 us, B=8 32k 63.4 -> 61.6, B=32 8k 71.7 -> 72.1 (two
+        // copies of the step's code; bench/NOTES.md "v13 masks").
+        if (tb + 16 * (t_begin + t + kTiles) <= tend) {
+          st.template Step<L, kTiles, decltype(fetch), false>(raw, qf, tb, t_begin + t, tend, fetch);
+        } else {
+          st.template Step<L, kTiles>(raw, qf, tb, t_begin + t, tend, fetch);
+        }
       } else {
         CpAsyncWait<kStages / kTiles - 1>();
         __syncwarp();
