@@ -30,6 +30,9 @@ void DecodeConfig::AddFlags(CLI::App& app, DecodeConfig& c) {
       ->capture_default_str();
   app.add_option("--idle_ttl_seconds", c.idle_ttl_seconds, "idle sequence lifetime")
       ->capture_default_str();
+  app.add_option("--receive_ttl_seconds", c.receive_ttl_seconds,
+                 "how long a push reservation waits for its blocks and Generate")
+      ->capture_default_str();
   app.add_option("--max_keep_seconds", c.max_keep_seconds, "longest EndTurn keep")
       ->capture_default_str();
   rpc::AddRegistrationFlags(app, c.router_address, c.advertise_address);
@@ -63,6 +66,9 @@ absl::Status DecodeConfig::Validate() const {
   }
   if (!(idle_ttl_seconds > 0) || !(max_keep_seconds > 0) || !(drain_seconds >= 0)) {
     return absl::InvalidArgumentError("idle and keep times must be > 0 and drain >= 0");
+  }
+  if (!(receive_ttl_seconds > 0)) {
+    return absl::InvalidArgumentError("--receive_ttl_seconds must be > 0");
   }
   return absl::OkStatus();
 }

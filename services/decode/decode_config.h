@@ -55,6 +55,10 @@ struct DecodeConfig {
   int64_t default_max_new_tokens = 2048;
   // A sequence not generating and not kept is dropped after this many seconds. Default: 60.
   double idle_ttl_seconds = 60;
+  // A push reservation (StartSequence without block locations) waits this many seconds for the
+  // prefill worker's blocks and the first Generate; then its region is released. It covers a
+  // whole prefill, which on CPU takes minutes for long prompts. Default: 600.
+  double receive_ttl_seconds = 600;
   // Longest EndTurn keep, seconds. Default: 3600.
   double max_keep_seconds = 3600;
   // Router worker-registry gRPC address ("host:port"): register there at start (retrying until

@@ -77,7 +77,7 @@ absl::StatusOr<ReceiveSlots> DecodeEngine::PrepareReceive(const StartParams& p,
   r->handle = reg.handle;
   for (int64_t i = 0; i < blocks; ++i) r->slots.push_back({i * slot, slot});
   r->params = p;
-  r->expires = absl::Now() + absl::Seconds(options_.idle_ttl_seconds);
+  r->expires = absl::Now() + absl::Seconds(options_.receive_ttl_seconds);
   ReceiveSlots out;
   out.sequence_id = pool_.ReserveId();
   out.endpoint_address = backend_->EndpointAddress();

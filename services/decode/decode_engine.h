@@ -74,6 +74,8 @@ struct DecodeEngineOptions {
   int64_t kv_capacity_bytes = int64_t{1} << 30;
   double idle_ttl_seconds = 60;
   double max_keep_seconds = 3600;
+  // Lifetime of a push reservation (PrepareReceive until the first Generate).
+  double receive_ttl_seconds = 600;
   // Room reserved for generated tokens when a request does not say (StartParams).
   int64_t default_max_new_tokens = 2048;
 };
@@ -94,7 +96,8 @@ class DecodeEngine {
   absl::StatusOr<StartResult> StartSequence(const StartParams& params);
 
   // Push mode: reserves receive slots for the ceil(prompt_tokens / block_tokens) blocks of a
-  // prompt; the sequence is built from them when Generate is first called on the id.
+  // prompt; the sequence is built from them when Generate is first called on the id. Sweep
+  // releases a reservation not completed within options.receive_ttl_seconds.
   // @return kInvalidArgument (codec, no tokens), kResourceExhausted (too large), registration
   //   errors.
   absl::StatusOr<ReceiveSlots> PrepareReceive(const StartParams& params, int64_t prompt_tokens);

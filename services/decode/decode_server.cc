@@ -98,6 +98,7 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(const DecodeC
   eo.max_batch = config.max_batch;
   eo.kv_capacity_bytes = config.kv_capacity_bytes;
   eo.idle_ttl_seconds = config.idle_ttl_seconds;
+  eo.receive_ttl_seconds = config.receive_ttl_seconds;
   eo.max_keep_seconds = config.max_keep_seconds;
   eo.default_max_new_tokens = config.default_max_new_tokens;
   s->engine_ = std::make_unique<DecodeEngine>(serving, s->device_.get(), s->backend_,

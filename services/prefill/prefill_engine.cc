@@ -110,7 +110,11 @@ absl::Status PrefillEngine::Push(const StagedBlocks& staged,
                          to[i].offset, bytes, transfer::Direction::kPut});
   }
   for (auto& [peer, batch] : batches) {
-    OSCARKV_RETURN_IF_ERROR(transfer::TransferAndWait(*backend_, batch));
+    if (absl::Status s = transfer::TransferAndWait(*backend_, batch); !s.ok()) {
+      // The usual cause: the decode worker released the reservation (--receive_ttl_seconds).
+      return Annotate(s, absl::StrCat(peer, " (a push reservation lasts the decode worker's "
+                                            "--receive_ttl_seconds from StartSequence)"));
+    }
   }
   return absl::OkStatus();
 }

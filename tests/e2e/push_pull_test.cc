@@ -4,8 +4,10 @@
 //   push: StartSequence(prompt_tokens) → block_locations → Prefill(decode_target) → Generate.
 // Both must stream exactly the tokens of a greedy ServingEngine run in this process. A packed GPU
 // handoff (PrefillRequest.offer_packed_kv) falls back to blocks on these CPU workers.
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "lib/rpc/channel_factory.h"
@@ -150,6 +152,61 @@ TEST(PushPull, BothTransferModesStreamTheReferenceTokens) {
     st = decode->StartSequence(ctx().get(), s, &sr);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_NE(st.error_message().find("cannot take packed GPU KV"), std::string::npos)
+        << st.error_message();
+  }
+  // Push reservations live --receive_ttl_seconds, not --idle_ttl_seconds (a long CPU prefill
+  // outlasts the idle TTL): one reserved on a worker whose idle TTL is 0.5 s still takes the
+  // blocks after 2.5 s (the worker sweeps every second); on a worker whose receive TTL is
+  // 0.5 s the push fails, and the error names the flag.
+  auto reserve_wait_push = [&](double idle_ttl, double receive_ttl, grpc::Status* push_status,
+                               std::vector<uint32_t>* tokens) {
+    auto backend = transfer::LocalBackend::Create();
+    decode::DecodeConfig c = dc;
+    c.idle_ttl_seconds = idle_ttl;
+    c.receive_ttl_seconds = receive_ttl;
+    auto server = decode::DecodeServer::Create(c, {.backend = backend->get(), .engine = engine->get()});
+    ASSERT_TRUE(server.ok()) << server.status();
+    auto stub = dv1::DecodeService::NewStub(rpc::MakeChannel((*server)->grpc_dial_address()));
+    dv1::StartSequenceRequest s;
+    s.set_codec(codec);
+    s.set_prompt_tokens(prompt.size());
+    dv1::StartSequenceResponse sr;
+    ASSERT_TRUE(stub->StartSequence(ctx().get(), s, &sr).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    pv1::PrefillRequest push = preq;
+    *push.mutable_decode_target()->mutable_block_locations() = sr.block_locations();
+    push.mutable_decode_target()->set_sequence_id(sr.sequence_id());
+    pv1::PrefillResponse presp;
+    *push_status = prefill->Prefill(ctx().get(), push, &presp);
+    if (push_status->ok()) {
+      dv1::GenerateRequest g;
+      g.set_sequence_id(sr.sequence_id());
+      g.set_first_token(presp.first_token());
+      g.set_max_new_tokens(max_new);
+      auto gc = ctx();
+      auto reader = stub->Generate(gc.get(), g);
+      tokens->assign({presp.first_token()});
+      dv1::GenerateResponse msg;
+      while (reader->Read(&msg)) {
+        tokens->insert(tokens->end(), msg.token_ids().begin(), msg.token_ids().end());
+      }
+      EXPECT_TRUE(reader->Finish().ok());
+    }
+    (*server)->Shutdown();
+  };
+  {
+    grpc::Status st;
+    std::vector<uint32_t> tokens;
+    reserve_wait_push(/*idle_ttl=*/0.5, /*receive_ttl=*/600, &st, &tokens);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(tokens, ref);
+  }
+  {
+    grpc::Status st;
+    std::vector<uint32_t> tokens;
+    reserve_wait_push(/*idle_ttl=*/60, /*receive_ttl=*/0.5, &st, &tokens);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.error_message().find("--receive_ttl_seconds"), std::string::npos)
         << st.error_message();
   }
   // A push whose slots are too few is refused.

@@ -23,6 +23,7 @@ TEST(DecodeConfig, BadFieldsAreNamed) {
   bad([](DecodeConfig& c) { c.max_batch = 0; }, "--max_batch");
   bad([](DecodeConfig& c) { c.kv_capacity_bytes = 1000; }, "--kv_capacity_bytes");
   bad([](DecodeConfig& c) { c.worker_id = ""; }, "--worker_id");
+  bad([](DecodeConfig& c) { c.receive_ttl_seconds = 0; }, "--receive_ttl_seconds");
 }
 
 TEST(DecodeConfig, FlagsParse) {
