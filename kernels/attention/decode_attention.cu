@@ -32,8 +32,8 @@ constexpr float kLn2 = 0.6931471805599453f;
 // Softmax weights 2^(s - m) may reach 2^kRescaleSlack before the reference max m moves. The
 // INT2 P.V packs p times the token's V scale into fp16, so this bounds V scales to 65504 / 2^8
 // = 255 (a per-token V range of 766): the default model's largest is 7.6 (range 22.7, layer 28
-// of SmolLM2-135M; a rotation can raise it at most sqrt(D)-fold). A model with larger V needs a
-// smaller slack (bench/NOTES.md "v13 lazy rescale").
+// of SmolLM2-135M, unrotated; after any rotation the range is at most 2 |v|_2 <= 182). A model
+// with larger V needs a smaller slack (bench/NOTES.md "v13 lazy rescale").
 constexpr float kRescaleSlack = 8.0f;
 
 // ---------------------------------------------------------------------------------------------
