@@ -31,9 +31,10 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 // Softmax weights 2^(s - m) may reach 2^kRescaleSlack before the reference max m moves. The
 // INT2 P.V packs p times the token's V scale into fp16, so this bounds V scales to 65504 / 2^8
-// = 255 (a per-token V range of 766): the default model's largest is 7.6 (range 22.7, layer 28
-// of SmolLM2-135M, unrotated; after any rotation the range is at most 2 |v|_2 <= 182). A model
-// with larger V needs a smaller slack (bench/NOTES.md "v13 lazy rescale").
+// = 255 (a per-token V range of 766): on 2048 tokens of the default model (SmolLM2-135M) the
+// largest scale is 10.5 unrotated and at most 23.3 after any rotation (bench/kernels/
+// v_scale_bound.py). A model with larger V needs a smaller slack (bench/NOTES.md "v13 lazy
+// rescale").
 constexpr float kRescaleSlack = 8.0f;
 
 // ---------------------------------------------------------------------------------------------
@@ -376,8 +377,9 @@ struct WarpSoftmax {
     }
     // Lazy rescaling: the reference max m moves (a warp reduction and a rescale of o) only when
     // some score exceeds it by more than kRescaleSlack (log2 units); otherwise p = 2^(s - m) is
-    // at most 2^kRescaleSlack, well inside fp16/bf16 and fp32 ranges, and lse = m + log2(l)
-    // holds for any reference m. The common step then takes one vote instead of 6 shuffles.
+    // at most 2^kRescaleSlack (the fp16 bound this puts on V scales: at kRescaleSlack), and
+    // lse = m + log2(l) holds for any reference m. The common step then takes one vote instead
+    // of 6 shuffles.
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int t = 0; t < KT; ++t) {
@@ -906,7 +908,8 @@ DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_h
     // are too few (D=128 128k: 35.3 us at 3, 36.0 at 2; "v13"). And room in the wave for the
     // short BF16 splits, 2 per pair, at a cost of <= 1/8 of the INT2 splits. (H200, B=1 128k
     // D=128: 41.5 us this way, 43.9 us fused: the CTAs that get a BF16 share form a tail.)
-    splits = std::max(1, num_sms * std::min(ctas_per_sm, 3)) / head_ctas - 2;
+    constexpr int kFewPairsInt2CtasPerSm = 3;
+    splits = std::max(1, num_sms * std::min(ctas_per_sm, kFewPairsInt2CtasPerSm)) / head_ctas - 2;
   } else {
     // Many pairs: the BF16 tier (sink + recent) is shared out among each sequence's INT2 splits
     // (Tier::kInt2WithBf16) instead of 2 BF16 CTAs per pair that wait for slots and delay INT2
