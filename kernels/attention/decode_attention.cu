@@ -24,8 +24,19 @@ namespace {
 
 using namespace oscarkv::kernels::cuda;  // NOLINT: device helpers
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
+// Warps of a stage-1 CTA: kInt2W warps share the INT2 tiles of a split (each a contiguous range
+// through its own cp.async ring); with kBf16W one more warp attends the BF16 share of a fused
+// split (Tier::kInt2WithBf16) while the others start on INT2 tiles at once.
+template <int kInt2W, bool kBf16W>
+struct CtaLayout {
+  static constexpr int kInt2Warps = kInt2W;
+  static constexpr bool kBf16Warp = kBf16W;
+  static constexpr int kWarps = kInt2W + (kBf16W ? 1 : 0);
+  static constexpr int kThreads = 32 * kWarps;
+};
+using PlainCta = CtaLayout<4, false>;    // up to kDecodeStage1CtasPerSm CTAs per SM
+using Bf16WarpCta = CtaLayout<4, true>;  // launches of at most 2 CTAs per SM (H200, B=32 8k
+                                         // D=128: 62.9 us; 5 INT2 warps + 1: 67.8 us)
 constexpr int kMaxHeadsPerCta = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -309,8 +320,9 @@ constexpr int kStages = 8;  // INT2 tiles in flight per warp (cp.async ring)
 // at D = 128, so one wave of 528 CTAs asks for at most ~the L2 size).
 constexpr int kBf16PrefetchPages = 32;
 
-template <int D>
+template <int D, class C>
 struct SplitSmem {
+  static constexpr int kWarps = C::kWarps;
   float q[kMaxHeadsPerCta][D];
   float qb[kMaxHeadsPerCta][D];  // q rounded to bf16 (the BF16 share of a fused INT2 split)
   float qsum[kMaxHeadsPerCta];  // sum over d of the rounded q of each head
@@ -319,7 +331,7 @@ struct SplitSmem {
   float wt[kWarps][kMaxHeadsPerCta];  // epilogue: weight of each warp's partial, per head
   union alignas(16) {  // the ring takes 16-byte cp.async and 8-byte loads
     float o[kWarps][kMaxHeadsPerCta][D + 4];                           // epilogue
-    uint8_t ring[kWarps][kStages][2 * Int2PageUnitBytes(D)];           // INT2 main loop
+    uint8_t ring[C::kInt2Warps][kStages][2 * Int2PageUnitBytes(D)];    // INT2 main loop
   } u;
 };
 
@@ -351,6 +363,10 @@ struct WarpSoftmax {
   __device__ __forceinline__ void Step(typename LL::Raw (&raw)[KT], const uint32_t (&qf)[kMt][2],
                                        int tok_base, int tile0, int tend,
                                        const FetchV& fetch_v = FetchV()) {
+    // Scores are taken relative to the reference max (ms, 0 before the first), folded into the
+    // score FMA: one FFMA per score instead of a subtraction before each exp2.
+    const float ms0 = m0 == -INFINITY ? 0.0f : m0;
+    const float ms1 = m1 == -INFINITY ? 0.0f : m1;
     float s[KT][4];
 #pragma unroll
     for (int t = 0; t < KT; ++t) {
@@ -370,10 +386,15 @@ struct WarpSoftmax {
       LL::ScoreAB(raw[t], 0, sc_log2, aa, ba);
       LL::ScoreAB(raw[t], 1, sc_log2, ab, bb);
       const bool va = !kMasked || tok < tend, vb = !kMasked || tok + 8 < tend;
-      s[t][0] = va ? fmaf(aa, acc[0], ba * e0) : -INFINITY;
-      s[t][1] = va ? fmaf(aa, acc[1], ba * e1) : -INFINITY;
-      s[t][2] = vb ? fmaf(ab, acc[2], bb * e0) : -INFINITY;
-      s[t][3] = vb ? fmaf(ab, acc[3], bb * e1) : -INFINITY;
+      float ca0 = -ms0, ca1 = -ms1, cb0 = -ms0, cb1 = -ms1;
+      if constexpr (LL::kHasCorr) {
+        ca0 = fmaf(ba, e0, ca0); ca1 = fmaf(ba, e1, ca1);
+        cb0 = fmaf(bb, e0, cb0); cb1 = fmaf(bb, e1, cb1);
+      }
+      s[t][0] = va ? fmaf(aa, acc[0], ca0) : -INFINITY;
+      s[t][1] = va ? fmaf(aa, acc[1], ca1) : -INFINITY;
+      s[t][2] = vb ? fmaf(ab, acc[2], cb0) : -INFINITY;
+      s[t][3] = vb ? fmaf(ab, acc[3], cb1) : -INFINITY;
     }
     // Lazy rescaling: the reference max m moves (a warp reduction and a rescale of o) only when
     // some score exceeds it by more than kRescaleSlack (log2 units); otherwise p = 2^(s - m) is
@@ -386,28 +407,35 @@ struct WarpSoftmax {
       mx0 = fmaxf(mx0, fmaxf(s[t][0], s[t][2]));
       mx1 = fmaxf(mx1, fmaxf(s[t][1], s[t][3]));
     }
-    if (__any_sync(0xffffffffu, mx0 > m0 + kRescaleSlack || mx1 > m1 + kRescaleSlack)) {
-      mx0 = WarpMaxOverRows(fmaxf(mx0, m0));
-      mx1 = WarpMaxOverRows(fmaxf(mx1, m1));
-      const float al0 = m0 == -INFINITY ? 0.0f : Exp2(m0 - mx0);
-      const float al1 = m1 == -INFINITY ? 0.0f : Exp2(m1 - mx1);
-      m0 = mx0;
-      m1 = mx1;
+    // The old max relative to ms: 0, or -inf before the first score (any finite score moves it).
+    const float old0 = m0 == -INFINITY ? -INFINITY : 0.0f;
+    const float old1 = m1 == -INFINITY ? -INFINITY : 0.0f;
+    if (__any_sync(0xffffffffu, mx0 > old0 + kRescaleSlack || mx1 > old1 + kRescaleSlack)) {
+      // New maxima relative to ms; -inf when a head has seen no valid token yet (it stays so).
+      const float d0 = WarpMaxOverRows(fmaxf(mx0, old0));
+      const float d1 = WarpMaxOverRows(fmaxf(mx1, old1));
+      const float al0 = m0 == -INFINITY ? 0.0f : Exp2(-d0);
+      const float al1 = m1 == -INFINITY ? 0.0f : Exp2(-d1);
+      m0 = ms0 + d0;
+      m1 = ms1 + d1;
+      const float sh0 = d0 == -INFINITY ? 0.0f : d0, sh1 = d1 == -INFINITY ? 0.0f : d1;
+#pragma unroll
+      for (int t = 0; t < KT; ++t) {
+        s[t][0] -= sh0; s[t][1] -= sh1; s[t][2] -= sh0; s[t][3] -= sh1;
+      }
       l0 *= al0; l1 *= al1; c0 *= al0; c1 *= al1;
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
         o[mt][0] *= al0; o[mt][1] *= al1; o[mt][2] *= al0; o[mt][3] *= al1;
       }
     }
-    const float ms0 = m0 == -INFINITY ? 0.0f : m0;
-    const float ms1 = m1 == -INFINITY ? 0.0f : m1;
 #pragma unroll
     for (int t = 0; t < KT; ++t) {
       const int tok = tok_base + (tile0 + t) * 16 + r;
       const bool va = !kMasked || tok < tend, vb = !kMasked || tok + 8 < tend;
       fetch_v(t, raw[t]);
-      const float p0 = Exp2(s[t][0] - ms0), p1 = Exp2(s[t][1] - ms1);
-      const float p2 = Exp2(s[t][2] - ms0), p3 = Exp2(s[t][3] - ms1);
+      const float p0 = Exp2(s[t][0]), p1 = Exp2(s[t][1]);
+      const float p2 = Exp2(s[t][2]), p3 = Exp2(s[t][3]);
       l0 += p0 + p2;
       l1 += p1 + p3;
       uint32_t x0, x1;
@@ -464,10 +492,11 @@ __device__ __forceinline__ void BuildQFrags(const float (&qs)[kMaxHeadsPerCta][D
 // One split of one tier for one (KV head, <= 8 query heads). kTiles 16-token tiles per softmax
 // step. BF16: warps take interleaved steps, registers loaded straight from global memory. INT2:
 // each warp takes a contiguous range of tiles and streams it through a kStages-deep cp.async ring.
-template <int D, template <int> class LoaderT, int kTiles, bool kRing>
+template <int D, class C, template <int> class LoaderT, int kTiles, bool kRing>
 __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const DecodeWorkItem& item,
                                          const PagedTierTable& tab, float sc_log2,
-                                         SplitSmem<D>& sm) {
+                                         SplitSmem<D, C>& sm) {
+  constexpr int kWarps = C::kWarps, kThreads = C::kThreads;
   using L = LoaderT<D>;
   using Raw = typename L::Raw;
   constexpr int kMt = D / 16;  // k-steps of the score MMA and m-tiles of the P.V MMA
@@ -488,7 +517,7 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   // q of this warp's heads (w, w + kWarps, ...) is loaded into registers first, before the page
   // ids and the ring fill: issued behind ~15 MB of tile requests from every CTA at once, its load
   // came back last and held up every warp (ncu at B=1 128k: 8% of stage 1's warp samples).
-  constexpr int kHeadsPerWarp = kMaxHeadsPerCta / kWarps;
+  constexpr int kHeadsPerWarp = (kMaxHeadsPerCta + kWarps - 1) / kWarps;
   const float* q = p.q + static_cast<int64_t>(item.seq) * p.q_seq_stride;
   float qreg[kHeadsPerWarp][D / 32];
 #pragma unroll
@@ -501,8 +530,10 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   // INT2 ring state. The first kStages tiles are requested before q is staged, so the DRAM
   // latency of the first tiles overlaps the fragment build.
   constexpr int kUnit = static_cast<int>(Int2PageUnitBytes(D));
-  const int t_begin = kRing ? warp * ntiles / kWarps : 0;
-  const int t_end = kRing ? (warp + 1) * ntiles / kWarps : 0;
+  constexpr int kIw = C::kInt2Warps;
+  const bool int2_warp = kRing && (!C::kBf16Warp || warp < kIw);  // the BF16 warp: no INT2 tiles
+  const int t_begin = int2_warp ? warp * ntiles / kIw : 0;
+  const int t_end = int2_warp ? (warp + 1) * ntiles / kIw : 0;
   const int nmy = t_end - t_begin;
   const int npages = (te - tb + kPageTokens - 1) / kPageTokens - 2 * t_begin;  // from t_begin
   const int32_t* plist = pages + first_page + 2 * t_begin;
@@ -515,7 +546,7 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   };
   int32_t pb_cur = 0, pb_next = 0;
   int cur_batch = 0;
-  uint8_t* ring = sm.u.ring[warp][0];
+  uint8_t* ring = sm.u.ring[min(warp, kIw - 1)][0];  // the BF16 warp never copies
   // Copy pattern: a softmax step's kTiles tiles are 2 * kTiles page units, copied together (one
   // cp.async group per step). Lane group g = lane / kLanesPerUnit copies unit g of the step (tile
   // g / 2, page g % 2): one shuffle gives every lane its page id. Lane li of a group copies
@@ -591,6 +622,7 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
 #pragma unroll
   for (int i = 0; i < kHeadsPerWarp; ++i) {
     const int h = warp + i * kWarps;
+    if (kMaxHeadsPerCta % kWarps != 0 && h >= kMaxHeadsPerCta) break;  // warp-uniform
     float part = 0.0f;
 #pragma unroll
     for (int k = 0; k < D / 32; ++k) {
@@ -616,14 +648,18 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   }
 
   if constexpr (kRing) {
-    if (fe > fb) {  // the BF16 share of a fused split first (CTA-uniform), while the ring fills
+    // The BF16 share of a fused split: on the BF16 warp, else first on every warp while the
+    // ring fills.
+    const int share_warp = C::kBf16Warp ? warp - kIw : warp;
+    constexpr int kShareWarps = C::kBf16Warp ? 1 : kWarps;
+    if (fe > fb && share_warp >= 0) {
       using BL = Bf16IntoInt2Loader<D>;
       uint32_t qfb[kMt][2];
       BuildQFrags<BL, D>(sm.qb, r, pq, qfb);
       const int32_t* bpages = p.bf16.page_indices + p.bf16.page_indptr[item.seq];
       const uint8_t* bbase = p.bf16.pool + static_cast<int64_t>(kvh) * p.bf16.head_stride_bytes;
       const int nbt = (fe - fb + 15) / 16;
-      for (int it = warp; it < nbt; it += kWarps) {
+      for (int it = share_warp; it < nbt; it += kShareWarps) {
         typename BL::Raw raw[1];
         const int tok0 = fb + it * 16;
         const int pg = tok0 / kPageTokens;
@@ -763,17 +799,18 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   }
 }
 
-// Stage 1, both tiers in one launch. Grid: (num_work, Hkv, ceil(group / 8)); block: kThreads.
-template <int D>
-__global__ void __launch_bounds__(kThreads, kDecodeStage1CtasPerSm)
+// Stage 1, both tiers in one launch. Grid: (num_work, Hkv, ceil(group / 8)); block:
+// C::kThreads.
+template <int D, class C>
+__global__ void __launch_bounds__(C::kThreads, C::kBf16Warp ? 2 : kDecodeStage1CtasPerSm)
     DecodeSplitKernel(const DecodeAttentionParams p, float sc_log2) {
-  __shared__ __align__(16) SplitSmem<D> sm;
+  __shared__ __align__(16) SplitSmem<D, C> sm;
   const DecodeWorkItem item = p.work[blockIdx.x];
   if (item.tier == static_cast<int32_t>(Tier::kBf16)) {
-    RunSplit<D, Bf16Loader, 1, false>(p, item, p.bf16, sc_log2, sm);
+    RunSplit<D, C, Bf16Loader, 1, false>(p, item, p.bf16, sc_log2, sm);
   } else {
     // 4 tiles per softmax step (D = 128 fits in 128 registers with V loaded inside the step).
-    RunSplit<D, Int2Loader, 4, true>(p, item, p.int2, sc_log2, sm);
+    RunSplit<D, C, Int2Loader, 4, true>(p, item, p.int2, sc_log2, sm);
   }
 }
 
@@ -845,16 +882,34 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
 }
 
 template <int D>
-cudaError_t LaunchStage1(const DecodeAttentionParams& p, cudaStream_t stream) {
+cudaError_t LaunchStage1(const DecodeAttentionParams& p, Stage1Cta cta, cudaStream_t stream) {
   const int group = p.num_q_heads / p.num_kv_heads;
   const dim3 grid(p.num_work, p.num_kv_heads, (group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta);
-  DecodeSplitKernel<D><<<grid, kThreads, 0, stream>>>(p, p.sm_scale * kLog2e);
+  int device = 0, sms = 0;
+  OSCARKV_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  OSCARKV_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // A launch that fits in 2 CTAs per SM (many sequences, one split each: B=32 at 8k) has room
+  // for a fifth warp per CTA: it takes the BF16 share of a fused split, so that the INT2 warps
+  // start on their tiles at once.
+  if (cta == Stage1Cta::kAuto) {
+    cta = static_cast<int64_t>(grid.x) * grid.y * grid.z <= 2 * static_cast<int64_t>(sms)
+              ? Stage1Cta::kBf16Warp
+              : Stage1Cta::kPlain;
+  }
+  if (cta == Stage1Cta::kBf16Warp) {
+    DecodeSplitKernel<D, Bf16WarpCta>
+        <<<grid, Bf16WarpCta::kThreads, 0, stream>>>(p, p.sm_scale * kLog2e);
+  } else {
+    DecodeSplitKernel<D, PlainCta><<<grid, PlainCta::kThreads, 0, stream>>>(p, p.sm_scale * kLog2e);
+  }
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_t stream) {
+cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_t stream,
+                                Stage1Cta cta) {
   // ValidateDecodeAttentionParams reads the arrays, which live on the device here: check the
   // scalars and pointers only.
   const DecodeAttentionParams& p = params;
@@ -878,8 +933,8 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   }
   if (params.head_dim != 64 && params.head_dim != 128) return cudaErrorNotSupported;
   if (params.num_work > 0) {
-    OSCARKV_CUDA_RETURN_IF_ERROR(params.head_dim == 128 ? LaunchStage1<128>(params, stream)
-                                                        : LaunchStage1<64>(params, stream));
+    OSCARKV_CUDA_RETURN_IF_ERROR(params.head_dim == 128 ? LaunchStage1<128>(params, cta, stream)
+                                                        : LaunchStage1<64>(params, cta, stream));
   }
   // Groups: about 4 splits per thread (their loads are independent), at most kMergeGroups.
   const int avg_splits = (params.num_work + params.num_seqs - 1) / params.num_seqs;
@@ -890,33 +945,58 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   return cudaGetLastError();
 }
 
+namespace {
+
+// Splits per tier for one wave of `ctas_per_sm` stage-1 CTAs per SM, and whether the BF16 tier is
+// fused into the INT2 splits.
+struct WavePlan {
+  int splits;
+  bool fused;
+};
+WavePlan PlanForWave(int head_ctas, int num_sms, int ctas_per_sm) {
+  const int splits = std::max(1, num_sms * ctas_per_sm) / head_ctas;
+  if (splits >= 16) {
+    // Few (sequence, KV head) pairs (batch 1-3 at long context): at most 3 INT2 CTAs per SM even
+    // when more fit, because each split costs fixed work (q staging, ring fill, epilogue, and its
+    // partial in the merge) that a fourth CTA per SM did not repay (H200, B=1, 4-CTA kernel: D=64
+    // 128k 16.8 -> 15.8 us, D=128 32k 24.2 -> 19.6 us; bench/NOTES.md "v12 plan"). And room in
+    // the wave for the short BF16 splits, 2 per pair, at a cost of <= 1/8 of the INT2 splits.
+    // (H200, B=1 128k D=128: 41.5 us this way, 43.9 us fused: the CTAs that get a BF16 share
+    // form a tail.)
+    constexpr int kFewPairsInt2CtasPerSm = 3;
+    return {num_sms * std::min(ctas_per_sm, kFewPairsInt2CtasPerSm) / head_ctas - 2, false};
+  }
+  // Many pairs: the BF16 tier (sink + recent) is shared out among each sequence's INT2 splits
+  // (Tier::kInt2WithBf16) instead of 2 BF16 CTAs per pair that wait for slots and delay INT2
+  // CTAs. (H200, B=32 8k D=128: 80.5 us fused, 98.6 us with BF16 splits.)
+  return {splits, true};
+}
+
+}  // namespace
+
 DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads, int num_sms,
                                      int ctas_per_sm) {
   const int group = num_q_heads / std::max(1, num_kv_heads);
   const int head_ctas = std::max(1, num_seqs * num_kv_heads *
                                         ((group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta));
-  // One wave of INT2 CTAs: stage 1 runs ctas_per_sm CTAs per SM (its occupancy).
-  if (ctas_per_sm <= 0) ctas_per_sm = kDecodeStage1CtasPerSm;
-  const int target = std::max(1, num_sms * ctas_per_sm);
-  DecodePlanConfig config;
-  int splits = target / head_ctas;
-  if (splits >= 16) {
-    // Few (sequence, KV head) pairs (batch 1-3 at long context): at most 3 INT2 CTAs per SM even
-    // when more fit, because each split costs fixed work (q staging, ring fill, epilogue, and its
-    // partial in the merge) that a fourth CTA per SM did not repay (H200, B=1, 4-CTA kernel: D=64
-    // 128k 16.8 -> 15.8 us, D=128 32k 24.2 -> 19.6 us; bench/NOTES.md "v12 plan"), while 2 per SM
-    // are too few (D=128 128k: 35.3 us at 3, 36.0 at 2; "v13"). And room in the wave for the
-    // short BF16 splits, 2 per pair, at a cost of <= 1/8 of the INT2 splits. (H200, B=1 128k
-    // D=128: 41.5 us this way, 43.9 us fused: the CTAs that get a BF16 share form a tail.)
-    constexpr int kFewPairsInt2CtasPerSm = 3;
-    splits = std::max(1, num_sms * std::min(ctas_per_sm, kFewPairsInt2CtasPerSm)) / head_ctas - 2;
+  WavePlan wave;
+  if (ctas_per_sm > 0) {
+    wave = PlanForWave(head_ctas, num_sms, ctas_per_sm);
   } else {
-    // Many pairs: the BF16 tier (sink + recent) is shared out among each sequence's INT2 splits
-    // (Tier::kInt2WithBf16) instead of 2 BF16 CTAs per pair that wait for slots and delay INT2
-    // CTAs. (H200, B=32 8k D=128: 80.5 us fused, 98.6 us with BF16 splits.)
-    config.fuse_bf16_into_int2 = true;
+    // A wave of 2 CTAs per SM, which DecodeAttentionCuda runs with the BF16 warp
+    // (Stage1Cta::kBf16Warp), when its CTAs fill >= 90% of it; else 3 plain CTAs per SM. H200,
+    // same run, 2 vs 3 per SM: D=128 B=8 32k 57.2 vs 60.8 us, B=1 128k 33.2 vs 33.6; D=64 B=1
+    // 128k 14.0 vs 14.2; D=64 B=32 8k (192 CTAs: 73% of the 2-per-SM wave) 23.8 vs 20.8
+    // (bench/NOTES.md "v14").
+    const WavePlan two = PlanForWave(head_ctas, num_sms, 2);
+    const int64_t ctas = static_cast<int64_t>(head_ctas) * (two.splits + (two.fused ? 0 : 2));
+    wave = 10 * ctas >= 9 * 2 * static_cast<int64_t>(num_sms)
+               ? two
+               : PlanForWave(head_ctas, num_sms, kDecodeStage1CtasPerSm);
   }
-  config.max_splits_per_tier = std::clamp(splits, 1, 512);
+  DecodePlanConfig config;
+  config.fuse_bf16_into_int2 = wave.fused;
+  config.max_splits_per_tier = std::clamp(wave.splits, 1, 512);
   config.min_tokens_per_split = 256;
   return config;
 }

@@ -4,13 +4,14 @@
 //
 //   stage 1, one launch for both tiers: a CTA per (work item, KV head, group of <= 8 query
 //   heads); 4 warps stream the split's pages (INT2 through an 8-tile cp.async ring per warp, BF16
-//   straight into registers), each K/V tile is loaded once for all query heads of
+//   straight into registers; a launch of at most 2 CTAs per SM adds a fifth warp that takes the
+//   BF16 share of fused splits, Stage1Cta), each K/V tile is loaded once for all query heads of
 //   the GQA group; scores and P.V run on tensor cores (mma.sync m16n8k16). INT2 codes are turned
 //   into MMA operands in registers (1 + c/4 trick, kernels/common/cuda_utils.cuh) and the
 //   per-token scale/min are applied to the 16x8 score tile and folded into P; BF16 history is never
 //   materialised. BF16 pages use the same kernel template with a BF16 loader. A
-//   Tier::kInt2WithBf16 item (fused plan) first attends its share of the BF16 tier with register
-//   loads while its first INT2 tiles are in flight, into the same softmax state.
+//   Tier::kInt2WithBf16 item (fused plan) attends its share of the BF16 tier with register loads,
+//   on the fifth warp, or else first on every warp while the first INT2 tiles are in flight.
 //   stage 2: log-sum-exp merge of each sequence's splits into out / out_lse.
 // Numerics: q is rounded to bf16 for the score MMA; P is rounded to fp16 (INT2) or bf16 (BF16) for
 // the P.V MMA; accumulation is fp32. Expected error vs the CPU reference: ~1e-3 relative.
@@ -23,22 +24,31 @@
 
 namespace oscarkv::kernels {
 
+// Warps of a stage-1 CTA. kBf16Warp: 4 INT2 warps and one that attends the BF16 share of a
+// fused split (Tier::kInt2WithBf16) at the same time (2 CTAs per SM; H200, B=32 8k D=128: 72.2
+// -> 62.9 us with the score fold, bench/NOTES.md "v14"); kPlain: 4 warps that take the share first, then INT2 tiles
+// (kDecodeStage1CtasPerSm per SM). kAuto: kBf16Warp when the grid fits in 2 CTAs per SM. Both
+// compute the same result for every plan; tests force each.
+enum class Stage1Cta { kAuto, kPlain, kBf16Warp };
+
 // Runs both stages on `stream`. head_dim 64 or 128 (cudaErrorNotSupported otherwise); invalid
 // params give cudaErrorInvalidValue. Asynchronous; no host synchronisation, graph-capturable.
-cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_t stream);
+cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_t stream,
+                                Stage1Cta cta = Stage1Cta::kAuto);
 
 // Stage-1 CTAs per SM (its __launch_bounds__): more registers and 3 CTAs per SM beat 128
 // registers and 4 (H200, same runs, plan at 3 and 4: D=128 B=1 128k 36.7 -> 35.3 us, B=32 8k
 // 76.9 -> 73.7 us; D=64 B=32 8k 23.95 -> 21.6 us; bench/NOTES.md "v13").
 constexpr int kDecodeStage1CtasPerSm = 3;
 
-// A plan config that fills the GPU in one wave of stage-1 CTAs, `ctas_per_sm` per SM (0: the
-// kernel's occupancy, kDecodeStage1CtasPerSm). With few (sequence, KV head) pairs (batch 1-3 at
-// long context: >= 16 splits each) the wave has about min(ctas_per_sm, 3) * num_sms INT2 CTAs
-// (fewer, longer splits repay their fixed costs) and keeps room for the BF16 splits, assuming
-// the BF16 tier holds sink + recent (<= 2 splits of 256 tokens). With many pairs the wave has
-// about ctas_per_sm * num_sms CTAs and the BF16 tier is fused into the INT2 splits
-// (fuse_bf16_into_int2).
+// A plan config that fills the GPU in one wave of stage-1 CTAs. ctas_per_sm = 0 (the default):
+// a wave of 2 CTAs per SM (run with the BF16 warp) when the plan fills >= 90% of it, else of
+// kDecodeStage1CtasPerSm plain CTAs; > 0: a wave of that many per SM (bench sweeps). With few
+// (sequence, KV head) pairs (batch 1-3 at long context: >= 16 splits each) the wave has about
+// min(ctas_per_sm, 3) * num_sms INT2 CTAs (fewer, longer splits repay their fixed costs) and
+// keeps room for the BF16 splits, assuming the BF16 tier holds sink + recent (<= 2 splits of 256
+// tokens). With many pairs the wave has about ctas_per_sm * num_sms CTAs and the BF16 tier is
+// fused into the INT2 splits (fuse_bf16_into_int2).
 DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads,
                                      int num_sms, int ctas_per_sm = 0);
 

@@ -156,6 +156,30 @@ void Reference64(const Case& c, const std::vector<float>& q, const Tier& bf, con
   }
 }
 
+// Errors of one GPU run against float64, the CPU path and the CPU lse; prints one line.
+bool CheckOutputs(const Case& c, const char* cta, const kernels::DecodePlan& plan,
+                  const std::vector<float>& out, const std::vector<float>& lse,
+                  const std::vector<float>& out_ref, const std::vector<float>& lse_ref,
+                  const std::vector<double>& ref64, const std::vector<double>& cpu64) {
+  const double err_gpu_64 = RelErr(out.data(), ref64.data(), out.size());
+  const double err_cpu_64 = RelErr(out_ref.data(), ref64.data(), out.size());
+  const double err_gpu_cpu = RelErr(out.data(), cpu64.data(), out.size());
+  double err_lse = 0.0;  // max |lse - lse_ref| over rows; empty rows must be -inf on both
+  for (size_t i = 0; i < lse.size(); ++i) {
+    if (std::isinf(lse_ref[i]) || std::isinf(lse[i])) {
+      if (lse[i] != lse_ref[i]) err_lse = INFINITY;
+    } else {
+      err_lse = std::max(err_lse, std::fabs(static_cast<double>(lse[i]) - lse_ref[i]));
+    }
+  }
+  // Budgets: q is bf16 and P fp16/bf16 on the GPU (~1e-3); the CPU path is float (~1e-6).
+  const bool ok = err_gpu_64 < 5e-3 && err_gpu_cpu < 5e-3 && err_cpu_64 < 1e-4 && err_lse < 2e-2;
+  std::printf("[%s, %s] %s  splits=%d  rel err gpu-f64 %.2e  gpu-cpu %.2e  cpu-f64 %.2e  lse %.2e\n",
+              c.name, cta, ok ? "PASS" : "FAIL", plan.num_work(), err_gpu_64, err_gpu_cpu,
+              err_cpu_64, err_lse);
+  return ok;
+}
+
 bool RunCase(const Case& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int b = static_cast<int>(c.int2_tokens.size()), d = c.d;
@@ -236,44 +260,43 @@ bool RunCase(const Case& c, uint64_t seed) {
   float* d_pl = dev(part_lse);
   float* d_out = dev(out_ref);
   float* d_lse = dev(lse_ref);
-  GPU_CHECK(cudaMemset(d_po, 0xff, part_out.size() * 4));  // NaN poison
-  GPU_CHECK(cudaMemset(d_pl, 0xff, part_lse.size() * 4));
-  GPU_CHECK(cudaMemset(d_out, 0xff, out_ref.size() * 4));
-  GPU_CHECK(cudaMemset(d_lse, 0xff, lse_ref.size() * 4));
   dp.partial_out = d_po;
   dp.partial_lse = d_pl;
   dp.out = d_out;
   dp.out_lse = d_lse;
-  GPU_CHECK(kernels::DecodeAttentionCuda(dp, nullptr));
-  GPU_CHECK(cudaDeviceSynchronize());
-  const std::vector<float> out = ToHost(d_out, out_ref.size());
-  const std::vector<float> lse = ToHost(d_lse, lse_ref.size());
-  for (void* ptr : to_free) GPU_CHECK(cudaFree(ptr));
-
   std::vector<double> ref64;
   Reference64(c, q, bf, i2, sm_scale, ref64);
   std::vector<double> cpu64(out_ref.begin(), out_ref.end());
-  const double err_gpu_64 = RelErr(out.data(), ref64.data(), out.size());
-  const double err_cpu_64 = RelErr(out_ref.data(), ref64.data(), out.size());
-  const double err_gpu_cpu = RelErr(out.data(), cpu64.data(), out.size());
-  double err_lse = 0.0;  // max |lse - lse_ref| over rows; empty rows must be -inf on both
-  for (size_t i = 0; i < lse.size(); ++i) {
-    if (std::isinf(lse_ref[i]) || std::isinf(lse[i])) {
-      if (lse[i] != lse_ref[i]) err_lse = INFINITY;
-    } else {
-      err_lse = std::max(err_lse, std::fabs(static_cast<double>(lse[i]) - lse_ref[i]));
-    }
+  // Both stage-1 CTA layouts (kAuto picks one of them by grid size), outputs poisoned each time.
+  bool ok = true;
+  for (const kernels::Stage1Cta cta : {kernels::Stage1Cta::kPlain, kernels::Stage1Cta::kBf16Warp}) {
+    GPU_CHECK(cudaMemset(d_po, 0xff, part_out.size() * 4));  // NaN poison
+    GPU_CHECK(cudaMemset(d_pl, 0xff, part_lse.size() * 4));
+    GPU_CHECK(cudaMemset(d_out, 0xff, out_ref.size() * 4));
+    GPU_CHECK(cudaMemset(d_lse, 0xff, lse_ref.size() * 4));
+    GPU_CHECK(kernels::DecodeAttentionCuda(dp, nullptr, cta));
+    GPU_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> out = ToHost(d_out, out_ref.size());
+    const std::vector<float> lse = ToHost(d_lse, lse_ref.size());
+    ok = CheckOutputs(c, cta == kernels::Stage1Cta::kPlain ? "4 warps" : "4+bf16 warp", plan,
+                      out, lse, out_ref, lse_ref, ref64, cpu64) &&
+         ok;
   }
-  // Budgets: q is bf16 and P fp16/bf16 on the GPU (~1e-3); the CPU path is float (~1e-6).
-  const bool ok = err_gpu_64 < 5e-3 && err_gpu_cpu < 5e-3 && err_cpu_64 < 1e-4 && err_lse < 2e-2;
-  std::printf("[%s] %s  splits=%d  rel err gpu-f64 %.2e  gpu-cpu %.2e  cpu-f64 %.2e  lse %.2e\n",
-              c.name, ok ? "PASS" : "FAIL", plan.num_work(), err_gpu_64, err_gpu_cpu, err_cpu_64,
-              err_lse);
+  for (void* ptr : to_free) GPU_CHECK(cudaFree(ptr));
   return ok;
 }
 
 }  // namespace
 }  // namespace oscarkv
+
+namespace {
+// n lengths spread evenly over [lo, hi].
+std::vector<int32_t> Lengths(int n, int lo, int hi) {
+  std::vector<int32_t> v(n);
+  for (int i = 0; i < n; ++i) v[i] = lo + (hi - lo) * i / std::max(1, n - 1);
+  return v;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   using oscarkv::Case;
@@ -304,11 +327,14 @@ int main(int argc, char** argv) {
        {500, 900, 8, 0, 300, 1200, 64, 17, 333, 40, 600, 0}, 0, 2.0f},
       {"d64 g3 b12 unfused", 9, 3, 64, {320, 7, 64, 300, 0, 16, 320, 100, 263, 320, 1, 50},
        {500, 900, 8, 0, 300, 1200, 64, 17, 333, 40, 600, 0}, 0, 2.0f, -1},
+      // The bench's B=32 shape, shorter: GpuDecodePlanConfig fuses, one split per sequence.
+      {"d128 g4 b32 default", 32, 8, 128, std::vector<int32_t>(32, 320), Lengths(32, 200, 700), 0,
+       2.0f},
   };
   bool ok = true;
   uint64_t seed = 1234;
   for (const Case& c : cases) {
-    if (small && c.int2_tokens[0] > 1000) continue;
+    if (small && (c.int2_tokens[0] > 1000 || c.int2_tokens.size() > 12)) continue;
     ok = oscarkv::RunCase(c, seed++) && ok;
   }
   std::printf("%s\n", ok ? "ALL PASS" : "SOME FAILED");
