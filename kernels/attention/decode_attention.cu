@@ -124,10 +124,11 @@ struct Int2Loader {
     a = HalfLoToFloat(kp) * (sc * 16777216.0f);
     b = HalfHiToFloat(kp);
   }
-  // V weight multiplier (weight = p * mul) and per-token additive term (corr += p * add).
-  __device__ static void VParams(const Raw& raw, int page, float& mul, float& add) {
+  // V scale as fp16 in both halves (the P.V weights are fp16(p) * scale in one HMUL2) and the
+  // per-token additive term (corr += p * add).
+  __device__ static void VParams(const Raw& raw, int page, uint32_t& scale2, float& add) {
     const uint32_t vp = page == 0 ? raw.vp0 : raw.vp1;
-    mul = HalfLoToFloat(vp);
+    scale2 = vp;  // the low half, broadcast by the HMUL2's operand selector
     add = HalfHiToFloat(vp);
   }
   // The P.V accumulator of m-tile mt holds 2^(2q-24) sum_t w_t c_t (q: the m-tile's quarter).
@@ -440,13 +441,14 @@ struct WarpSoftmax {
       l1 += p1 + p3;
       uint32_t x0, x1;
       if constexpr (LL::kHasCorr) {
-        float mula, adda, mulb, addb;
-        LL::VParams(raw[t], 0, mula, adda);
-        LL::VParams(raw[t], 1, mulb, addb);
-        if (!va) { mula = 0.0f; adda = 0.0f; }
-        if (!vb) { mulb = 0.0f; addb = 0.0f; }
-        x0 = PackHalf2(p0 * mula, p1 * mula);
-        x1 = PackHalf2(p2 * mulb, p3 * mulb);
+        uint32_t sca, scb;
+        float adda, addb;
+        LL::VParams(raw[t], 0, sca, adda);
+        LL::VParams(raw[t], 1, scb, addb);
+        if (!va) { sca = 0u; adda = 0.0f; }  // rows past the end may hold NaN params
+        if (!vb) { scb = 0u; addb = 0.0f; }
+        x0 = MulHalf2ByLo(PackHalf2(p0, p1), sca);
+        x1 = MulHalf2ByLo(PackHalf2(p2, p3), scb);
         c0 = fmaf(p0, adda, fmaf(p2, addb, c0));
         c1 = fmaf(p1, adda, fmaf(p3, addb, c1));
       } else {

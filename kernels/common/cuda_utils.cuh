@@ -33,6 +33,13 @@ __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
+// The two fp16 of x times the low fp16 of s (one HMUL2 with a .H0_H0 operand selector).
+__device__ __forceinline__ uint32_t MulHalf2ByLo(uint32_t x, uint32_t s) {
+  const __half2 a = *reinterpret_cast<const __half2*>(&x);
+  const __half2 b = __low2half2(*reinterpret_cast<const __half2*>(&s));
+  const __half2 r = __hmul2(a, b);
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
 __device__ __forceinline__ float Bf16LoToFloat(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float Bf16HiToFloat(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
 __device__ __forceinline__ float Bf16BitsToFloatDev(uint16_t b) {
