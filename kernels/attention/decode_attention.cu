@@ -683,9 +683,12 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     BuildQFrags<L, D>(sm.q, r, pq, qf);
     pb_next = load_batch(1);
     const int tend = min(te, tb + 16 * t_end);
-    auto slot = [&](int t) { return ring + (t % kStages) * (2 * kUnit); };
     for (int t = 0; t < nmy; t += kTiles) {
       Raw raw[kTiles];
+      // The step's slots: tile k at step_slots + k * 2 * kUnit (t is a multiple of kTiles, so
+      // every ring address of the step is one base plus immediate offsets).
+      const uint8_t* step_slots = ring + ((t / kTiles) % (kStages / kTiles)) * (kTiles * 2 * kUnit);
+      auto slot = [&](int k) { return step_slots + k * (2 * kUnit); };
       if constexpr (D == 128) {
         // V is read from the ring inside the step (registers for 4 tiles per step), so a step's
         // slots are refilled at the start of the next step, once every lane has read them.
@@ -695,10 +698,10 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
         __syncwarp();
 #pragma unroll
         for (int k = 0; k < kTiles; ++k) {
-          L::LoadSharedK(raw[k], slot(t + k), slot(t + k) + kUnit, lane);
+          L::LoadSharedK(raw[k], slot(k), slot(k) + kUnit, lane);
         }
         auto fetch = [&](int k, Raw& rk) {
-          L::LoadSharedV(rk, slot(t + k), slot(t + k) + kUnit, lane);
+          L::LoadSharedV(rk, slot(k), slot(k) + kUnit, lane);
         };
         // Steps wholly inside the range need no masks (all but a warp's last step): H200, same
         // run, D=128 B=1 128k 34.85 -> 33.87 us, B=8 32k 63.4 -> 61.6, B=32 8k 71.7 -> 72.1 (two
@@ -713,7 +716,7 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
         __syncwarp();
 #pragma unroll
         for (int k = 0; k < kTiles; ++k) {
-          L::LoadShared(raw[k], slot(t + k), slot(t + k) + kUnit, lane);
+          L::LoadShared(raw[k], slot(k), slot(k) + kUnit, lane);
         }
         __syncwarp();
         issue(t + kStages);
