@@ -25,18 +25,21 @@ namespace {
 using namespace oscarkv::kernels::cuda;  // NOLINT: device helpers
 
 // Warps of a stage-1 CTA: kInt2W warps share the INT2 tiles of a split (each a contiguous range
-// through its own cp.async ring); with kBf16W one more warp attends the BF16 share of a fused
-// split (Tier::kInt2WithBf16) while the others start on INT2 tiles at once.
-template <int kInt2W, bool kBf16W>
+// through its own cp.async ring); kBf16W more warps attend the BF16 share of a fused split
+// (Tier::kInt2WithBf16) while the others start on INT2 tiles at once.
+template <int kInt2W, int kBf16W>
 struct CtaLayout {
   static constexpr int kInt2Warps = kInt2W;
-  static constexpr bool kBf16Warp = kBf16W;
-  static constexpr int kWarps = kInt2W + (kBf16W ? 1 : 0);
+  static constexpr int kBf16Warps = kBf16W;
+  static constexpr bool kBf16Warp = kBf16W > 0;
+  static constexpr int kWarps = kInt2W + kBf16W;
   static constexpr int kThreads = 32 * kWarps;
 };
-using PlainCta = CtaLayout<4, false>;    // up to kDecodeStage1CtasPerSm CTAs per SM
-using Bf16WarpCta = CtaLayout<4, true>;  // launches of at most 2 CTAs per SM (H200, B=32 8k
-                                         // D=128: 62.9 us; 5 INT2 warps + 1: 67.8 us)
+using PlainCta = CtaLayout<4, 0>;  // up to kDecodeStage1CtasPerSm CTAs per SM
+// Launches of at most 2 CTAs per SM. H200, same runs, B=32 8k D=128: 62.9 us (then 59.9 without
+// the share's L2 prefetch); 5 INT2 warps + 1: 67.8 us; 4 + 2 BF16 warps: 65.9 us (and +1.1 us
+// at B=1 128k, where both idle: every 6-warp layout measured slower).
+using Bf16WarpCta = CtaLayout<4, 1>;
 constexpr int kMaxHeadsPerCta = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -597,14 +600,22 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
       const int w0 = p.seq_work_indptr[item.seq];
       FusedBf16Range(blockIdx.x - w0, p.seq_work_indptr[item.seq + 1] - w0,
                      p.bf16.seq_tokens != nullptr ? p.bf16.seq_tokens[item.seq] : 0, &fb, &fe);
-      // Ask L2 for the share's pages now (at most a few tiles), like a BF16 split does.
-      constexpr int kLines = static_cast<int>(Bf16PageUnitBytes(D)) / 128;
-      const int32_t* bpages = p.bf16.page_indices + p.bf16.page_indptr[item.seq] + fb / kPageTokens;
-      const uint8_t* bbase = p.bf16.pool + static_cast<int64_t>(kvh) * p.bf16.head_stride_bytes;
-      const int np = min(kBf16PrefetchPages, (fe - fb + kPageTokens - 1) / kPageTokens);
-      for (int i = tid; i < np * kLines; i += kThreads) {
-        const int32_t pg = __ldg(bpages + i / kLines);
-        PrefetchL2(bbase + static_cast<int64_t>(pg) * p.bf16.page_stride_bytes + 128 * (i % kLines));
+      // Plain layout: ask L2 for the share's pages now (at most a few tiles), like a BF16 split
+      // does, since every warp attends the share first. Not with the BF16 warp: its share runs
+      // alongside the INT2 tiles, and the prefetch burst only competed with their ring fill
+      // (H200, same run: D=128 B=32 8k 62.7 -> 59.9 us, B=8 32k 57.2 -> 54.8 without it; the
+      // plain layout at D=64 B=32 8k 20.6 with, 20.95 without; bench/NOTES.md "v14").
+      if constexpr (!C::kBf16Warp) {
+        constexpr int kLines = static_cast<int>(Bf16PageUnitBytes(D)) / 128;
+        const int32_t* bpages =
+            p.bf16.page_indices + p.bf16.page_indptr[item.seq] + fb / kPageTokens;
+        const uint8_t* bbase = p.bf16.pool + static_cast<int64_t>(kvh) * p.bf16.head_stride_bytes;
+        const int np = min(kBf16PrefetchPages, (fe - fb + kPageTokens - 1) / kPageTokens);
+        for (int i = tid; i < np * kLines; i += kThreads) {
+          const int32_t pg = __ldg(bpages + i / kLines);
+          PrefetchL2(bbase + static_cast<int64_t>(pg) * p.bf16.page_stride_bytes +
+                     128 * (i % kLines));
+        }
       }
     }
   } else {
@@ -653,7 +664,7 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     // The BF16 share of a fused split: on the BF16 warp, else first on every warp while the
     // ring fills.
     const int share_warp = C::kBf16Warp ? warp - kIw : warp;
-    constexpr int kShareWarps = C::kBf16Warp ? 1 : kWarps;
+    constexpr int kShareWarps = C::kBf16Warp ? C::kBf16Warps : kWarps;
     if (fe > fb && share_warp >= 0) {
       using BL = Bf16IntoInt2Loader<D>;
       uint32_t qfb[kMt][2];

@@ -26,9 +26,9 @@ namespace oscarkv::kernels {
 
 // Warps of a stage-1 CTA. kBf16Warp: 4 INT2 warps and one that attends the BF16 share of a
 // fused split (Tier::kInt2WithBf16) at the same time (2 CTAs per SM; H200, B=32 8k D=128: 72.2
-// -> 62.9 us with the score fold, bench/NOTES.md "v14"); kPlain: 4 warps that take the share first, then INT2 tiles
-// (kDecodeStage1CtasPerSm per SM). kAuto: kBf16Warp when the grid fits in 2 CTAs per SM. Both
-// compute the same result for every plan; tests force each.
+// -> 59.9 us with the other v14 changes, bench/NOTES.md "v14"); kPlain: 4 warps that take the
+// share first, then INT2 tiles (kDecodeStage1CtasPerSm per SM). kAuto: kBf16Warp when the grid
+// fits in 2 CTAs per SM. Both compute the same result for every plan; tests force each.
 enum class Stage1Cta { kAuto, kPlain, kBf16Warp };
 
 // Runs both stages on `stream`. head_dim 64 or 128 (cudaErrorNotSupported otherwise); invalid
