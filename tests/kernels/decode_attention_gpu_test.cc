@@ -42,6 +42,13 @@ struct Case {
   int fuse = 0;
 };
 
+// n lengths spread evenly over [lo, hi].
+std::vector<int32_t> Lengths(int n, int lo, int hi) {
+  std::vector<int32_t> v(n);
+  for (int i = 0; i < n; ++i) v[i] = lo + (hi - lo) * i / std::max(1, n - 1);
+  return v;
+}
+
 struct Tier {
   std::vector<uint8_t> pool;
   std::vector<int32_t> indptr, idx;
@@ -289,15 +296,6 @@ bool RunCase(const Case& c, uint64_t seed) {
 }  // namespace
 }  // namespace oscarkv
 
-namespace {
-// n lengths spread evenly over [lo, hi].
-std::vector<int32_t> Lengths(int n, int lo, int hi) {
-  std::vector<int32_t> v(n);
-  for (int i = 0; i < n; ++i) v[i] = lo + (hi - lo) * i / std::max(1, n - 1);
-  return v;
-}
-}  // namespace
-
 int main(int argc, char** argv) {
   using oscarkv::Case;
   const bool small = argc > 1 && std::string(argv[1]) == "--small";  // for compute-sanitizer
@@ -328,8 +326,8 @@ int main(int argc, char** argv) {
       {"d64 g3 b12 unfused", 9, 3, 64, {320, 7, 64, 300, 0, 16, 320, 100, 263, 320, 1, 50},
        {500, 900, 8, 0, 300, 1200, 64, 17, 333, 40, 600, 0}, 0, 2.0f, -1},
       // The bench's B=32 shape, shorter: GpuDecodePlanConfig fuses, one split per sequence.
-      {"d128 g4 b32 default", 32, 8, 128, std::vector<int32_t>(32, 320), Lengths(32, 200, 700), 0,
-       2.0f},
+      {"d128 g4 b32 default", 32, 8, 128, std::vector<int32_t>(32, 320),
+       oscarkv::Lengths(32, 200, 700), 0, 2.0f},
   };
   bool ok = true;
   uint64_t seed = 1234;
