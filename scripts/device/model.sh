@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine: end-to-end runs of lib/model_gpu with the real default model, staged by
-# scripts/device/stage_model.sh in three back-to-back calls (ARCHITECTURE.md §7).
+# scripts/device/stage_model.sh in four back-to-back calls (ARCHITECTURE.md §7).
 #   bash scripts/device/model.sh stage DIR          copy DIR's files to the scratch folder
 #   bash scripts/device/model.sh run DIR [--skip-tests] [--bench] [--quality] [--clip] [--niah]
 #        [--multigpu]   copy DIR's files, reassemble the model, check its sha256, unpack the
