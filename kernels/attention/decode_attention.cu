@@ -25,21 +25,20 @@ namespace {
 using namespace oscarkv::kernels::cuda;  // NOLINT: device helpers
 
 // Warps of a stage-1 CTA: kInt2W warps share the INT2 tiles of a split (each a contiguous range
-// through its own cp.async ring); kBf16W more warps attend the BF16 share of a fused split
-// (Tier::kInt2WithBf16) while the others start on INT2 tiles at once.
-template <int kInt2W, int kBf16W>
+// through its own cp.async ring); with kBf16W one more warp attends the BF16 share of a fused
+// split (Tier::kInt2WithBf16) while the others start on INT2 tiles at once.
+template <int kInt2W, bool kBf16W>
 struct CtaLayout {
   static constexpr int kInt2Warps = kInt2W;
-  static constexpr int kBf16Warps = kBf16W;
-  static constexpr bool kBf16Warp = kBf16W > 0;
-  static constexpr int kWarps = kInt2W + kBf16W;
+  static constexpr bool kBf16Warp = kBf16W;
+  static constexpr int kWarps = kInt2W + (kBf16W ? 1 : 0);
   static constexpr int kThreads = 32 * kWarps;
 };
-using PlainCta = CtaLayout<4, 0>;  // up to kDecodeStage1CtasPerSm CTAs per SM
+using PlainCta = CtaLayout<4, false>;  // up to kDecodeStage1CtasPerSm CTAs per SM
 // Launches of at most 2 CTAs per SM. H200, same runs, B=32 8k D=128: 62.9 us (then 59.9 without
 // the share's L2 prefetch); 5 INT2 warps + 1: 67.8 us; 4 + 2 BF16 warps: 65.9 us (and +1.1 us
 // at B=1 128k, where both idle: every 6-warp layout measured slower).
-using Bf16WarpCta = CtaLayout<4, 1>;
+using Bf16WarpCta = CtaLayout<4, true>;
 constexpr int kMaxHeadsPerCta = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -664,7 +663,7 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     // The BF16 share of a fused split: on the BF16 warp, else first on every warp while the
     // ring fills.
     const int share_warp = C::kBf16Warp ? warp - kIw : warp;
-    constexpr int kShareWarps = C::kBf16Warp ? C::kBf16Warps : kWarps;
+    constexpr int kShareWarps = C::kBf16Warp ? 1 : kWarps;
     if (fe > fb && share_warp >= 0) {
       using BL = Bf16IntoInt2Loader<D>;
       uint32_t qfb[kMt][2];
@@ -901,10 +900,8 @@ template <int D>
 cudaError_t LaunchStage1(const DecodeAttentionParams& p, Stage1Cta cta, cudaStream_t stream) {
   const int group = p.num_q_heads / p.num_kv_heads;
   const dim3 grid(p.num_work, p.num_kv_heads, (group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta);
-  int device = 0, sms = 0;
-  OSCARKV_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  OSCARKV_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int sms = 0;
+  OSCARKV_CUDA_RETURN_IF_ERROR(CurrentDeviceSms(&sms));
   // A launch that fits in 2 CTAs per SM (many sequences, one split each: B=32 at 8k) has room
   // for a fifth warp per CTA: it takes the BF16 share of a fused split, so that the INT2 warps
   // start on their tiles at once.

@@ -8,6 +8,7 @@
 
 #include "kernels/checksum/byte_checksum.h"
 #include "kernels/checksum/byte_checksum_cuda.h"
+#include "kernels/common/cuda_utils.cuh"
 
 namespace oscarkv::kernels {
 namespace {
@@ -68,12 +69,8 @@ cudaError_t ByteChecksumCuda(const void* data, size_t bytes, uint64_t* scratch,
     return e;
   }
   if (bytes > 0) {
-    int device = 0, sms = 0;
-    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        e != cudaSuccess) {
-      return e;
-    }
+    int sms = 0;
+    if (cudaError_t e = cuda::CurrentDeviceSms(&sms); e != cudaSuccess) return e;
     const uint64_t pairs = bytes / 16;
     const uint64_t wanted = (pairs + kThreads - 1) / kThreads;
     const int blocks =

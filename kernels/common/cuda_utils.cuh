@@ -24,6 +24,13 @@
 
 namespace oscarkv::kernels::cuda {
 
+// SMs of the current device (host side; launchers size their grids by it).
+inline cudaError_t CurrentDeviceSms(int* sms) {
+  int device = 0;
+  OSCARKV_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
+}
+
 // ---- bf16 / fp16 packing ----
 __device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

@@ -429,10 +429,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 template <class Kernel>
 cudaError_t GridFor(Kernel kernel, size_t smem, int64_t units, int64_t units_per_block,
                     int* blocks) {
-  int device = 0, sms = 0, per_sm = 0;
-  OSCARKV_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  OSCARKV_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int sms = 0, per_sm = 0;
+  OSCARKV_CUDA_RETURN_IF_ERROR(cuda::CurrentDeviceSms(&sms));
   OSCARKV_CUDA_RETURN_IF_ERROR(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
   if (per_sm < 1) return cudaErrorInvalidConfiguration;
