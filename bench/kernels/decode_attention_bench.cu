@@ -159,7 +159,8 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   auto [bf_idx, bf_indptr] = table(bf_pages, bf_pages_seq);
   auto [i2_idx, i2_indptr] = table(i2_pages, i2_pages_seq);
   std::vector<int32_t> bf_tok(b, bf_tokens), i2_tok(b, i2_tokens);
-  auto config = oscarkv::kernels::GpuDecodePlanConfig(b, sh.hkv, sh.hq, sms, ctas_per_sm);
+  auto config = oscarkv::kernels::GpuDecodePlanConfig(b, sh.hkv, sh.hq, sh.d, i2_tokens, sms,
+                                                            ctas_per_sm);
   if (g_min_tokens > 0) config.min_tokens_per_split = g_min_tokens;
   if (g_flip_fuse) config.fuse_bf16_into_int2 = !config.fuse_bf16_into_int2;
   if (g_max_splits > 0) {
@@ -204,6 +205,7 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   p.partial_lse = static_cast<float*>(alloc(plan.PartialLseFloats(sh.hq) * 4));
   p.out = static_cast<float*>(alloc(size_t(b) * sh.hq * sh.d * 4));
   p.out_seq_stride = int64_t(sh.hq) * sh.d;
+  p.one_split_per_seq = plan.OneSplitPerSequence();
   std::vector<DecodeAttentionParams> calls;
   for (int c = 0; c < copies; ++c) {
     DecodeAttentionParams pc = p;

@@ -496,7 +496,7 @@ __device__ __forceinline__ void BuildQFrags(const float (&qs)[kMaxHeadsPerCta][D
 // One split of one tier for one (KV head, <= 8 query heads). kTiles 16-token tiles per softmax
 // step. BF16: warps take interleaved steps, registers loaded straight from global memory. INT2:
 // each warp takes a contiguous range of tiles and streams it through a kStages-deep cp.async ring.
-template <int D, class C, template <int> class LoaderT, int kTiles, bool kRing>
+template <int D, class C, template <int> class LoaderT, int kTiles, bool kRing, bool kDirect>
 __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const DecodeWorkItem& item,
                                          const PagedTierTable& tab, float sc_log2,
                                          SplitSmem<D, C>& sm) {
@@ -799,33 +799,41 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) sm.wt[w][h] = f[w] * inv;
     if (h < nh) {
-      const int64_t row = static_cast<int64_t>(blockIdx.x) * p.num_q_heads + qh0 + h;
-      p.partial_lse[row] = ll > 0.0f ? (mm + log2f(ll)) * kLn2 : -INFINITY;
+      const float lse = ll > 0.0f ? (mm + log2f(ll)) * kLn2 : -INFINITY;
+      if constexpr (!kDirect) {
+        p.partial_lse[static_cast<int64_t>(blockIdx.x) * p.num_q_heads + qh0 + h] = lse;
+      } else if (p.out_lse != nullptr) {
+        p.out_lse[static_cast<int64_t>(item.seq) * p.num_q_heads + qh0 + h] = lse;
+      }
     }
   }
   __syncthreads();
+  // The CTA's normalised output: its partial row, or out itself (kDirect: one split per
+  // sequence, no merge).
+  float* dst = kDirect ? p.out + static_cast<int64_t>(item.seq) * p.out_seq_stride + qh0 * D
+                      : p.partial_out + (static_cast<int64_t>(blockIdx.x) * p.num_q_heads + qh0) * D;
   for (int i = tid; i < nh * D; i += kThreads) {
     const int h = i / D, d = i % D;
     float out = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) out = fmaf(sm.wt[w][h], sm.u.o[w][h][d], out);
-    const int64_t row = static_cast<int64_t>(blockIdx.x) * p.num_q_heads + qh0 + h;
-    p.partial_out[row * D + d] = out;
+    dst[i] = out;
   }
 }
 
 // Stage 1, both tiers in one launch. Grid: (num_work, Hkv, ceil(group / 8)); block:
-// C::kThreads.
-template <int D, class C>
+// C::kThreads. kDirect: params.one_split_per_seq (a template argument: a runtime flag cost the
+// other launches ~0.15 us, H200, bench/NOTES.md "v15 direct").
+template <int D, class C, bool kDirect>
 __global__ void __launch_bounds__(C::kThreads, C::kBf16Warp ? 2 : kDecodeStage1CtasPerSm)
     DecodeSplitKernel(const DecodeAttentionParams p, float sc_log2) {
   __shared__ __align__(16) SplitSmem<D, C> sm;
   const DecodeWorkItem item = p.work[blockIdx.x];
   if (item.tier == static_cast<int32_t>(Tier::kBf16)) {
-    RunSplit<D, C, Bf16Loader, 1, false>(p, item, p.bf16, sc_log2, sm);
+    RunSplit<D, C, Bf16Loader, 1, false, kDirect>(p, item, p.bf16, sc_log2, sm);
   } else {
     // 4 tiles per softmax step (D = 128 fits in 128 registers with V loaded inside the step).
-    RunSplit<D, C, Int2Loader, 4, true>(p, item, p.int2, sc_log2, sm);
+    RunSplit<D, C, Int2Loader, 4, true, kDirect>(p, item, p.int2, sc_log2, sm);
   }
 }
 
@@ -910,11 +918,17 @@ cudaError_t LaunchStage1(const DecodeAttentionParams& p, Stage1Cta cta, cudaStre
               ? Stage1Cta::kBf16Warp
               : Stage1Cta::kPlain;
   }
+  const float sc_log2 = p.sm_scale * kLog2e;
   if (cta == Stage1Cta::kBf16Warp) {
-    DecodeSplitKernel<D, Bf16WarpCta>
-        <<<grid, Bf16WarpCta::kThreads, 0, stream>>>(p, p.sm_scale * kLog2e);
+    if (p.one_split_per_seq) {
+      DecodeSplitKernel<D, Bf16WarpCta, true><<<grid, Bf16WarpCta::kThreads, 0, stream>>>(p, sc_log2);
+    } else {
+      DecodeSplitKernel<D, Bf16WarpCta, false><<<grid, Bf16WarpCta::kThreads, 0, stream>>>(p, sc_log2);
+    }
+  } else if (p.one_split_per_seq) {
+    DecodeSplitKernel<D, PlainCta, true><<<grid, PlainCta::kThreads, 0, stream>>>(p, sc_log2);
   } else {
-    DecodeSplitKernel<D, PlainCta><<<grid, PlainCta::kThreads, 0, stream>>>(p, p.sm_scale * kLog2e);
+    DecodeSplitKernel<D, PlainCta, false><<<grid, PlainCta::kThreads, 0, stream>>>(p, sc_log2);
   }
   return cudaGetLastError();
 }
@@ -944,10 +958,13 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
       return cudaErrorInvalidValue;
     }
   }
+  // One split per sequence: stage 1 writes out itself (every sequence needs its CTA).
+  if (p.one_split_per_seq && p.num_work != p.num_seqs) return cudaErrorInvalidValue;
   if (params.head_dim != 64 && params.head_dim != 128) return cudaErrorNotSupported;
   if (params.num_work > 0) {
     OSCARKV_CUDA_RETURN_IF_ERROR(params.head_dim == 128 ? LaunchStage1<128>(params, cta, stream)
                                                         : LaunchStage1<64>(params, cta, stream));
+    if (params.one_split_per_seq) return cudaSuccess;  // nothing to merge
   }
   // Groups: about 4 splits per thread (their loads are independent), at most kMergeGroups.
   const int avg_splits = (params.num_work + params.num_seqs - 1) / params.num_seqs;
@@ -966,18 +983,43 @@ struct WavePlan {
   int splits;
   bool fused;
 };
-WavePlan PlanForWave(int head_ctas, int num_sms, int ctas_per_sm) {
+
+// Few (sequence, KV head) pairs in a wave of 2 BF16-warp CTAs per SM: fuse the BF16 tier into the
+// INT2 splits unless the separate plan's INT2 split and BF16 split (256 tokens) read about the
+// same bytes. Fused, every CTA streams INT2 and the BF16 warp takes its share alongside; that wins
+// when the BF16 split would be the long pole (short contexts) or when 2 of every 33 CTAs would
+// spend most of the wave idle (long ones), and loses in between, where the separate splits are
+// balanced and the share adds to the fused split. H200, same run (bench/NOTES.md "v15 plan"),
+// separate -> fused, with the INT2/BF16 split byte ratio: D=128 B=1 8k 15.2 -> 10.5 us (0.15),
+// 32k 16.3 -> 16.5 (0.58), 128k 33.2 -> 32.1..32.5 (2.3), B=2 64k 35.0 -> 31.2 (2.6); D=64 B=1 8k
+// 8.0 -> 7.1 (0.16), 32k 10.0 -> 9.8 (0.23), 128k 13.6 -> 14.7 (0.93), B=4 32k 13.7 -> 13.9 (1.0).
+bool FuseFewPairs(int int2_splits, int head_dim, int max_int2_tokens, int min_tokens_per_split) {
+  const int64_t int2_split_tokens = std::max<int64_t>(
+      min_tokens_per_split, (int64_t{max_int2_tokens} + int2_splits - 1) / int2_splits);
+  const double ratio =
+      static_cast<double>(int2_split_tokens * Int2PageUnitBytes(head_dim)) /
+      (static_cast<double>(min_tokens_per_split) * Bf16PageUnitBytes(head_dim));
+  return ratio < 0.4 || ratio > 1.6;
+}
+
+WavePlan PlanForWave(int head_ctas, int num_sms, int ctas_per_sm, int head_dim,
+                     int max_int2_tokens, int min_tokens_per_split) {
   const int splits = std::max(1, num_sms * ctas_per_sm) / head_ctas;
   if (splits >= 16) {
     // Few (sequence, KV head) pairs (batch 1-3 at long context): at most 3 INT2 CTAs per SM even
     // when more fit, because each split costs fixed work (q staging, ring fill, epilogue, and its
     // partial in the merge) that a fourth CTA per SM did not repay (H200, B=1, 4-CTA kernel: D=64
-    // 128k 16.8 -> 15.8 us, D=128 32k 24.2 -> 19.6 us; bench/NOTES.md "v12 plan"). And room in
-    // the wave for the short BF16 splits, 2 per pair, at a cost of <= 1/8 of the INT2 splits.
-    // (H200, B=1 128k D=128: 41.5 us this way, 43.9 us fused: the CTAs that get a BF16 share
-    // form a tail.)
+    // 128k 16.8 -> 15.8 us, D=128 32k 24.2 -> 19.6 us; bench/NOTES.md "v12 plan"). Separate BF16
+    // splits, 2 per pair, cost <= 1/8 of the INT2 splits. In the plain layout they stay separate
+    // (H200, B=1 128k D=128: 41.5 us that way, 43.9 us fused: the CTAs that get a share form a
+    // tail); with the BF16 warp, FuseFewPairs decides.
     constexpr int kFewPairsInt2CtasPerSm = 3;
-    return {num_sms * std::min(ctas_per_sm, kFewPairsInt2CtasPerSm) / head_ctas - 2, false};
+    const int separate = num_sms * std::min(ctas_per_sm, kFewPairsInt2CtasPerSm) / head_ctas - 2;
+    if (ctas_per_sm <= 2 &&
+        FuseFewPairs(separate, head_dim, max_int2_tokens, min_tokens_per_split)) {
+      return {splits, true};
+    }
+    return {separate, false};
   }
   // Many pairs: the BF16 tier (sink + recent) is shared out among each sequence's INT2 splits
   // (Tier::kInt2WithBf16) instead of 2 BF16 CTAs per pair that wait for slots and delay INT2
@@ -987,30 +1029,34 @@ WavePlan PlanForWave(int head_ctas, int num_sms, int ctas_per_sm) {
 
 }  // namespace
 
-DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads, int num_sms,
+DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads,
+                                     int head_dim, int max_int2_tokens, int num_sms,
                                      int ctas_per_sm) {
+  constexpr int kMinTokensPerSplit = 256;
   const int group = num_q_heads / std::max(1, num_kv_heads);
   const int head_ctas = std::max(1, num_seqs * num_kv_heads *
                                         ((group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta));
+  auto wave_of = [&](int per_sm) {
+    return PlanForWave(head_ctas, num_sms, per_sm, head_dim, max_int2_tokens, kMinTokensPerSplit);
+  };
   WavePlan wave;
   if (ctas_per_sm > 0) {
-    wave = PlanForWave(head_ctas, num_sms, ctas_per_sm);
+    wave = wave_of(ctas_per_sm);
   } else {
     // A wave of 2 CTAs per SM, which DecodeAttentionCuda runs with the BF16 warp
     // (Stage1Cta::kBf16Warp), when its CTAs fill >= 90% of it; else 3 plain CTAs per SM. H200,
     // same run, 2 vs 3 per SM: D=128 B=8 32k 57.2 vs 60.8 us, B=1 128k 33.2 vs 33.6; D=64 B=1
     // 128k 14.0 vs 14.2; D=64 B=32 8k (192 CTAs: 73% of the 2-per-SM wave) 23.8 vs 20.8
     // (bench/NOTES.md "v14").
-    const WavePlan two = PlanForWave(head_ctas, num_sms, 2);
+    const WavePlan two = wave_of(2);
     const int64_t ctas = static_cast<int64_t>(head_ctas) * (two.splits + (two.fused ? 0 : 2));
-    wave = 10 * ctas >= 9 * 2 * static_cast<int64_t>(num_sms)
-               ? two
-               : PlanForWave(head_ctas, num_sms, kDecodeStage1CtasPerSm);
+    wave = 10 * ctas >= 9 * 2 * static_cast<int64_t>(num_sms) ? two
+                                                               : wave_of(kDecodeStage1CtasPerSm);
   }
   DecodePlanConfig config;
   config.fuse_bf16_into_int2 = wave.fused;
   config.max_splits_per_tier = std::clamp(wave.splits, 1, 512);
-  config.min_tokens_per_split = 256;
+  config.min_tokens_per_split = kMinTokensPerSplit;
   return config;
 }
 

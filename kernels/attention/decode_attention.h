@@ -138,6 +138,13 @@ struct DecodePlan {
   std::vector<DecodeWorkItem> work;        // all splits, grouped by sequence
   std::vector<int32_t> seq_work_indptr;    // [B+1]; splits of seq b: work[indptr[b]..indptr[b+1])
   int num_work() const { return static_cast<int>(work.size()); }
+  // True when every sequence has exactly one work item (DecodeAttentionParams::one_split_per_seq).
+  bool OneSplitPerSequence() const {
+    for (int b = 0; b < num_seqs; ++b) {
+      if (seq_work_indptr[b + 1] - seq_work_indptr[b] != 1) return false;
+    }
+    return num_seqs > 0;
+  }
   // Partial buffers for `num_q_heads` heads of dim `head_dim`.
   int64_t PartialOutFloats(int num_q_heads, int head_dim) const {
     return static_cast<int64_t>(work.size()) * num_q_heads * head_dim;
@@ -178,6 +185,11 @@ struct DecodeAttentionParams {
   float* out = nullptr;       // [B, Hq, D] f32, in the R_V-rotated basis
   int64_t out_seq_stride = 0; // floats between sequences (Hq*D when packed)
   float* out_lse = nullptr;   // [B, Hq] f32 or nullptr; lse of the whole row (-inf if empty)
+
+  // Every sequence has exactly one work item (DecodePlan::OneSplitPerSequence(), e.g. B=32 at 8k
+  // on the GPU plan): the GPU path then writes out / out_lse from stage 1 and runs no merge
+  // (H200, D=128 B=32 8k: bench/NOTES.md "v15 direct"). Same result either way.
+  bool one_split_per_seq = false;
 };
 
 // Checks sizes and pointers; nullptr when usable, else a static message.

@@ -12,7 +12,8 @@
 //   materialised. BF16 pages use the same kernel template with a BF16 loader. A
 //   Tier::kInt2WithBf16 item (fused plan) attends its share of the BF16 tier with register loads,
 //   on the fifth warp, or else first on every warp while the first INT2 tiles are in flight.
-//   stage 2: log-sum-exp merge of each sequence's splits into out / out_lse.
+//   stage 2: log-sum-exp merge of each sequence's splits into out / out_lse (not launched when
+//   params.one_split_per_seq: stage 1 then writes out itself).
 // Numerics: q is rounded to bf16 for the score MMA; P is rounded to fp16 (INT2) or bf16 (BF16) for
 // the P.V MMA; accumulation is fp32. Expected error vs the CPU reference: ~1e-3 relative.
 #ifndef OSCARKV_KERNELS_ATTENTION_DECODE_ATTENTION_CUDA_H_
@@ -45,12 +46,15 @@ constexpr int kDecodeStage1CtasPerSm = 3;
 // a wave of 2 CTAs per SM (run with the BF16 warp) when the plan fills >= 90% of it, else of
 // kDecodeStage1CtasPerSm plain CTAs; > 0: a wave of that many per SM (bench sweeps). With few
 // (sequence, KV head) pairs (batch 1-3 at long context: >= 16 splits each) the wave has about
-// min(ctas_per_sm, 3) * num_sms INT2 CTAs (fewer, longer splits repay their fixed costs) and
-// keeps room for the BF16 splits, assuming the BF16 tier holds sink + recent (<= 2 splits of 256
-// tokens). With many pairs the wave has about ctas_per_sm * num_sms CTAs and the BF16 tier is
-// fused into the INT2 splits (fuse_bf16_into_int2).
+// min(ctas_per_sm, 3) * num_sms INT2 CTAs (fewer, longer splits repay their fixed costs); the BF16
+// tier (sink + recent, <= 2 splits of 256 tokens) gets splits of its own, or, in a wave of 2 per
+// SM, is fused into the INT2 splits unless those read about as many bytes as a BF16 split would
+// (decided from head_dim and max_int2_tokens, the longest INT2 tier of the batch). With many
+// pairs the wave has about ctas_per_sm * num_sms CTAs and the BF16 tier is fused into the INT2
+// splits (fuse_bf16_into_int2).
 DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads,
-                                     int num_sms, int ctas_per_sm = 0);
+                                     int head_dim, int max_int2_tokens, int num_sms,
+                                     int ctas_per_sm = 0);
 
 }  // namespace oscarkv::kernels
 

@@ -250,6 +250,9 @@ const char* ValidateDecodeAttentionParams(const DecodeAttentionParams& p) {
   if (const char* e = ValidateTable(p.int2, p, Int2PageUnitBytes(p.head_dim))) return e;
   for (int b = 0; b < p.num_seqs; ++b) {
     if (p.seq_work_indptr[b + 1] < p.seq_work_indptr[b]) return "seq_work_indptr not monotone";
+    if (p.one_split_per_seq && p.seq_work_indptr[b + 1] - p.seq_work_indptr[b] != 1) {
+      return "one_split_per_seq needs exactly one work item per sequence";
+    }
     for (int i = p.seq_work_indptr[b]; i < p.seq_work_indptr[b + 1]; ++i) {
       const DecodeWorkItem& w = p.work[i];
       const PagedTierTable& t = w.tier == static_cast<int32_t>(Tier::kBf16) ? p.bf16 : p.int2;

@@ -52,6 +52,7 @@ struct GpuModel::StepMeta {
   const k::DecodeWorkItem* work = nullptr;
   const int32_t* seq_work_indptr = nullptr;
   int num_work = 0;
+  bool one_split_per_seq = false;  // DecodePlan::OneSplitPerSequence()
 };
 
 namespace {
@@ -464,6 +465,7 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
       ap.partial_lse = partial_lse_.as<float>();
       ap.out = attn_out_.as<float>();
       ap.out_seq_stride = qdim;
+      ap.one_split_per_seq = meta.one_split_per_seq;
       OSCARKV_CUDA_OK(k::DecodeAttentionCuda(ap, stream_));
       const float* o = attn_out_.as<float>();
       if (has_rotation_) {
@@ -762,9 +764,11 @@ absl::Status GpuModel::DecodeStep(std::span<const int64_t> ids, std::span<const 
     int2_indptr.push_back(static_cast<int32_t>(int2_indices.size()));
     int2_tokens[i] = s.int2_tokens;
   }
+  const int32_t max_int2_tokens =
+      windowed_ ? *std::max_element(int2_tokens.begin(), int2_tokens.end()) : 0;
   const k::DecodePlan plan = k::PlanDecodeAttention(
       k::GpuDecodePlanConfig(static_cast<int>(b), config_.num_kv_heads, config_.num_heads,
-                             num_sms_),
+                             config_.head_dim, max_int2_tokens, num_sms_),
       static_cast<int>(b), bf16_tokens.data(), windowed_ ? int2_tokens.data() : nullptr);
   const int64_t need_out = plan.PartialOutFloats(config_.num_heads, config_.head_dim) * 4;
   if (static_cast<int64_t>(partial_out_.bytes()) < need_out) {
@@ -813,6 +817,7 @@ absl::Status GpuModel::DecodeStep(std::span<const int64_t> ids, std::span<const 
   meta.work = reinterpret_cast<const k::DecodeWorkItem*>(base + off_work);
   meta.seq_work_indptr = base + off_swi;
   meta.num_work = plan.num_work();
+  meta.one_split_per_seq = plan.OneSplitPerSequence();
 
   OSCARKV_CUDA_OK(k::EmbedRowsCuda(weights_.token_embd(), meta.tokens, b, config_.d_model,
                                    x_.as<float>(), stream_));

@@ -200,7 +200,9 @@ bool RunCase(const Case& c, uint64_t seed) {
 
   int sms = 132;
   GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  kernels::DecodePlanConfig config = kernels::GpuDecodePlanConfig(b, c.hkv, c.hq, sms);
+  const int max_int2 = *std::max_element(c.int2_tokens.begin(), c.int2_tokens.end());
+  kernels::DecodePlanConfig config =
+      kernels::GpuDecodePlanConfig(b, c.hkv, c.hq, d, max_int2, sms);
   if (c.fixed_split > 0) config.fixed_tokens_per_split = c.fixed_split;
   if (c.fuse != 0) config.fuse_bf16_into_int2 = c.fuse > 0;
   const kernels::DecodePlan plan =
@@ -274,20 +276,27 @@ bool RunCase(const Case& c, uint64_t seed) {
   std::vector<double> ref64;
   Reference64(c, q, bf, i2, sm_scale, ref64);
   std::vector<double> cpu64(out_ref.begin(), out_ref.end());
-  // Both stage-1 CTA layouts (kAuto picks one of them by grid size), outputs poisoned each time.
+  // Both stage-1 CTA layouts (kAuto picks one of them by grid size), and, when the plan has one
+  // split per sequence, with the merge launch and with stage 1 writing out itself; outputs
+  // poisoned each time.
   bool ok = true;
   for (const kernels::Stage1Cta cta : {kernels::Stage1Cta::kPlain, kernels::Stage1Cta::kBf16Warp}) {
-    GPU_CHECK(cudaMemset(d_po, 0xff, part_out.size() * 4));  // NaN poison
-    GPU_CHECK(cudaMemset(d_pl, 0xff, part_lse.size() * 4));
-    GPU_CHECK(cudaMemset(d_out, 0xff, out_ref.size() * 4));
-    GPU_CHECK(cudaMemset(d_lse, 0xff, lse_ref.size() * 4));
-    GPU_CHECK(kernels::DecodeAttentionCuda(dp, nullptr, cta));
-    GPU_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> out = ToHost(d_out, out_ref.size());
-    const std::vector<float> lse = ToHost(d_lse, lse_ref.size());
-    ok = CheckOutputs(c, cta == kernels::Stage1Cta::kPlain ? "4 warps" : "4+bf16 warp", plan,
-                      out, lse, out_ref, lse_ref, ref64, cpu64) &&
-         ok;
+    for (const bool direct : {false, true}) {
+      if (direct && !plan.OneSplitPerSequence()) continue;
+      GPU_CHECK(cudaMemset(d_po, 0xff, part_out.size() * 4));  // NaN poison
+      GPU_CHECK(cudaMemset(d_pl, 0xff, part_lse.size() * 4));
+      GPU_CHECK(cudaMemset(d_out, 0xff, out_ref.size() * 4));
+      GPU_CHECK(cudaMemset(d_lse, 0xff, lse_ref.size() * 4));
+      dp.one_split_per_seq = direct;
+      GPU_CHECK(kernels::DecodeAttentionCuda(dp, nullptr, cta));
+      GPU_CHECK(cudaDeviceSynchronize());
+      const std::vector<float> out = ToHost(d_out, out_ref.size());
+      const std::vector<float> lse = ToHost(d_lse, lse_ref.size());
+      const std::string label =
+          std::string(cta == kernels::Stage1Cta::kPlain ? "4 warps" : "4+bf16 warp") +
+          (direct ? ", out from stage 1" : "");
+      ok = CheckOutputs(c, label.c_str(), plan, out, lse, out_ref, lse_ref, ref64, cpu64) && ok;
+    }
   }
   for (void* ptr : to_free) GPU_CHECK(cudaFree(ptr));
   return ok;
@@ -325,6 +334,9 @@ int main(int argc, char** argv) {
        {500, 900, 8, 0, 300, 1200, 64, 17, 333, 40, 600, 0}, 0, 2.0f},
       {"d64 g3 b12 unfused", 9, 3, 64, {320, 7, 64, 300, 0, 16, 320, 100, 263, 320, 1, 50},
        {500, 900, 8, 0, 300, 1200, 64, 17, 333, 40, 600, 0}, 0, 2.0f, -1},
+      // Short sequences: one split each (also written from stage 1 directly).
+      {"d128 g4 b2 one split", 32, 8, 128, {64, 100}, {200, 96}, 0, 2.0f},
+      {"d64 g3 b1 one split", 9, 3, 64, {70}, {120}, 0, 2.0f},
       // The bench's B=32 shape, shorter: GpuDecodePlanConfig fuses, one split per sequence.
       {"d128 g4 b32 default", 32, 8, 128, std::vector<int32_t>(32, 320),
        oscarkv::Lengths(32, 200, 700), 0, 2.0f},

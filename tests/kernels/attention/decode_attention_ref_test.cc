@@ -444,5 +444,52 @@ TEST(DecodeAttentionParams, ValidationRejectsBadShapes) {
   EXPECT_NE(DecodeAttentionRef(p), nullptr);
 }
 
+TEST(DecodePlan, OneSplitPerSequenceOnlyWhenEverySequenceHasOne) {
+  const std::vector<int32_t> bf16{60, 64}, int2{0, 8};  // <= 64 tokens: one split per tier
+  DecodePlanConfig cfg;
+  cfg.fuse_bf16_into_int2 = true;  // the second sequence: one fused split
+  EXPECT_TRUE(PlanDecodeAttention(cfg, 2, bf16.data(), int2.data()).OneSplitPerSequence());
+  const std::vector<int32_t> empty{0, 64};  // a sequence without work
+  EXPECT_FALSE(PlanDecodeAttention(cfg, 2, empty.data(), int2.data()).OneSplitPerSequence());
+  cfg.fuse_bf16_into_int2 = false;  // the second sequence: a BF16 and an INT2 split
+  EXPECT_FALSE(PlanDecodeAttention(cfg, 2, bf16.data(), int2.data()).OneSplitPerSequence());
+}
+
+TEST(DecodeAttentionParams, OneSplitPerSequenceIsChecked) {
+  // Two sequences, one of them with two splits: one_split_per_seq is refused.
+  const std::vector<int32_t> bf16{8, 8}, int2{0, 8};
+  const DecodePlan plan = PlanDecodeAttention(DecodePlanConfig{}, 2, bf16.data(), int2.data());
+  ASSERT_EQ(plan.num_work(), 3);
+  const std::vector<float> q(2 * 4 * 64);
+  std::vector<float> out(q.size()), po(plan.PartialOutFloats(4, 64)), pl(plan.PartialLseFloats(4));
+  std::vector<uint8_t> bf_pool(2 * 2 * Bf16PageUnitBytes(64)), i2_pool(2 * Int2PageUnitBytes(64));
+  // (zero pools: the values do not matter here)
+  const std::vector<int32_t> bf_indptr{0, 1, 2}, bf_idx{0, 1}, i2_indptr{0, 0, 1}, i2_idx{0};
+  DecodeAttentionParams p;
+  p.num_seqs = 2;
+  p.num_q_heads = 4;
+  p.num_kv_heads = 2;
+  p.head_dim = 64;
+  p.sm_scale = 0.125f;
+  p.q = q.data();
+  p.q_seq_stride = 4 * 64;
+  p.bf16 = {bf_indptr.data(), bf_idx.data(), bf16.data(), bf_pool.data(),
+            2 * Bf16PageUnitBytes(64), Bf16PageUnitBytes(64)};
+  p.int2 = {i2_indptr.data(), i2_idx.data(), int2.data(), i2_pool.data(),
+            2 * Int2PageUnitBytes(64), Int2PageUnitBytes(64)};
+  p.work = plan.work.data();
+  p.seq_work_indptr = plan.seq_work_indptr.data();
+  p.num_work = plan.num_work();
+  p.partial_out = po.data();
+  p.partial_lse = pl.data();
+  p.out = out.data();
+  p.out_seq_stride = 4 * 64;
+  EXPECT_EQ(ValidateDecodeAttentionParams(p), nullptr);
+  EXPECT_EQ(DecodeAttentionRef(p), nullptr);
+  p.one_split_per_seq = true;
+  EXPECT_NE(ValidateDecodeAttentionParams(p), nullptr);
+  EXPECT_NE(DecodeAttentionRef(p), nullptr);
+}
+
 }  // namespace
 }  // namespace oscarkv::kernels
