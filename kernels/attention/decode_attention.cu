@@ -837,19 +837,21 @@ __global__ void __launch_bounds__(C::kThreads, C::kBf16Warp ? 2 : kDecodeStage1C
   }
 }
 
-// Stage 2. Grid: (B, Hq); block: D x G threads, G <= kMergeGroups (from the splits per sequence).
-// Thread (d, j) loads channel d and the lse of splits j, j + G, ..., kMergeChunk at a time, all
-// in flight together, and keeps its own max, weight sum and weighted sum; one barrier, then
-// group 0 combines the G partial results. One round trip to memory for a sequence of up to
-// G * kMergeChunk splits (the v12 merge staged the lse block-wide first: three barriers and two
-// round trips, ~6 us at B=1).
-constexpr int kMergeGroups = 8;
+// Stage 2. Grid: (B, Hq, Z); block: C x G threads, C = D / Z channels, G <= kMergeGroups (from
+// the splits per sequence). Thread (c, j) loads channel C z + c and the lse of splits j, j + G,
+// ..., kMergeChunk at a time, all in flight together, and keeps its own max, weight sum and
+// weighted sum; one barrier, then group 0 combines the G partial results. One round trip to
+// memory for a sequence of up to G * kMergeChunk splits (the v12 merge staged the lse block-wide
+// first: three barriers and two round trips, ~6 us at B=1). Z = D / 32 when B * Hq blocks would
+// leave most SMs idle (B=1), else 1 (bench/NOTES.md "v15 merge").
+constexpr int kMergeGroups = 16;
 constexpr int kMergeChunk = 8;
 __global__ void MergeKernel(const DecodeAttentionParams p) {
   __shared__ float s_m[kMergeGroups], s_s[kMergeGroups];
-  __shared__ float s_acc[kMergeGroups][128];
-  const int b = blockIdx.x, h = blockIdx.y, D = p.head_dim;
-  const int tid = threadIdx.x, d = tid % D, j = tid / D, groups = blockDim.x / D;
+  __shared__ float s_acc[kMergeGroups * 128];
+  const int b = blockIdx.x, h = blockIdx.y, D = p.head_dim, C = D / gridDim.z;
+  const int tid = threadIdx.x, c = tid % C, d = blockIdx.z * C + c, j = tid / C;
+  const int groups = blockDim.x / C;
   const int w0 = p.seq_work_indptr[b], n = p.seq_work_indptr[b + 1] - w0;
   const float* lse = p.partial_lse + static_cast<int64_t>(w0) * p.num_q_heads + h;
   const float* po = p.partial_out + (static_cast<int64_t>(w0) * p.num_q_heads + h) * D + d;
@@ -879,29 +881,30 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
       m = cm;
     }
   }
-  if (d == 0) {
+  if (c == 0) {
     s_m[j] = m;
     s_s[j] = sum;
   }
-  s_acc[j][d] = acc;
+  s_acc[j * C + c] = acc;
   __syncthreads();
   if (j != 0) return;
   float mm = -INFINITY;
   for (int g = 0; g < groups; ++g) mm = fmaxf(mm, s_m[g]);
   float* out = p.out + static_cast<int64_t>(b) * p.out_seq_stride + static_cast<int64_t>(h) * D;
+  const bool write_lse = d == 0 && p.out_lse != nullptr;
   if (mm == -INFINITY) {  // no token attended: zeros, lse -inf
     out[d] = 0.0f;
-    if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = -INFINITY;
+    if (write_lse) p.out_lse[b * p.num_q_heads + h] = -INFINITY;
     return;
   }
   float total = 0.0f, wsum = 0.0f;
   for (int g = 0; g < groups; ++g) {
     const float f = s_m[g] == -INFINITY ? 0.0f : __expf(s_m[g] - mm);
-    total = fmaf(f, s_acc[g][d], total);
+    total = fmaf(f, s_acc[g * C + c], total);
     wsum = fmaf(f, s_s[g], wsum);
   }
   out[d] = total / wsum;
-  if (d == 0 && p.out_lse != nullptr) p.out_lse[b * p.num_q_heads + h] = mm + logf(wsum);
+  if (write_lse) p.out_lse[b * p.num_q_heads + h] = mm + logf(wsum);
 }
 
 template <int D>
@@ -966,12 +969,21 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
                                                         : LaunchStage1<64>(params, cta, stream));
     if (params.one_split_per_seq) return cudaSuccess;  // nothing to merge
   }
-  // Groups: about 4 splits per thread (their loads are independent), at most kMergeGroups.
+  // Groups: about 4 splits per thread (their loads are independent), at most kMergeGroups, and at
+  // most 1024 threads. Blocks of 32 channels when one block per head leaves most SMs idle: H200,
+  // same run, B=1: D=128 8k 10.45 -> 9.3 us, 128k 31.95 -> 31.8, D=64 128k 13.7 -> 13.15; at B=8
+  // (256 blocks per head already) they cost +0.6 us.
+  int sms = 0;
+  OSCARKV_CUDA_RETURN_IF_ERROR(CurrentDeviceSms(&sms));
+  const int z = static_cast<int64_t>(params.num_seqs) * params.num_q_heads < sms
+                    ? params.head_dim / 32
+                    : 1;
+  const int channels = params.head_dim / z;
   const int avg_splits = (params.num_work + params.num_seqs - 1) / params.num_seqs;
   int groups = 1;
-  while (groups < kMergeGroups && 4 * groups < avg_splits) groups *= 2;
-  MergeKernel<<<dim3(params.num_seqs, params.num_q_heads), params.head_dim * groups, 0,
-                stream>>>(params);
+  while (groups < kMergeGroups && 4 * groups < avg_splits && channels * groups < 512) groups *= 2;
+  MergeKernel<<<dim3(params.num_seqs, params.num_q_heads, z), channels * groups, 0, stream>>>(
+      params);
   return cudaGetLastError();
 }
 
