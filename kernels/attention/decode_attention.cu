@@ -810,8 +810,9 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   __syncthreads();
   // The CTA's normalised output: its partial row, or out itself (kDirect: one split per
   // sequence, no merge).
-  float* dst = kDirect ? p.out + static_cast<int64_t>(item.seq) * p.out_seq_stride + qh0 * D
-                      : p.partial_out + (static_cast<int64_t>(blockIdx.x) * p.num_q_heads + qh0) * D;
+  float* dst =
+      kDirect ? p.out + static_cast<int64_t>(item.seq) * p.out_seq_stride + qh0 * D
+              : p.partial_out + (static_cast<int64_t>(blockIdx.x) * p.num_q_heads + qh0) * D;
   for (int i = tid; i < nh * D; i += kThreads) {
     const int h = i / D, d = i % D;
     float out = 0.0f;
@@ -907,6 +908,17 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
   if (write_lse) p.out_lse[b * p.num_q_heads + h] = mm + logf(wsum);
 }
 
+// One stage-1 launch in layout C, writing out directly when the plan has one split per sequence.
+template <int D, class C>
+void LaunchSplits(const DecodeAttentionParams& p, dim3 grid, cudaStream_t stream) {
+  const float sc_log2 = p.sm_scale * kLog2e;
+  if (p.one_split_per_seq) {
+    DecodeSplitKernel<D, C, true><<<grid, C::kThreads, 0, stream>>>(p, sc_log2);
+  } else {
+    DecodeSplitKernel<D, C, false><<<grid, C::kThreads, 0, stream>>>(p, sc_log2);
+  }
+}
+
 template <int D>
 cudaError_t LaunchStage1(const DecodeAttentionParams& p, Stage1Cta cta, cudaStream_t stream) {
   const int group = p.num_q_heads / p.num_kv_heads;
@@ -921,17 +933,10 @@ cudaError_t LaunchStage1(const DecodeAttentionParams& p, Stage1Cta cta, cudaStre
               ? Stage1Cta::kBf16Warp
               : Stage1Cta::kPlain;
   }
-  const float sc_log2 = p.sm_scale * kLog2e;
   if (cta == Stage1Cta::kBf16Warp) {
-    if (p.one_split_per_seq) {
-      DecodeSplitKernel<D, Bf16WarpCta, true><<<grid, Bf16WarpCta::kThreads, 0, stream>>>(p, sc_log2);
-    } else {
-      DecodeSplitKernel<D, Bf16WarpCta, false><<<grid, Bf16WarpCta::kThreads, 0, stream>>>(p, sc_log2);
-    }
-  } else if (p.one_split_per_seq) {
-    DecodeSplitKernel<D, PlainCta, true><<<grid, PlainCta::kThreads, 0, stream>>>(p, sc_log2);
+    LaunchSplits<D, Bf16WarpCta>(p, grid, stream);
   } else {
-    DecodeSplitKernel<D, PlainCta, false><<<grid, PlainCta::kThreads, 0, stream>>>(p, sc_log2);
+    LaunchSplits<D, PlainCta>(p, grid, stream);
   }
   return cudaGetLastError();
 }
