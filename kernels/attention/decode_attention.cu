@@ -920,11 +920,10 @@ void LaunchSplits(const DecodeAttentionParams& p, dim3 grid, cudaStream_t stream
 }
 
 template <int D>
-cudaError_t LaunchStage1(const DecodeAttentionParams& p, Stage1Cta cta, cudaStream_t stream) {
+cudaError_t LaunchStage1(const DecodeAttentionParams& p, Stage1Cta cta, int sms,
+                         cudaStream_t stream) {
   const int group = p.num_q_heads / p.num_kv_heads;
   const dim3 grid(p.num_work, p.num_kv_heads, (group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta);
-  int sms = 0;
-  OSCARKV_CUDA_RETURN_IF_ERROR(CurrentDeviceSms(&sms));
   // A launch that fits in 2 CTAs per SM (many sequences, one split each: B=32 at 8k) has room
   // for a fifth warp per CTA: it takes the BF16 share of a fused split, so that the INT2 warps
   // start on their tiles at once.
@@ -969,17 +968,18 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   // One split per sequence: stage 1 writes out itself (every sequence needs its CTA).
   if (p.one_split_per_seq && p.num_work != p.num_seqs) return cudaErrorInvalidValue;
   if (params.head_dim != 64 && params.head_dim != 128) return cudaErrorNotSupported;
+  int sms = 0;  // both stages size their grids by it
+  OSCARKV_CUDA_RETURN_IF_ERROR(CurrentDeviceSms(&sms));
   if (params.num_work > 0) {
-    OSCARKV_CUDA_RETURN_IF_ERROR(params.head_dim == 128 ? LaunchStage1<128>(params, cta, stream)
-                                                        : LaunchStage1<64>(params, cta, stream));
+    OSCARKV_CUDA_RETURN_IF_ERROR(params.head_dim == 128
+                                     ? LaunchStage1<128>(params, cta, sms, stream)
+                                     : LaunchStage1<64>(params, cta, sms, stream));
     if (params.one_split_per_seq) return cudaSuccess;  // nothing to merge
   }
   // Groups: about 4 splits per thread (their loads are independent), at most kMergeGroups, and at
   // most 1024 threads. Blocks of 32 channels when one block per head leaves most SMs idle: H200,
   // same run, B=1: D=128 8k 10.45 -> 9.3 us, 128k 31.95 -> 31.8, D=64 128k 13.7 -> 13.15; at B=8
   // (256 blocks per head already) they cost +0.6 us.
-  int sms = 0;
-  OSCARKV_CUDA_RETURN_IF_ERROR(CurrentDeviceSms(&sms));
   const int z = static_cast<int64_t>(params.num_seqs) * params.num_q_heads < sms
                     ? params.head_dim / 32
                     : 1;
