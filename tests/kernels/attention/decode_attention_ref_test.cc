@@ -196,10 +196,14 @@ struct RunResult {
   std::vector<float> out;
   std::vector<float> lse;
   int num_work = 0;
+  const char* error = nullptr;  // DecodeAttentionRef's
 };
 
+// one_split_per_seq: the params claim one work item per sequence; the run is expected to succeed
+// when the plan has that shape.
 RunResult RunDecode(const Shape& s, const Pool& pool, const std::vector<float>& q, int num_seqs,
-              const DecodePlanConfig& cfg, bool use_int2 = true) {
+                    const DecodePlanConfig& cfg, bool use_int2 = true,
+                    bool one_split_per_seq = false) {
   DecodePlan plan = PlanDecodeAttention(cfg, num_seqs, pool.bf16_tokens.data(),
                                         use_int2 ? pool.int2_tokens.data() : nullptr);
   std::vector<float> partial_out(plan.PartialOutFloats(s.hq(), s.d));
@@ -230,8 +234,11 @@ RunResult RunDecode(const Shape& s, const Pool& pool, const std::vector<float>& 
   p.out = r.out.data();
   p.out_seq_stride = static_cast<int64_t>(s.hq()) * s.d;
   p.out_lse = r.lse.data();
-  const char* err = DecodeAttentionRef(p);
-  EXPECT_EQ(err, nullptr) << err;
+  p.one_split_per_seq = one_split_per_seq;
+  r.error = DecodeAttentionRef(p);
+  if (!one_split_per_seq || plan.OneSplitPerSequence()) {
+    EXPECT_EQ(r.error, nullptr) << r.error;
+  }
   return r;
 }
 
@@ -455,40 +462,25 @@ TEST(DecodePlan, OneSplitPerSequenceOnlyWhenEverySequenceHasOne) {
   EXPECT_FALSE(PlanDecodeAttention(cfg, 2, bf16.data(), int2.data()).OneSplitPerSequence());
 }
 
-TEST(DecodeAttentionParams, OneSplitPerSequenceIsChecked) {
-  // Two sequences, one of them with two splits: one_split_per_seq is refused.
-  const std::vector<int32_t> bf16{8, 8}, int2{0, 8};
-  const DecodePlan plan = PlanDecodeAttention(DecodePlanConfig{}, 2, bf16.data(), int2.data());
-  ASSERT_EQ(plan.num_work(), 3);
-  const std::vector<float> q(2 * 4 * 64);
-  std::vector<float> out(q.size()), po(plan.PartialOutFloats(4, 64)), pl(plan.PartialLseFloats(4));
-  std::vector<uint8_t> bf_pool(2 * 2 * Bf16PageUnitBytes(64)), i2_pool(2 * Int2PageUnitBytes(64));
-  // (zero pools: the values do not matter here)
-  const std::vector<int32_t> bf_indptr{0, 1, 2}, bf_idx{0, 1}, i2_indptr{0, 0, 1}, i2_idx{0};
-  DecodeAttentionParams p;
-  p.num_seqs = 2;
-  p.num_q_heads = 4;
-  p.num_kv_heads = 2;
-  p.head_dim = 64;
-  p.sm_scale = 0.125f;
-  p.q = q.data();
-  p.q_seq_stride = 4 * 64;
-  p.bf16 = {bf_indptr.data(), bf_idx.data(), bf16.data(), bf_pool.data(),
-            2 * Bf16PageUnitBytes(64), Bf16PageUnitBytes(64)};
-  p.int2 = {i2_indptr.data(), i2_idx.data(), int2.data(), i2_pool.data(),
-            2 * Int2PageUnitBytes(64), Int2PageUnitBytes(64)};
-  p.work = plan.work.data();
-  p.seq_work_indptr = plan.seq_work_indptr.data();
-  p.num_work = plan.num_work();
-  p.partial_out = po.data();
-  p.partial_lse = pl.data();
-  p.out = out.data();
-  p.out_seq_stride = 4 * 64;
-  EXPECT_EQ(ValidateDecodeAttentionParams(p), nullptr);
-  EXPECT_EQ(DecodeAttentionRef(p), nullptr);
-  p.one_split_per_seq = true;
-  EXPECT_NE(ValidateDecodeAttentionParams(p), nullptr);
-  EXPECT_NE(DecodeAttentionRef(p), nullptr);
+TEST(DecodeAttentionParams, OneSplitPerSequenceIsCheckedAndChangesNothing) {
+  const Shape s{2, 2, 64};
+  std::mt19937 rng(77);
+  // Two sequences of <= 64 tokens per tier: one split each once the tiers are fused, two for
+  // the second sequence when they are not.
+  std::vector<SeqCache> seqs{RandomSeq(s, 60, 0, rng), RandomSeq(s, 64, 8, rng)};
+  const Pool pool = BuildPool(s, seqs, /*shuffle=*/true, rng);
+  const std::vector<float> q = RandomQuery(s, 2, rng);
+  DecodePlanConfig fused;
+  fused.fuse_bf16_into_int2 = true;
+  const RunResult plain = RunDecode(s, pool, q, 2, fused);
+  const RunResult claimed = RunDecode(s, pool, q, 2, fused, true, /*one_split_per_seq=*/true);
+  ASSERT_EQ(claimed.error, nullptr);
+  EXPECT_EQ(claimed.out, plain.out);
+  EXPECT_EQ(claimed.lse, plain.lse);
+  // Separate tiers: the claim is false and the run is refused.
+  const RunResult refused = RunDecode(s, pool, q, 2, DecodePlanConfig{}, true, true);
+  EXPECT_EQ(refused.num_work, 3);
+  EXPECT_NE(refused.error, nullptr);
 }
 
 }  // namespace
