@@ -145,9 +145,15 @@ std::vector<std::string> WorkerRegistry::UpdateHealthLocked() {
   std::vector<std::string> changed;
   const absl::Time now = options_.now();
   for (auto& [id, w] : workers_) {
+    // A heartbeat is missed once it is half an interval late. Without the grace a worker that
+    // heartbeats exactly every interval was suspect from the end of each interval until its next
+    // heartbeat landed, and requests placed in that window failed (seen as a 503 "no healthy
+    // decode worker" in e2e_four_process_test on a loaded 2-core machine).
     absl::Duration rem;  // this Abseil's IDivDuration writes the remainder unconditionally
-    const int64_t missed = absl::IDivDuration(
-        std::max(absl::ZeroDuration(), now - w.last_heartbeat), options_.heartbeat_interval, &rem);
+    const absl::Duration late =
+        now - w.last_heartbeat - options_.heartbeat_interval / 2;
+    const int64_t missed = absl::IDivDuration(std::max(absl::ZeroDuration(), late),
+                                              options_.heartbeat_interval, &rem);
     WorkerHealth health = WorkerHealth::kHealthy;
     if (missed >= options_.dead_after_missed) {
       health = WorkerHealth::kDead;

@@ -98,7 +98,8 @@ class WorkerRegistry {
   void AddPlaced(const std::string& id, int64_t prefill_tokens, int64_t decode_blocks);
   void RemovePlaced(const std::string& id, int64_t prefill_tokens, int64_t decode_blocks);
 
-  //! Recomputes health from heartbeat age: missed = floor((now - last) / interval).
+  //! Recomputes health from heartbeat age: a heartbeat counts as missed once it is half an
+  //! interval late, missed = floor((now - last - interval / 2) / interval).
   //! Returns the ids whose health changed. Called by Snapshot() too.
   std::vector<std::string> UpdateHealth();
 

@@ -42,15 +42,18 @@ TEST(WorkerRegistry, HealthFollowsMissedHeartbeats) {
   auto health = [&] { return reg.Get("decode-0")->health; };
   EXPECT_EQ(health(), WorkerHealth::kHealthy);
 
-  clock.now += absl::Milliseconds(1999);  // less than one interval: nothing missed
+  clock.now += absl::Milliseconds(2100);  // the next heartbeat is due but still within grace
   EXPECT_EQ(health(), WorkerHealth::kHealthy);
-  clock.now += absl::Milliseconds(1);  // exactly one interval missed
+  EXPECT_EQ(reg.Placeable(WorkerRole::kDecode).size(), 1u);
+  clock.now += absl::Milliseconds(899);  // 1.4995 intervals
+  EXPECT_EQ(health(), WorkerHealth::kHealthy);
+  clock.now += absl::Milliseconds(1);  // half an interval late: one heartbeat missed
   EXPECT_EQ(health(), WorkerHealth::kSuspect);
   EXPECT_TRUE(reg.Placeable(WorkerRole::kDecode).empty()) << "suspect workers get no requests";
 
-  clock.now += absl::Seconds(3.9);  // 2.95 intervals
+  clock.now += absl::Seconds(3.9);  // 3.45 intervals
   EXPECT_EQ(health(), WorkerHealth::kSuspect);
-  clock.now += absl::Milliseconds(100);  // 3 intervals
+  clock.now += absl::Milliseconds(100);  // 3.5 intervals: three missed
   EXPECT_EQ(health(), WorkerHealth::kDead);
 
   // A heartbeat brings it back.
@@ -64,11 +67,11 @@ TEST(WorkerRegistry, UpdateHealthReportsEachTransitionOnce) {
   WorkerRegistry reg(Options(clock));
   ASSERT_TRUE(reg.Register(Spec("a", WorkerRole::kPrefill)).ok());
   ASSERT_TRUE(reg.Register(Spec("b", WorkerRole::kPrefill)).ok());
-  clock.now += absl::Seconds(2);
+  clock.now += absl::Seconds(3);
   ASSERT_TRUE(reg.Heartbeat("b", {}).ok());
   EXPECT_EQ(reg.UpdateHealth(), std::vector<std::string>{"a"});
   EXPECT_TRUE(reg.UpdateHealth().empty());
-  clock.now += absl::Seconds(4);  // a: 3 missed → dead; b: 2 missed → suspect
+  clock.now += absl::Seconds(4);  // a: 7 s, 3 missed → dead; b: 4 s, 1 missed → suspect
   EXPECT_EQ(reg.UpdateHealth(), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(reg.Get("a")->health, WorkerHealth::kDead);
   EXPECT_EQ(reg.Get("b")->health, WorkerHealth::kSuspect);

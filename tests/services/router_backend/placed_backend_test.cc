@@ -449,13 +449,15 @@ TEST_F(RegistryChannelsTest, ExpiredWorkerLosesItsChannelAndRequestsFailOver) {
   EXPECT_EQ(a->starts.load(), 1);
   EXPECT_EQ(backend_->cached_channel_addresses(), Sorted({pf_addr, a_addr})) << "a=" << a_addr;
 
-  // One interval without its heartbeat: decode-a is suspect, not placed on, channel kept.
-  Advance(kInterval, {"prefill-0", "decode-b"});
+  // One and a half intervals without its heartbeat (one missed): decode-a is suspect, not placed
+  // on, channel kept.
+  Advance(kInterval * 3 / 2, {"prefill-0", "decode-b"});
   ASSERT_TRUE(Run().ok());
   EXPECT_EQ(backend_->last_trace().decode_worker, "decode-b");
   EXPECT_EQ(backend_->cached_channel_addresses().size(), 3u);
 
-  // Three intervals: decode-a is dead; the next placement drops its channel and uses decode-b.
+  // Three and a half intervals (three missed): decode-a is dead; the next placement drops its
+  // channel and uses decode-b.
   Advance(2 * kInterval, {"prefill-0", "decode-b"});
   ASSERT_EQ(registry_.Get("decode-a")->health, router::WorkerHealth::kDead);
   ASSERT_TRUE(Run().ok());
@@ -465,7 +467,7 @@ TEST_F(RegistryChannelsTest, ExpiredWorkerLosesItsChannelAndRequestsFailOver) {
   EXPECT_EQ(b->starts.load(), 2);
 
   // decode-b expires too: no decode worker is left, a clear kUnavailable, and its channel goes.
-  Advance(3 * kInterval, {"prefill-0"});
+  Advance(kInterval * 7 / 2, {"prefill-0"});
   auto out = Run();
   ASSERT_TRUE(absl::IsUnavailable(out.status())) << out.status();
   EXPECT_NE(out.status().message().find("no healthy decode worker"), std::string::npos)

@@ -185,7 +185,7 @@ TEST(WorkerRegistrationTest, AWorkerThatStopsHeartbeatingExpires) {
   ASSERT_TRUE((*reg)->WaitForHeartbeats(1, absl::Seconds(5)));
   EXPECT_EQ(router->workers().Placeable(WorkerRole::kDecode).size(), 1u);
   (*reg)->Stop(/*deregister=*/false);  // a crash: no Deregister
-  // dead after 3 missed intervals of 0.2 s.
+  // dead after 3 missed heartbeats of a 0.2 s interval (0.7 s).
   const absl::Time until = absl::Now() + absl::Seconds(5);
   WorkerHealth h = WorkerHealth::kHealthy;
   while (absl::Now() < until) {
