@@ -5,6 +5,8 @@
 // device-to-device copy bandwidth, bytes read + written).
 //   decode_attention_bench [--quick]     the grid (--quick: the four goal shapes) + variant rows
 //   decode_attention_bench --only D B S [CPS [CAP [FLIP]]]  one INT2 case (profilers, A/B runs)
+//   decode_attention_bench --demote D CLIP  one unrotated bf16 demotion case, 32768 tokens x the
+//                                           shape's KV heads (profilers, A/B runs)
 //   decode_attention_bench --cap-sweep D S  B=1 INT2 rows with the plan's splits capped
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -448,6 +450,12 @@ int main(int argc, char** argv) {
     g_flip_fuse = argc == 8 && std::atoi(argv[7]) != 0;
     RunDecode(shape_of(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), true, 3.9e12, cps, sms,
               stream);
+    return 0;
+  }
+  // --demote D CLIP: one unrotated bf16 demotion case of the shape's KV heads.
+  if (argc == 4 && std::strcmp(argv[1], "--demote") == 0) {
+    RunDemote(32768, shape_of(argv[2]).hkv, std::atoi(argv[2]), false,
+              static_cast<float>(std::atof(argv[3])), 3.9e12, sms, stream);
     return 0;
   }
   // --cap-sweep D S: B=1 INT2 rows with the plan's splits capped at several values.

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Same-run A/B of variants of one source file on the GPU machine. Each variant is a copy of the
 # tree with FILE replaced by VARIANT.cu; all build kernels/ standalone in parallel and run the
-# decode attention gpu test, then the bench rows run in alternating rounds (variant after
-# variant, shape after shape), so every variant sees the same machine state. Carry the folder
-# that holds the variants (an ignored one such as .ab). Log: $OUT/ab.log (one line per row,
-# prefixed by the variant's name), tests and builds in $OUT/ab_<name>.log.
-# Usage: bash scripts/device/ab.sh FILE ROUNDS "D B S;D B S;..." VARIANT.cu...
+# gpu test named by TEST (default decode_attention_gpu_test), then the bench rows run in
+# alternating rounds (variant after variant, shape after shape), so every variant sees the same
+# machine state. A shape is "D B S" (an INT2 decode case, --only) or "demote D CLIP" (a demotion
+# case, --demote). Carry the folder that holds the variants (an ignored one such as .ab).
+# Log: $OUT/ab.log (one line per row, prefixed by the variant's name), tests and builds in
+# $OUT/ab_<name>.log.
+# Usage: [TEST=kv_quant_gpu_test] bash scripts/device/ab.sh FILE ROUNDS "SHAPE;SHAPE;..." VARIANT.cu...
 #   e.g. bash scripts/device/ab.sh kernels/attention/decode_attention.cu 3 \
 #          "128 1 131072;128 32 8192" .ab/base.cu .ab/new.cu
 set -uo pipefail
@@ -13,10 +15,11 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
 mkdir -p "$OUT"
 if [ $# -lt 4 ]; then
-  sed -n '2,10p' "$0"
+  sed -n '2,13p' "$0"
   exit 2
 fi
 FILE=$1 ROUNDS=$2 SHAPES=$3
+TEST=${TEST:-decode_attention_gpu_test}
 shift 3
 jobs=$((16 / $#))
 [ "$jobs" -ge 1 ] || jobs=1
@@ -31,8 +34,8 @@ for v in "$@"; do
   cp "$v" "$dir/src/$FILE"
   (cmake -S "$dir/src" -B "$dir/build" -G Ninja -DOSCARKV_KERNELS_ONLY=ON \
      -DCMAKE_BUILD_TYPE=Release && cmake --build "$dir/build" -j "$jobs" \
-     --target decode_attention_bench decode_attention_gpu_test &&
-   "$dir/build/tests/kernels/decode_attention_gpu_test") > "$OUT/ab_$name.log" 2>&1 &
+     --target decode_attention_bench "$TEST" &&
+   "$dir/build/tests/kernels/$TEST") > "$OUT/ab_$name.log" 2>&1 &
 done
 wait
 for name in "${names[@]}"; do
@@ -46,8 +49,10 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     for name in "${names[@]}"; do
       bin=/tmp/ab/$name/build/bench/kernels/decode_attention_bench
       [ -x "$bin" ] || continue
-      # shellcheck disable=SC2086  # shape is "D B S"
-      "$bin" --only $shape 2>&1 | sed "s/^/$name r$round /" | tee -a "$OUT/ab.log"
+      mode=--only args=$shape
+      [[ $shape == demote* ]] && mode=--demote args=${shape#demote}
+      # shellcheck disable=SC2086  # args is "D B S" or "D CLIP"
+      "$bin" $mode $args 2>&1 | sed "s/^/$name r$round /" | tee -a "$OUT/ab.log"
     done
   done
 done
