@@ -313,6 +313,17 @@ __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, in
 
 // ---- Kernel ----
 
+// Zero, computed on the GPU from v (popc(v) >> 6 in inline PTX, which ptxas does not fold). A load
+// whose address adds it is issued only once v's own load has landed. The prefetch needs that: the
+// loads of both raw buffers share one scoreboard, and without the dependency ptxas let the second
+// buffer's first use wait on that scoreboard after the next loads were issued, so every other
+// unit waited for a whole fresh DRAM round trip (bench/NOTES.md "Demotion v6").
+__device__ __forceinline__ int ZeroAfter(uint32_t v) {
+  uint32_t bits;
+  asm("popc.b32 %0, %1;" : "=r"(bits) : "r"(v));
+  return static_cast<int>(bits >> 6);
+}
+
 // The row pipeline for one pass of a warp's rows (its units u) and the stores.
 // kClipK: clip.k as a compile-time constant (0: read clip.k).
 template <int D, int kVector = -1, int kClipK = 0, class Lane>
@@ -362,11 +373,13 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
   // Two raw buffers used in turn (the loop body twice), so the prefetched words are not copied.
   Raw raw[2];
   LoadRow<D, kBf16, kVector>(src, u, rg, raw[0]);
-  // The next unit's loads stay in flight while this one is processed; the page id is loaded now
-  // and used at the end. Returns false when the warp is done.
+  // The next unit's loads stay in flight while this one is processed (issued after the current
+  // unit's words have landed: ZeroAfter); the page id is loaded now and used at the end. Returns
+  // false when the warp is done.
   const auto step_unit = [&](const Raw& cur, Raw& next) {
     const int page = PageOf(tgt, u, groups);
-    const Unit n = walk.Next(u);
+    Unit n = walk.Next(u);
+    n.group += ZeroAfter(cur.w[0]);
     LoadRow<D, kBf16, kVector>(src, n, rg, next);
     Lane x;
     ToLane(cur, x);
