@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Nsight Compute on one INT2 decode case (default D=128, B=1, S=128k): builds like check.sh, then
 # profiles one stage-1 launch and one merge launch. Usage: bash scripts/device/profile.sh [D B S]
-# With --demote instead: the first unrotated bf16 demotion launch of the bench (H=8, D=128, K clip),
-# with the instruction mix per pipe (is the integer pipe the limit?) and the issue stalls.
+# With --demote [D CLIP] instead: one unrotated bf16 demotion launch (default D=128, K's clip 0.96),
+# with the instruction mix per pipe, the issue stalls (ncu_demote.txt) and the stall samples per
+# SASS instruction (ncu_demote_source.csv, summarised by bench/kernels/ncu_stalls.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
@@ -11,11 +12,19 @@ cmake -S . -B build-dev -G Ninja -DOSCARKV_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Re
   > "$OUT/build.log" 2>&1 && cmake --build build-dev -j16 >> "$OUT/build.log" 2>&1 \
   || { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
 if [ "${1:-}" = --demote ]; then
+  # Args after --demote: D CLIP (default 128 0.96), one launch of that demotion case.
+  DD=${2:-128} CLIP=${3:-0.96}
   ncu --clock-control none -k regex:"KvInt2RowsKernel" --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats \
-    --section WarpStateStats --section SchedulerStats --section Occupancy \
-    --metrics smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed_pipe_fp16.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed.sum \
-    build-dev/bench/kernels/decode_attention_bench --quick 2>&1 | tee "$OUT/ncu_demote.txt"
+    --section WarpStateStats --section SchedulerStats --section Occupancy --section SourceCounters \
+    --metrics smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed_pipe_fp16.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed.sum,regex:smsp__pcsamp_warps_issue_stalled_.* \
+    -o "$OUT/prof" build-dev/bench/kernels/decode_attention_bench --demote "$DD" "$CLIP" \
+    > "$OUT/ncu_run.txt" 2>&1
+  ncu --import "$OUT/prof.ncu-rep" --print-details all > "$OUT/ncu_demote.txt" 2>&1
+  ncu --import "$OUT/prof.ncu-rep" --page source --print-source sass --csv \
+    > "$OUT/ncu_demote_source.csv" 2>&1
+  rm -f "$OUT/prof.ncu-rep"
+  python3 bench/kernels/ncu_stalls.py "$OUT/ncu_demote_source.csv" --top 40
   exit 0
 fi
 D=${1:-128}; B=${2:-1}; S=${3:-131072}
