@@ -696,24 +696,40 @@ __device__ __forceinline__ void WarpCodeBounds(const RowStats& st, bool clip, in
 // The lane's code bytes [8 gl, 8 gl + 8) of its row (byte j = codes of channels j, j + D/4,
 // j + D/2, j + 3D/4 in bits 1:0, 3:2, 5:4, 7:6), little-endian in w. Codes:
 // code(y) = sum_j [y >= bound j], bounds as packed bf16 pairs (Bf16PairAtLeast).
+// The three compares per two values give bf16 1.0 or 0.0 (HSET2, integer ALU), and the sums run
+// on the FMA pipe (HFMA2), which the rest of the row pipeline leaves mostly idle: chunks 0 and 1
+// add up to 128 + c0 + 4 c1, chunks 2 and 3 to 128 + c2 + 4 c3, integers up to 143 (exact in
+// bf16), whose low mantissa bits are the byte's low and high nibble. This replaced a bit
+// deposit per code bit (two compares, a bound select and two LOP3 per two values, all on the
+// half-rate ALU; bench/NOTES.md "Demotion v6").
 template <int D>
 __device__ __forceinline__ void PackCodeBytes(const Bf16Lane<D>& x, const uint32_t (&b2)[3],
                                               uint32_t (&w)[RowLayout<D>::kChunk / 4]) {
   constexpr int kHalfChunk = RowLayout<D>::kChunk / 2;  // words per chunk
-  // Per half: code bit 1 = bound 2 passed; code bit 0 = bound 3 passed if so, else bound 1 (the
-  // bounds are ordered): two compares per two values, the second against a per-half selected
-  // bound. Chunk q's code goes to bits 2q, 2q + 1 of the byte.
+  const __nv_bfloat162 kOne = __float2bfloat162_rn(1.0f);
+  const __nv_bfloat162 kFour = __float2bfloat162_rn(4.0f);
+  const __nv_bfloat162 kBase = __float2bfloat162_rn(128.0f);  // 128 + n has n in bits 6:0
   uint32_t pairs[kHalfChunk];
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
+  for (int i = 0; i < kHalfChunk; ++i) {
+    uint32_t nibble[2];
 #pragma unroll
-    for (int i = 0; i < kHalfChunk; ++i) {
-      const uint32_t v = x.w[q * kHalfChunk + i];
-      const uint32_t m2 = Bf16x2GeMask(v, b2[1]);
-      const uint32_t m13 = Bf16x2GeMask(v, (m2 & b2[2]) | (~m2 & b2[0]));
-      const uint32_t bit1 = m2 & (0x00020002u << (2 * q));
-      pairs[i] = (q == 0 ? bit1 : pairs[i] | bit1) | (m13 & (0x00010001u << (2 * q)));
+    for (int half = 0; half < 2; ++half) {  // chunks 2 half and 2 half + 1
+      __nv_bfloat162 sum = kBase;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const __nv_bfloat162 v = AsBf16x2(x.w[(2 * half + c) * kHalfChunk + i]);
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+          sum = __hfma2(__hge2(v, AsBf16x2(b2[j])), c == 0 ? kOne : kFour, sum);
+        }
+      }
+      nibble[half] = Bf16x2Bits(sum);
     }
+    // Byte 0 of each half: the low nibble from chunks 0/1, the high one from chunks 2/3 (the
+    // other bytes are not read below).
+    constexpr uint32_t kLow = 0x000f000fu;
+    pairs[i] = (nibble[0] & kLow) | ((nibble[1] << 4) & ~kLow);
   }
   // Byte 0 of each half holds the byte of positions 2i, 2i + 1.
 #pragma unroll
