@@ -370,23 +370,27 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
   Unit u{first / src.heads, first % src.heads};
   // Two raw buffers used in turn (the loop body twice), so the prefetched words are not copied.
   Raw raw[2] = {};
+  int page[2];  // each unit's page id, loaded with its rows
   LoadRow<D, kBf16, kVector>(src, u, rg, raw[0]);
-  // The next unit's loads stay in flight while this one is processed (issued after the current
-  // unit's words have landed: ZeroAfter); the page id is loaded now and used at the end. Returns
-  // false when the warp is done.
-  const auto step_unit = [&](const Raw& cur, Raw& next) {
-    const int page = PageOf(tgt, u, groups);
+  page[0] = PageOf(tgt, u, groups);
+  // The next unit's rows and page id stay in flight while this one is processed. They are issued
+  // after the current unit's words have landed (ZeroAfter), which also covers its page id: the
+  // store then never waits on the scoreboard that the loads in flight share (bench/NOTES.md
+  // "Demotion v6"). Returns false when the warp is done.
+  const auto step_unit = [&](const Raw& cur, int page_cur, Raw& next, int& page_next) {
     Unit n = walk.Next(u);
     n.group += ZeroAfter(cur.w[0]);
     LoadRow<D, kBf16, kVector>(src, n, rg, next);
+    page_next = PageOf(tgt, n, groups);
     Lane x;
     ToLane(cur, x);
-    QuantizeAndStore<D, kVector, kClipK>(x, u, page, src, tgt, clip, lane, rg);
+    QuantizeAndStore<D, kVector, kClipK>(x, u, page_cur, src, tgt, clip, lane, rg);
     u = n;
     return __any_sync(rows::kFullMask, u.group < groups);
   };
   if (!__any_sync(rows::kFullMask, u.group < groups)) return;
-  while (step_unit(raw[0], raw[1]) && step_unit(raw[1], raw[0])) {
+  while (step_unit(raw[0], page[0], raw[1], page[1]) &&
+         step_unit(raw[1], page[1], raw[0], page[0])) {
   }
 }
 
