@@ -403,9 +403,9 @@ int main() {
       {4096, 8, 128, 0.92f, true, false, true, 19},
       {20000, 3, 64, 0.96f, true, false, true, 20},
       {20000, 3, 64, 0.92f, true, false, true, 21},
-      // Warps that take three units or more (on the H200's grid of 3 x 132 blocks) and then a
-      // partial last one: its missing rows keep an earlier unit's words in the lane's buffer,
-      // which must not reach a stored row.
+      // Warps that take three units or more (on the H200: 3 blocks of 8 warps on each of 132
+      // SMs) and then a partial last one: its missing rows keep an earlier unit's words in the
+      // lane's buffer, which must not reach a stored row.
       {6343, 8, 128, 0.92f, true, false, true, 63},
       {33797, 3, 64, 0.96f, true, false, true, 64},
       {61, 8, 128, 0.92f, true, false, true, 22},
