@@ -58,6 +58,19 @@ def load_dests(text):
     return {int(regs[0]) + k for k in range(width)}
 
 
+def dests(text):
+    """Registers an instruction writes (its first operand, two for wide results)."""
+    body = re.sub(r"^@!?U?P\w+\s+", "", text)
+    parts = body.split(None, 1)
+    if len(parts) < 2 or re.match(r"(ST|RED|ATOM|BRA|EXIT)", parts[0]):
+        return set()
+    regs = REG.findall(parts[1].split(",")[0])
+    if not regs:
+        return set()
+    wide = ".WIDE" in parts[0] or ".64" in parts[0] or parts[0].startswith("CS2R")
+    return {int(regs[0]) + k for k in range(2 if wide else 1)}
+
+
 def sources(text):
     """Registers an instruction reads (all but a leading destination)."""
     body = re.sub(r"^@!?U?P\w+\s+", "", text)
@@ -87,6 +100,8 @@ def check(code, window, batch):
             if needed and newest - max(needed) >= batch and i - newest <= window and \
                     "LDG" in code[newest][1] and load_dests(code[newest][1]):
                 findings.append((i, sb, max(needed), newest))
+        for r in dests(text):
+            producer.pop(r, None)  # overwritten (a load sets it again just below)
         for r in load_dests(text):
             producer[r] = (i, wsb)
         if wsb != 7:
