@@ -11,12 +11,11 @@ scoreboard was issued shortly before it (straight-line order; loops are not foll
 
     python3 bench/kernels/sass_scoreboards.py FILE [--kernel SUBSTRING] [--window N] [--batch N]
 
-FILE is a cubin or a binary with embedded device code (`cuobjdump -sass` must read it; on this
-machine `bash scripts/fetch_sass_tools.sh` installs cuobjdump and nvdisasm from PyPI). Exit
-status 1 when something is listed.
+FILE is a cubin or a binary with embedded device code (`cuobjdump -sass` must read it; where the
+CUDA toolkit lacks cuobjdump and nvdisasm, `bash scripts/fetch_sass_tools.sh` fetches them from
+PyPI). Exit status 1 when something is listed.
 """
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -25,6 +24,7 @@ INSTR = re.compile(r"\s+/\*([0-9a-f]{4,6})\*/\s+(.*?);\s+/\* (0x[0-9a-f]{16}) \*
 ENCODING = re.compile(r"/\* (0x[0-9a-f]{16}) \*/")
 REG = re.compile(r"\bR(\d+)\b")
 WIDTH = {".64": 2, ".128": 4}
+NO_DEST = re.compile(r"(ST|RED|ATOM|BRA|EXIT)")  # opcodes whose first operand is not written
 
 
 def parse(sass):
@@ -45,42 +45,38 @@ def parse(sass):
         yield lines[0].strip(), code
 
 
+def split(text):
+    """(opcode, operands) of an instruction, its predicate dropped."""
+    parts = re.sub(r"^@!?U?P\w+\s+", "", text).split(None, 1)
+    return parts[0], (parts[1].split(",") if len(parts) > 1 else [])
+
+
+def first_dest(op, operands, width):
+    """The registers of a leading destination operand of `width` registers, if there is one."""
+    regs = REG.findall(operands[0]) if operands and not NO_DEST.match(op) else []
+    return {int(regs[0]) + k for k in range(width)} if regs else set()
+
+
 def load_dests(text):
     """Registers written by a load instruction (LDG/LDS/LDC/LDL), else an empty set."""
-    op = re.sub(r"^@!?U?P\w+\s+", "", text).split()[0]
-    if not re.match(r"LD(G|S|C|L)\b|LD(G|S|C|L)\.", op) or op.startswith("LDGSTS") or \
-            op.startswith("LDGDEPBAR"):
+    op, operands = split(text)
+    if not re.match(r"LD[GSCL](\.|$)", op):
         return set()
-    regs = REG.findall(text.split(",")[0])
-    if not regs:
-        return set()
-    width = next((w for suffix, w in WIDTH.items() if suffix in op), 1)
-    return {int(regs[0]) + k for k in range(width)}
+    return first_dest(op, operands, next((w for sfx, w in WIDTH.items() if sfx in op), 1))
 
 
 def dests(text):
     """Registers an instruction writes (its first operand, two for wide results)."""
-    body = re.sub(r"^@!?U?P\w+\s+", "", text)
-    parts = body.split(None, 1)
-    if len(parts) < 2 or re.match(r"(ST|RED|ATOM|BRA|EXIT)", parts[0]):
-        return set()
-    regs = REG.findall(parts[1].split(",")[0])
-    if not regs:
-        return set()
-    wide = ".WIDE" in parts[0] or ".64" in parts[0] or parts[0].startswith("CS2R")
-    return {int(regs[0]) + k for k in range(2 if wide else 1)}
+    op, operands = split(text)
+    wide = ".WIDE" in op or ".64" in op or op.startswith("CS2R")
+    return first_dest(op, operands, 2 if wide else 1)
 
 
 def sources(text):
     """Registers an instruction reads (all but a leading destination)."""
-    body = re.sub(r"^@!?U?P\w+\s+", "", text)
-    parts = body.split(None, 1)
-    if len(parts) < 2:
-        return set()
-    operands = parts[1].split(",")
-    # Stores and branches have no destination register; everything else writes its first operand.
-    reads = operands if re.match(r"(ST|RED|ATOM|BRA|EXIT)", parts[0]) else operands[1:]
-    return {int(r) for op in reads for r in REG.findall(op)}
+    op, operands = split(text)
+    reads = operands if NO_DEST.match(op) else operands[1:]
+    return {int(r) for operand in reads for r in REG.findall(operand)}
 
 
 def check(code, window, batch):
@@ -122,7 +118,7 @@ def main():
     args = ap.parse_args()
     try:
         sass = subprocess.run(["cuobjdump", "-sass", args.file], check=True, text=True,
-                              capture_output=True, env=os.environ).stdout
+                              capture_output=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         sys.exit(f"cuobjdump -sass {args.file} failed: {e}")
     found = 0
