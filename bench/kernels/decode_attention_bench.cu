@@ -454,8 +454,9 @@ int main(int argc, char** argv) {
   }
   // --demote D CLIP: one unrotated bf16 demotion case of the shape's KV heads.
   if (argc == 4 && std::strcmp(argv[1], "--demote") == 0) {
-    RunDemote(32768, shape_of(argv[2]).hkv, std::atoi(argv[2]), false,
-              static_cast<float>(std::atof(argv[3])), 3.9e12, sms, stream);
+    const Shape sh = shape_of(argv[2]);
+    RunDemote(32768, sh.hkv, sh.d, false, static_cast<float>(std::atof(argv[3])), 3.9e12, sms,
+              stream);
     return 0;
   }
   // --cap-sweep D S: B=1 INT2 rows with the plan's splits capped at several values.

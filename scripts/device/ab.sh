@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Same-run A/B of variants of one source file on the GPU machine. Each variant is a copy of the
-# tree with FILE replaced by VARIANT.cu; all build kernels/ standalone in parallel and run the
-# gpu test named by TEST (default decode_attention_gpu_test), then the bench rows run in
-# alternating rounds (variant after variant, shape after shape), so every variant sees the same
-# machine state. A shape is "D B S" (an INT2 decode case, --only) or "demote D CLIP" (a demotion
+# tree with FILE replaced by VARIANT.cu, or, when VARIANT is a folder, with the files under it
+# laid over the tree at their relative paths (a change to several files); all build kernels/
+# standalone in parallel and run the gpu test named by TEST (default decode_attention_gpu_test),
+# then the bench rows run in alternating rounds (variant after variant, shape after shape), so
+# every variant sees the same machine state. A shape is "D B S" (an INT2 decode case, --only) or "demote D CLIP" (a demotion
 # case, --demote). Carry the folder that holds the variants (an ignored one such as .ab).
 # Log: $OUT/ab.log (one line per row, prefixed by the variant's name), tests and builds in
 # $OUT/ab_<name>.log.
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
 mkdir -p "$OUT"
 if [ $# -lt 4 ]; then
-  sed -n '2,13p' "$0"
+  sed -n '2,14p' "$0"
   exit 2
 fi
 FILE=$1 ROUNDS=$2 SHAPES=$3
@@ -31,7 +32,7 @@ for v in "$@"; do
   rm -rf "$dir" && mkdir -p "$dir/src"
   tar --exclude='./build*' --exclude=./.cache --exclude=./.carry --exclude=./.git \
     --exclude=./out -cf - . | tar -xf - -C "$dir/src"
-  cp "$v" "$dir/src/$FILE"
+  if [ -d "$v" ]; then cp -r "$v"/. "$dir/src/"; else cp "$v" "$dir/src/$FILE"; fi
   (cmake -S "$dir/src" -B "$dir/build" -G Ninja -DOSCARKV_KERNELS_ONLY=ON \
      -DCMAKE_BUILD_TYPE=Release && cmake --build "$dir/build" -j "$jobs" \
      --target decode_attention_bench "$TEST" &&
