@@ -5,8 +5,9 @@
 // device-to-device copy bandwidth, bytes read + written).
 //   decode_attention_bench [--quick]     the grid (--quick: the four goal shapes) + variant rows
 //   decode_attention_bench --only D B S [CPS [CAP [FLIP]]]  one INT2 case (profilers, A/B runs)
-//   decode_attention_bench --demote D CLIP  one unrotated bf16 demotion case, 32768 tokens x the
-//                                           shape's KV heads (profilers, A/B runs)
+//   decode_attention_bench --demote D CLIP [T]  one unrotated bf16 demotion case, T tokens
+//                                           (default 32768) x the shape's KV heads (profilers,
+//                                           A/B runs)
 //   decode_attention_bench --cap-sweep D S  B=1 INT2 rows with the plan's splits capped
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -452,10 +453,16 @@ int main(int argc, char** argv) {
               stream);
     return 0;
   }
-  // --demote D CLIP: one unrotated bf16 demotion case of the shape's KV heads.
-  if (argc == 4 && std::strcmp(argv[1], "--demote") == 0) {
+  // --demote D CLIP [T]: one unrotated bf16 demotion case of the shape's KV heads, T tokens
+  // (default 32768).
+  if ((argc == 4 || argc == 5) && std::strcmp(argv[1], "--demote") == 0) {
     const Shape sh = shape_of(argv[2]);
-    RunDemote(32768, sh.hkv, sh.d, false, static_cast<float>(std::atof(argv[3])), 3.9e12, sms,
+    const int tokens = argc == 5 ? std::atoi(argv[4]) : 32768;
+    if (tokens < 1) {
+      std::fprintf(stderr, "--demote: T must be a positive token count, got '%s'\n", argv[4]);
+      return 2;
+    }
+    RunDemote(tokens, sh.hkv, sh.d, false, static_cast<float>(std::atof(argv[3])), 3.9e12, sms,
               stream);
     return 0;
   }

@@ -140,6 +140,39 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// ---- Programmatic dependent launch (sm_90) ----
+// A kernel launched by LaunchOverlappingPrior may be started while the kernel before it in the
+// stream drains: its blocks take the SMs that the earlier grid's blocks leave, and hide the launch
+// latency. Such a kernel calls WaitForPriorGrid before its first global memory access (the wait
+// returns once the earlier grid has completed and its writes are visible; at once when there is
+// none), so stream order holds for memory. AllowDependentLaunch lets the next such kernel be
+// launched early; it changes nothing for kernels launched the plain way.
+__device__ __forceinline__ void AllowDependentLaunch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WaitForPriorGrid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+template <class... Params, class... Args>
+cudaError_t LaunchOverlappingPrior(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                   size_t smem_bytes, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute overlap[1] = {};
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  config.attrs = overlap;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 }  // namespace oscarkv::kernels::cuda
 
 #endif  // OSCARKV_KERNELS_COMMON_CUDA_UTILS_CUH_

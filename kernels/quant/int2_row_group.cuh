@@ -448,19 +448,21 @@ __device__ __forceinline__ uint32_t SortedKthKey(const FloatLane<D>& x, int k, i
 // issue at half rate on the H200, and this split measured 2 us faster at D = 128 than HMNMX2
 // alone (bench/NOTES.md "Demotion v4"; apparently register allocation: that build spilled).
 // The K-th largest (K compile-time, 1 <= K <= R) of the union of two descending lists, the low
-// halves of m and the high halves: the top K of the union take i entries of one list and K - i of
-// the other, and its smallest is the smaller of the two last taken, so it is the largest such
-// minimum over the splits (each is a lower bound). In both halves (the split is symmetric).
+// halves of m (a) and the high halves (b): the top K of the union take j + 1 entries of one list
+// and K - 1 - j of the other, and its smallest is the smaller of the two last taken, so it is the
+// largest such minimum over the splits (each is a lower bound): a_{K-1}, b_{K-1} and
+// min(a_j, b_{K-2-j}) for j < K - 1. Against m with its halves swapped, the low half of
+// min(m[j], swap(m[K-2-j])) is split j and its high half split K-2-j, so half of the splits
+// cover all. Returned in both halves.
 template <int K, int R>
 __device__ __forceinline__ uint32_t KthOfHalves(const uint32_t (&m)[R]) {
   static_assert(1 <= K && K <= R);
-  uint32_t h[K];
+  uint32_t t = m[K - 1];
 #pragma unroll
-  for (int i = 0; i < K; ++i) h[i] = __byte_perm(m[i], 0u, 0x1032);
-  uint32_t t = Bf16x2Max(m[K - 1], h[K - 1]);
-#pragma unroll
-  for (int i = 1; i < K; ++i) t = Bf16x2Max(t, Bf16x2Min(m[i - 1], h[K - 1 - i]));
-  return t;
+  for (int j = 0; 2 * j <= K - 2; ++j) {
+    t = Bf16x2Max(t, Bf16x2Min(m[j], __byte_perm(m[K - 2 - j], 0u, 0x1032)));
+  }
+  return Bf16x2Max(t, __byte_perm(t, 0u, 0x1032));
 }
 
 // kK: k as a compile-time constant (the served ratios' k, dispatched by the launcher), or 0 (k at

@@ -372,6 +372,9 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
   // Two raw buffers used in turn (the loop body twice), so the prefetched words are not copied.
   Raw raw[2] = {};
   int page[2];  // each unit's page id, loaded with its rows
+  // Launched overlapping the kernel before it (LaunchRows): no memory access before the wait.
+  cuda::AllowDependentLaunch();
+  cuda::WaitForPriorGrid();
   LoadRow<D, kBf16, kVector>(src, u, rg, raw[0]);
   page[0] = PageOf(tgt, u, groups);
   // The next unit's rows and page id stay in flight while this one is processed. They are issued
@@ -481,7 +484,10 @@ cudaError_t LaunchRows(const RowsSource& src, const RowsTarget& tgt, const RowsC
       }
     }
     OSCARKV_CUDA_RETURN_IF_ERROR(GridFor(kernel, 0, units, kWarps * kWarpUnits, &blocks));
-    kernel<<<blocks, kWarps * 32, 0, stream>>>(src, tgt, clip);
+    // Overlapping the previous kernel's drain hides the launch latency (K then V of a layer run
+    // back to back): -0.2...0.5 us a call (bench/NOTES.md "Demotion v7").
+    OSCARKV_CUDA_RETURN_IF_ERROR(cuda::LaunchOverlappingPrior(
+        kernel, dim3(blocks), dim3(kWarps * 32), 0, stream, src, tgt, clip));
   } else {
     const auto kernel = KvInt2RotatedRowsKernel<D, kBf16>;
     constexpr size_t kSmem = RotationSmem<D>::kBytes;

@@ -4,8 +4,9 @@
 # laid over the tree at their relative paths (a change to several files); all build kernels/
 # standalone in parallel and run the gpu test named by TEST (default decode_attention_gpu_test),
 # then the bench rows run in alternating rounds (variant after variant, shape after shape), so
-# every variant sees the same machine state. A shape is "D B S" (an INT2 decode case, --only) or "demote D CLIP" (a demotion
-# case, --demote). Carry the folder that holds the variants (an ignored one such as .ab).
+# every variant sees the same machine state. A shape is "D B S" (an INT2 decode case, --only) or
+# "demote D CLIP [T]" (a demotion case of T tokens, --demote). Carry the folder that holds the
+# variants (an ignored one such as .ab).
 # Log: $OUT/ab.log (one line per row, prefixed by the variant's name), tests and builds in
 # $OUT/ab_<name>.log.
 # Usage: [TEST=kv_quant_gpu_test] bash scripts/device/ab.sh FILE ROUNDS "SHAPE;SHAPE;..." VARIANT.cu...
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
 mkdir -p "$OUT"
 if [ $# -lt 4 ]; then
-  sed -n '2,14p' "$0"
+  sed -n '2,15p' "$0"
   exit 2
 fi
 FILE=$1 ROUNDS=$2 SHAPES=$3
@@ -52,7 +53,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
       [ -x "$bin" ] || continue
       mode=--only args=$shape
       [[ $shape == demote* ]] && mode=--demote args=${shape#demote}
-      # shellcheck disable=SC2086  # args is "D B S" or "D CLIP"
+      # shellcheck disable=SC2086  # args is "D B S" or "D CLIP [T]"
       "$bin" $mode $args 2>&1 | sed "s/^/$name r$round /" | tee -a "$OUT/ab.log"
     done
   done
