@@ -51,6 +51,10 @@ struct RowsTarget {
   int64_t segment_offset;
   int segment_tokens;  // 8 when paged, tokens when linear
   bool vector_stores;  // segments 16-byte aligned (else only 2-byte)
+  // Linear: a unit's rows start these many bytes further into its head's codes / params per token
+  // group (0 when paged: a unit has its page's segment to itself). Set by Launch.
+  uint32_t group_codes;
+  uint32_t group_params;
 };
 
 struct RowsClip {
@@ -76,6 +80,56 @@ struct UnitWalk {
       ++u.group;
     }
     return u;
+  }
+};
+
+// Held addressing. The builds with registers to spare (the served ratios' k: kHold in
+// KvInt2RowsKernel) hold what a lane adds to every unit (LaneRows) and walk a pointer to its row
+// (InputWalk): ~20 instructions a unit less, K -0.8%, V -1.5%. The other builds recompute both per
+// unit from (group, head): holding them made those spill or re-read their thread index in the
+// loop, which cost more than it saved (D = 64: +4...10%; bench/NOTES.md "Demotion v7").
+
+// The input pointer's changes along the walk (host-built: kernel parameters, not registers).
+struct InputWalk {
+  int64_t group_bytes;  // between token groups (8 tokens)
+  int64_t head_bytes;   // between heads (D channels)
+  int64_t step_bytes;   // a step of the walk (Unit / UnitWalk), and its extra when the head wraps
+  int64_t wrap_bytes;
+};
+InputWalk InputWalkFor(const RowsSource& src, int d, int step) {
+  const int64_t elem = src.bf16 != nullptr ? 2 : 4;
+  InputWalk w;
+  w.group_bytes = kUnitTokens * src.token_stride * elem;
+  w.head_bytes = d * elem;
+  w.step_bytes = step / src.heads * w.group_bytes + step % src.heads * w.head_bytes;
+  w.wrap_bytes = w.group_bytes - src.heads * w.head_bytes;
+  return w;
+}
+// A lane's row r = slot % 8 in every unit.
+template <int D>
+struct LaneRows {
+  int valid_groups;  // row r of unit (g, h) is a token (8 g + r < tokens) iff g < this
+  uint32_t codes;    // the lane's code bytes in a unit's segment, from its page and head
+  uint32_t params;   // its row's params there (stored by lane gl = 0); Launch keeps both < 2^32
+
+  __device__ LaneRows(const RowsSource& src, const RowsTarget& tgt, const rows::RowGroup<D>& rg) {
+    using L = rows::RowLayout<D>;
+    const int r = rg.slot % kUnitTokens;
+    valid_groups = (src.tokens - r + kUnitTokens - 1) / kUnitTokens;  // tokens - r > -8
+    codes = static_cast<uint32_t>(tgt.segment_offset) + r * L::kCodeBytes + L::kChunk * rg.gl;
+    params = static_cast<uint32_t>(tgt.segment_offset +
+                                   int64_t{tgt.segment_tokens} * L::kCodeBytes) + 4 * r;
+  }
+  // The input at row r and the lane's first channel of unit u.
+  __device__ static const unsigned char* Input(const RowsSource& src, const InputWalk& walk,
+                                               Unit u, const rows::RowGroup<D>& rg) {
+    const int64_t elem = src.bf16 != nullptr ? 2 : 4;
+    const unsigned char* base = src.bf16 != nullptr
+                                    ? reinterpret_cast<const unsigned char*>(src.bf16)
+                                    : reinterpret_cast<const unsigned char*>(src.f32);
+    return base + (u.group * walk.group_bytes + u.h * walk.head_bytes +
+                   (rg.slot % kUnitTokens * src.token_stride +
+                    rows::RowLayout<D>::Channel(rg.gl, 0, 0)) * elem);
   }
 };
 
@@ -149,6 +203,18 @@ template <int D>
 __device__ __forceinline__ void ToLane(const LaneRaw<D, false>& raw, rows::FloatLane<D>& x) {
 #pragma unroll
   for (int i = 0; i < rows::RowLayout<D>::kChannels; ++i) x.v[i] = __uint_as_float(raw.w[i]);
+}
+
+// LoadRow for the held builds: the row at `in` (the unit's row pointer), if it is a token.
+template <int D, bool kBf16>
+__device__ __forceinline__ void LoadHeldRow(const unsigned char* in, Unit u, const LaneRows<D>& lr,
+                                            LaneRaw<D, kBf16>& raw) {
+  constexpr int kCw = LaneRaw<D, kBf16>::kChunkWords;
+  if (u.group >= lr.valid_groups) return;  // words left as they were, as in LoadRow
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    LoadWords<kCw>(in + q * rows::RowLayout<D>::kCodeBytes * (kBf16 ? 2 : 4), raw.w + q * kCw);
+  }
 }
 
 // ---- Rotation (FP64, reference order) ----
@@ -281,13 +347,15 @@ __device__ __forceinline__ uint8_t* SegmentOf(const RowsTarget& tgt, Unit u, int
   return tgt.base + Times(u.h, tgt.head_stride);
 }
 
-template <int D, int kVector>
-__device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, int row,
-                                         const uint32_t (&w)[2],
-                                         const quant_device::GroupParams& gp,
-                                         const rows::RowGroup<D>& rg) {
+// The lane's code bytes at `codes`, and (lane gl = 0) its row's params at params_at(), worked out
+// only in those lanes (computed before the branch, the address cost every lane a few instructions
+// at D = 64).
+template <int D, int kVector, class ParamsAt>
+__device__ __forceinline__ void StoreWords(const RowsTarget& tgt, uint8_t* codes,
+                                           ParamsAt params_at, const uint32_t (&w)[2],
+                                           const quant_device::GroupParams& gp,
+                                           const rows::RowGroup<D>& rg) {
   using L = rows::RowLayout<D>;
-  uint8_t* codes = seg + (Times(row, L::kCodeBytes) + L::kChunk * rg.gl);
   const bool vector_stores = kVector < 0 ? tgt.vector_stores : kVector == 1;
   if (vector_stores) {
     *reinterpret_cast<uint2*>(codes) = make_uint2(w[0], w[1]);
@@ -297,7 +365,7 @@ __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, in
   }
   if (rg.gl == 0) {
     // Scale then min, little-endian; whole 16-bit words (see quant_device::StoreParamsDev).
-    uint8_t* prm = seg + (Times(tgt.segment_tokens, L::kCodeBytes) + Times(row, 4));
+    uint8_t* prm = params_at();
     const uint32_t s = __half_as_ushort(gp.s16);
     const uint32_t m = __half_as_ushort(gp.m16);
     if (vector_stores) {
@@ -307,6 +375,16 @@ __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, in
       reinterpret_cast<uint16_t*>(prm)[1] = static_cast<uint16_t>(m);
     }
   }
+}
+template <int D, int kVector>
+__device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, int row,
+                                         const uint32_t (&w)[2],
+                                         const quant_device::GroupParams& gp,
+                                         const rows::RowGroup<D>& rg) {
+  using L = rows::RowLayout<D>;
+  StoreWords<D, kVector>(
+      tgt, seg + (Times(row, L::kCodeBytes) + L::kChunk * rg.gl),
+      [&] { return seg + (Times(tgt.segment_tokens, L::kCodeBytes) + Times(row, 4)); }, w, gp, rg);
 }
 
 // ---- Kernel ----
@@ -322,13 +400,30 @@ __device__ __forceinline__ int ZeroAfter(uint32_t v) {
   return static_cast<int>(bits >> 6);
 }
 
+// StoreRow for the held builds: paged, the segment of the unit's page at head h; linear (page 0),
+// the head's segment, in which the unit's rows start at row 8 group. One formula for both (a
+// branch was predicated both ways).
+template <int D, int kVector>
+__device__ __forceinline__ void StoreHeldRow(const RowsTarget& tgt, Unit u, int page,
+                                             const LaneRows<D>& lr, const uint32_t (&w)[2],
+                                             const quant_device::GroupParams& gp,
+                                             const rows::RowGroup<D>& rg) {
+  const uint64_t unit_at = Times(u.h, tgt.head_stride) + Times(page, tgt.page_stride);
+  const uint64_t group = static_cast<uint32_t>(u.group);
+  StoreWords<D, kVector>(
+      tgt, tgt.base + (unit_at + (group * tgt.group_codes + lr.codes)),
+      [&] { return tgt.base + (unit_at + (group * tgt.group_params + lr.params)); }, w, gp, rg);
+}
+
 // The row pipeline for one pass of a warp's rows (its units u) and the stores.
-// kClipK: clip.k as a compile-time constant (0: read clip.k).
+// kClipK: clip.k as a compile-time constant (0: read clip.k). `lr` (non-null): the held builds'
+// store (StoreHeldRow).
 template <int D, int kVector = -1, int kClipK = 0, class Lane>
 __device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page,
                                                  const RowsSource& src, const RowsTarget& tgt,
                                                  const RowsClip& clip, int lane,
-                                                 const rows::RowGroup<D>& rg) {
+                                                 const rows::RowGroup<D>& rg,
+                                                 const LaneRows<D>* lr = nullptr) {
   const rows::RowStats st =
       rows::RowStatsOf<D, kClipK>(x, clip.on, kClipK != 0 ? kClipK : clip.k, rg);
   // Packed bf16 bound pairs for bf16 rows, floats otherwise.
@@ -337,6 +432,10 @@ __device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page
   rows::WarpCodeBounds<D>(st, clip.on, lane, rg, bounds);
   uint32_t w[2];
   rows::PackCodeBytes<D>(x, bounds, w);
+  if (lr != nullptr) {
+    if (u.group < lr->valid_groups) StoreHeldRow<D, kVector>(tgt, u, page, *lr, w, st.gp, rg);
+    return;
+  }
   const int r = rg.slot % kUnitTokens;
   if (u.group * kUnitTokens + r < src.tokens) {  // a row of this unit (the unit exists)
     int first_row;
@@ -355,7 +454,8 @@ __device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page
 // served ratios' k at D = 128: the merges then keep only what the k-th entry needs), else 0.
 template <int D, bool kBf16, int kVector, int kClipK = 0>
 __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
-    KvInt2RowsKernel(const RowsSource src, const RowsTarget tgt, const RowsClip clip) {
+    KvInt2RowsKernel(const RowsSource src, const RowsTarget tgt, const RowsClip clip,
+                     const InputWalk in_walk) {
   // bf16 rows stay packed bf16; f32 input is floats.
   using Lane = std::conditional_t<kBf16, rows::Bf16Lane<D>, rows::FloatLane<D>>;
   using Raw = LaneRaw<D, kBf16>;
@@ -369,13 +469,20 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
   const int first =
       (static_cast<int>(blockIdx.x) * kWarps + warp) * kUnitsPerWarp + rg.slot / kUnitTokens;
   Unit u{first / src.heads, first % src.heads};
+  constexpr bool kHold = kClipK != 0 && kBf16 && kVector == 1;  // see LaneRows
+  const LaneRows<D> lr(src, tgt, rg);  // only the held builds keep it
+  const unsigned char* in = kHold ? LaneRows<D>::Input(src, in_walk, u, rg) : nullptr;
   // Two raw buffers used in turn (the loop body twice), so the prefetched words are not copied.
   Raw raw[2] = {};
   int page[2];  // each unit's page id, loaded with its rows
   // Launched overlapping the kernel before it (LaunchRows): no memory access before the wait.
   cuda::AllowDependentLaunch();
   cuda::WaitForPriorGrid();
-  LoadRow<D, kBf16, kVector>(src, u, rg, raw[0]);
+  if constexpr (kHold) {
+    LoadHeldRow<D, kBf16>(in, u, lr, raw[0]);
+  } else {
+    LoadRow<D, kBf16, kVector>(src, u, rg, raw[0]);
+  }
   page[0] = PageOf(tgt, u, groups);
   // The next unit's rows and page id stay in flight while this one is processed. They are issued
   // after the current unit's words have landed (ZeroAfter), which also covers its page id: the
@@ -383,12 +490,21 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
   // "Demotion v6"). Returns false when the warp is done.
   const auto step_unit = [&](const Raw& cur, int page_cur, Raw& next, int& page_next) {
     Unit n = walk.Next(u);
-    n.group += ZeroAfter(cur.w[0]);
-    LoadRow<D, kBf16, kVector>(src, n, rg, next);
+    const int zero = ZeroAfter(cur.w[0]);
+    if constexpr (kHold) {
+      // The head wrapped iff it fell below the step's heads.
+      in += in_walk.step_bytes + (n.h < walk.step_heads ? in_walk.wrap_bytes : 0);
+      n.group += zero;
+      LoadHeldRow<D, kBf16>(in + zero, n, lr, next);
+    } else {
+      n.group += zero;
+      LoadRow<D, kBf16, kVector>(src, n, rg, next);
+    }
     page_next = PageOf(tgt, n, groups);
     Lane x;
     ToLane(cur, x);
-    QuantizeAndStore<D, kVector, kClipK>(x, u, page_cur, src, tgt, clip, lane, rg);
+    QuantizeAndStore<D, kVector, kClipK>(x, u, page_cur, src, tgt, clip, lane, rg,
+                                         kHold ? &lr : nullptr);
     u = n;
     return __any_sync(rows::kFullMask, u.group < groups);
   };
@@ -486,10 +602,11 @@ cudaError_t LaunchRows(const RowsSource& src, const RowsTarget& tgt, const RowsC
     OSCARKV_CUDA_RETURN_IF_ERROR(GridFor(kernel, 0, units, kWarps * kWarpUnits, &blocks));
     // Overlapping the previous kernel's drain hides the launch latency (K then V of a layer run
     // back to back): -0.2...0.5 us a call (bench/NOTES.md "Demotion v7").
+    const InputWalk in_walk = InputWalkFor(src, D, blocks * kWarps * static_cast<int>(kWarpUnits));
     OSCARKV_CUDA_RETURN_IF_ERROR(cuda::LaunchOverlappingPrior(
-        kernel, dim3(blocks), dim3(kWarps * 32), 0, stream, src, tgt, clip));
+        kernel, dim3(blocks), dim3(kWarps * 32), 0, stream, src, tgt, clip, in_walk));
   } else {
-    const auto kernel = KvInt2RotatedRowsKernel<D, kBf16>;
+    const auto kernel = KvInt2RotatedRowsKernel<D, kBf16>;  // no InputWalk: not a held build
     constexpr size_t kSmem = RotationSmem<D>::kBytes;
     OSCARKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
@@ -528,6 +645,14 @@ cudaError_t Launch(const KvQuantParams& p, RowsTarget tgt, cudaStream_t stream) 
       static_cast<uintptr_t>(tgt.head_stride) | static_cast<uintptr_t>(tgt.segment_offset);
   if (!Aligned(out_bits, 2)) return cudaErrorInvalidValue;
   tgt.vector_stores = Aligned(out_bits, 16);
+  const int64_t code_bytes = p.head_dim / 4;
+  // A lane's offsets into a segment are 32-bit (LaneRows): linear segments of over 100M tokens
+  // are refused (kv_quant_cuda.h).
+  if (tgt.segment_offset + int64_t{tgt.segment_tokens} * (code_bytes + 4) > int64_t{UINT32_MAX}) {
+    return cudaErrorInvalidValue;
+  }
+  tgt.group_codes = tgt.page_ids != nullptr ? 0u : static_cast<uint32_t>(kUnitTokens * code_bytes);
+  tgt.group_params = tgt.page_ids != nullptr ? 0u : static_cast<uint32_t>(kUnitTokens * 4);
   RowsSource src{p.input_bf16, p.input_f32, in_stride, p.tokens, p.heads, false};
   const uintptr_t in_ptr = p.input_bf16 != nullptr ? reinterpret_cast<uintptr_t>(p.input_bf16)
                                                    : reinterpret_cast<uintptr_t>(p.input_f32);
