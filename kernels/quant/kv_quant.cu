@@ -146,7 +146,7 @@ __device__ __forceinline__ void LoadWords(const void* p, uint32_t* dst) {
   static_assert(kWords % 4 == 0);
 #pragma unroll
   for (int i = 0; i < kWords / 4; ++i) {
-    const uint4 v = cuda::LoadStream(static_cast<const uint4*>(p) + i);
+    const uint4 v = cuda::LoadStreamBlock(static_cast<const uint4*>(p) + i);
     dst[4 * i] = v.x;
     dst[4 * i + 1] = v.y;
     dst[4 * i + 2] = v.z;
