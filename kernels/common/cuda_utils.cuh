@@ -126,7 +126,7 @@ __device__ __forceinline__ uint4 LoadStream(const uint4* p) {
 
 // LoadStream that also asks L2 to fetch the whole 256-byte block around p (L2::256B): for rows
 // that a warp reads in several 64-byte pieces, one DRAM request per block instead of one per
-// piece (demotion: -0.3...2%, bench/NOTES.md "Demotion v7").
+// piece (demotion: -0.25...2%, bench/NOTES.md "Demotion v7").
 __device__ __forceinline__ uint4 LoadStreamBlock(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
