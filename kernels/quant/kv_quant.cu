@@ -156,19 +156,12 @@ __device__ __forceinline__ void LoadWords(const void* p, uint32_t* dst) {
 
 // kVector: 1 = 16-byte loads, -1 = as src.vector_loads says (a runtime choice costs the issue
 // slots of both paths: the compiler predicates the scalar loads). Same for the stores below.
-template <int D, bool kBf16, int kVector = -1>
-__device__ __forceinline__ void LoadRow(const RowsSource& src, Unit u, const rows::RowGroup<D>& rg,
-                                        LaneRaw<D, kBf16>& raw) {
+// The lane's words of the row whose first channel (of the lane) is at `row`.
+template <int D, bool kBf16, int kVector, class T>
+__device__ __forceinline__ void LoadRowAt(const RowsSource& src, const T* row,
+                                          LaneRaw<D, kBf16>& raw) {
   using L = rows::RowLayout<D>;
-  using T = std::conditional_t<kBf16, uint16_t, float>;
   constexpr int kCw = LaneRaw<D, kBf16>::kChunkWords;
-  const int t = u.group * kUnitTokens + rg.slot % kUnitTokens;
-  // Past the last token the words stay as they were: such rows are never stored, and rows are
-  // quantized independently (zeroing them cost 8 instructions per unit in the hot loop).
-  if (t >= src.tokens) return;
-  const T* base =
-      kBf16 ? reinterpret_cast<const T*>(src.bf16) : reinterpret_cast<const T*>(src.f32);
-  const T* row = base + t * src.token_stride + u.h * D + L::Channel(rg.gl, 0, 0);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const T* at = row + q * L::kCodeBytes;  // chunk q: channels q D/4 + 8 gl ..
@@ -183,6 +176,19 @@ __device__ __forceinline__ void LoadRow(const RowsSource& src, Unit u, const row
       for (int i = 0; i < kCw; ++i) dst[i] = __float_as_uint(at[i]);
     }
   }
+}
+template <int D, bool kBf16, int kVector = -1>
+__device__ __forceinline__ void LoadRow(const RowsSource& src, Unit u, const rows::RowGroup<D>& rg,
+                                        LaneRaw<D, kBf16>& raw) {
+  using T = std::conditional_t<kBf16, uint16_t, float>;
+  const int t = u.group * kUnitTokens + rg.slot % kUnitTokens;
+  // Past the last token the words stay as they were: such rows are never stored, and rows are
+  // quantized independently (zeroing them cost 8 instructions per unit in the hot loop).
+  if (t >= src.tokens) return;
+  const T* base =
+      kBf16 ? reinterpret_cast<const T*>(src.bf16) : reinterpret_cast<const T*>(src.f32);
+  LoadRowAt<D, kBf16, kVector>(
+      src, base + t * src.token_stride + u.h * D + rows::RowLayout<D>::Channel(rg.gl, 0, 0), raw);
 }
 
 // The lane's values from its raw words: bf16 stays packed unless it is rotated, f32 as is.
@@ -205,16 +211,14 @@ __device__ __forceinline__ void ToLane(const LaneRaw<D, false>& raw, rows::Float
   for (int i = 0; i < rows::RowLayout<D>::kChannels; ++i) x.v[i] = __uint_as_float(raw.w[i]);
 }
 
-// LoadRow for the held builds: the row at `in` (the unit's row pointer), if it is a token.
+// LoadRow for the held builds (vector loads): the row at `in` (the unit's row pointer), if it is
+// a token.
 template <int D, bool kBf16>
-__device__ __forceinline__ void LoadHeldRow(const unsigned char* in, Unit u, const LaneRows<D>& lr,
-                                            LaneRaw<D, kBf16>& raw) {
-  constexpr int kCw = LaneRaw<D, kBf16>::kChunkWords;
+__device__ __forceinline__ void LoadHeldRow(const RowsSource& src, const unsigned char* in, Unit u,
+                                            const LaneRows<D>& lr, LaneRaw<D, kBf16>& raw) {
+  using T = std::conditional_t<kBf16, uint16_t, float>;
   if (u.group >= lr.valid_groups) return;  // words left as they were, as in LoadRow
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    LoadWords<kCw>(in + q * rows::RowLayout<D>::kCodeBytes * (kBf16 ? 2 : 4), raw.w + q * kCw);
-  }
+  LoadRowAt<D, kBf16, 1>(src, reinterpret_cast<const T*>(in), raw);
 }
 
 // ---- Rotation (FP64, reference order) ----
@@ -479,7 +483,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
   cuda::AllowDependentLaunch();
   cuda::WaitForPriorGrid();
   if constexpr (kHold) {
-    LoadHeldRow<D, kBf16>(in, u, lr, raw[0]);
+    LoadHeldRow<D, kBf16>(src, in, u, lr, raw[0]);
   } else {
     LoadRow<D, kBf16, kVector>(src, u, rg, raw[0]);
   }
@@ -495,7 +499,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
       // The head wrapped iff it fell below the step's heads.
       in += in_walk.step_bytes + (n.h < walk.step_heads ? in_walk.wrap_bytes : 0);
       n.group += zero;
-      LoadHeldRow<D, kBf16>(in + zero, n, lr, next);
+      LoadHeldRow<D, kBf16>(src, in + zero, n, lr, next);
     } else {
       n.group += zero;
       LoadRow<D, kBf16, kVector>(src, n, rg, next);

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
 mkdir -p "$OUT"
 if [ $# -lt 4 ]; then
-  sed -n '2,15p' "$0"
+  sed -n '2,14p' "$0"
   exit 2
 fi
 FILE=$1 ROUNDS=$2 SHAPES=$3
