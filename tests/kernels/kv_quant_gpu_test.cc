@@ -395,6 +395,14 @@ int main() {
       {50, 4, 128, 0.92f, false, false, false, 5},
       {45, 3, 64, 0.92f, false, false, false, 16, Pattern::kHeavyTail, kPer, false, 2, 2},
       {37, 8, 128, 0.96f, true, false, false, 17, Pattern::kHeavyTail, kPer, false, 4, 6},
+      // The served ratios' builds with 16-byte aligned rows and segments (held offsets, a row
+      // pointer): linear segments, where a unit's rows start 8 group rows into its head's
+      // segment (36 bytes a token: a multiple of 4 tokens keeps the next head's segment
+      // aligned); several units per warp and a partial last one, then a padded stride and head
+      // gap that keep the alignment.
+      {6340, 8, 128, 0.96f, true, false, false, 65},
+      {6340, 8, 128, 0.92f, true, false, false, 66},
+      {780, 8, 128, 0.96f, true, false, false, 67, Pattern::kHeavyTail, kPer, false, 8, 16},
       // Demotion into pages: the served shapes, bf16 without rotation (the model's call), K and V
       // ratios, many units, partial last pages.
       {64, 8, 128, 0.96f, true, true, true, 6},
