@@ -63,7 +63,8 @@ void RegisterEvalCommand(CLI::App& app, CommandResult& result) {
   cmd->add_option("--seed", cfg->seed, "Seed of window choice and bootstrap");
   cmd->add_option("--threads", cfg->threads, "CPU threads (0 = OpenBLAS default)");
   cmd->add_option("--jobs", cfg->jobs,
-                  "(window, codec) forwards run in parallel, one thread each (1); same results");
+                  "(window, codec) forwards run in parallel, one BLAS thread each (1); same "
+                  "results as --jobs 1 --threads 1");
   cmd->add_option("--group-size", cfg->group_size,
                   "Lever: per-token codecs quantise in groups of N channels (emulation only; "
                   "0 = one group per row, the stored format)");

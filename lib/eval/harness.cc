@@ -486,7 +486,8 @@ absl::Status RunGrid(const EvalConfig& cfg, const model::Model& model,
     (*windows_json)[std::to_string(len)] = where;
     // Tasks, window-major: [reference forward of w, codec 0 of w, ..., codec S-1 of w]; a codec
     // task waits for its window's reference. Windows are folded into the cells in order, so the
-    // results do not depend on --jobs.
+    // results do not depend on --jobs at one BLAS thread (which --jobs > 1 uses: OpenBLAS's AVX2
+    // kernels round differently per thread count).
     const int num_windows = static_cast<int>(windows.size());
     const int per_window = num_codecs + 1;
     std::vector<std::vector<float>> ref_hidden(num_windows);
