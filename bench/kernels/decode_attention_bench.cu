@@ -2,9 +2,12 @@
 // Every case: fresh device-filled pools with shuffled pages, enough copies of the inputs that one
 // timed graph reads more than 4x the L2, a CUDA graph of `copies` calls replayed many times, the
 // median replay divided by `copies`. The HBM floor is (bytes that must be read) / (measured
-// device-to-device copy bandwidth, bytes read + written).
+// device-to-device copy bandwidth, bytes read + written). Calls set overlap_prior_kernel (rows
+// marked "plain launch" do not; DecodeAttentionCuda uses it for few sequences only).
 //   decode_attention_bench [--quick]     the grid (--quick: the four goal shapes) + variant rows
-//   decode_attention_bench --only D B S [CPS [CAP [FLIP]]]  one INT2 case (profilers, A/B runs)
+//   decode_attention_bench --only D B S [CPS [CAP [FLIP]]]  one INT2 case (profilers, A/B runs;
+//                                           OSCARKV_BENCH_PLAIN_LAUNCH=1: overlap_prior_kernel
+//                                           off)
 //   decode_attention_bench --demote D CLIP [T]  one unrotated bf16 demotion case, T tokens
 //                                           (default 32768) x the shape's KV heads (profilers,
 //                                           A/B runs)
@@ -79,6 +82,10 @@ bool g_quiet = false;
 bool g_sequential = false;
 // > 0: caps the plan's INT2 splits per (sequence, KV head) (variant rows; printed as "cap=N").
 int g_max_splits = 0;
+// true: overlap_prior_kernel off. Every other row sets it (the kernel before each call is the
+// previous call's merge, which writes none of the tiers), as lib/model_gpu does after its q
+// rotation; DecodeAttentionCuda uses it for few sequences only. Printed as "plain launch".
+bool g_plain_launch = false;
 
 double MedianMs(std::vector<float> v) {
   std::sort(v.begin(), v.end());
@@ -209,6 +216,7 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   p.out = static_cast<float*>(alloc(size_t(b) * sh.hq * sh.d * 4));
   p.out_seq_stride = int64_t(sh.hq) * sh.d;
   p.one_split_per_seq = plan.OneSplitPerSequence();
+  p.overlap_prior_kernel = !g_plain_launch;
   std::vector<DecodeAttentionParams> calls;
   for (int c = 0; c < copies; ++c) {
     DecodeAttentionParams pc = p;
@@ -246,14 +254,15 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   }
   const double floor_us = bytes / bw * 1e6;
   if (g_quiet) return;
-  std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%s mtok=%3d bf=%5d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s%s%s%s\n",
+  std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%s mtok=%3d bf=%5d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s%s%s%s%s\n",
               int2 ? "int2" : "bf16", sh.hq, sh.hkv, sh.d, b, s,
               ctas_per_sm > 0 ? std::to_string(ctas_per_sm).c_str() : "auto",
               config.min_tokens_per_split, bf_tokens,
               plan.num_work(), us,
               bytes / (us * 1e-6) / 1e9, floor_us, 100.0 * floor_us / us, finite ? "" : "  NON-FINITE OUTPUT",
               g_flip_fuse ? "  fuse flipped" : "", g_sequential ? "  sequential" : "",
-              g_max_splits > 0 ? ("  cap=" + std::to_string(g_max_splits)).c_str() : "");
+              g_max_splits > 0 ? ("  cap=" + std::to_string(g_max_splits)).c_str() : "",
+              g_plain_launch ? "  plain launch" : "");
 }
 
 // One demotion case (DemoteToPagesCuda): `tokens` tokens x `heads` bf16 rows of dim d, clipped at
@@ -446,6 +455,7 @@ int main(int argc, char** argv) {
   // plan's ctas_per_sm, a cap on its splits per tier (0: none) and FLIP = 1 to flip its
   // fuse_bf16_into_int2.
   if (argc >= 5 && argc <= 8 && std::strcmp(argv[1], "--only") == 0) {
+    g_plain_launch = std::getenv("OSCARKV_BENCH_PLAIN_LAUNCH") != nullptr;
     const int cps = argc >= 6 ? std::atoi(argv[5]) : 0;
     g_max_splits = argc >= 7 ? std::atoi(argv[6]) : 0;
     g_flip_fuse = argc == 8 && std::atoi(argv[7]) != 0;
@@ -501,6 +511,9 @@ int main(int argc, char** argv) {
           g_sequential = true;  // variant: unshuffled pages
           RunDecode(sh, b, s, true, bw, 0, sms, stream);
           g_sequential = false;
+          g_plain_launch = true;  // variant: not overlapping the kernel before
+          RunDecode(sh, b, s, true, bw, 0, sms, stream);
+          g_plain_launch = false;
         }
         // Variants that time the tiers apart: the INT2 history alone (no BF16 tier), then the
         // BF16 sink + recent alone (320 tokens, the three-tier plan's BF16 splits).

@@ -496,7 +496,8 @@ __device__ __forceinline__ void BuildQFrags(const float (&qs)[kMaxHeadsPerCta][D
 // One split of one tier for one (KV head, <= 8 query heads). kTiles 16-token tiles per softmax
 // step. BF16: warps take interleaved steps, registers loaded straight from global memory. INT2:
 // each warp takes a contiguous range of tiles and streams it through a kStages-deep cp.async ring.
-template <int D, class C, template <int> class LoaderT, int kTiles, bool kRing, bool kDirect>
+template <int D, class C, template <int> class LoaderT, int kTiles, bool kRing, bool kDirect,
+          bool kOverlap>
 __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const DecodeWorkItem& item,
                                          const PagedTierTable& tab, float sc_log2,
                                          SplitSmem<D, C>& sm) {
@@ -524,12 +525,17 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   constexpr int kHeadsPerWarp = (kMaxHeadsPerCta + kWarps - 1) / kWarps;
   const float* q = p.q + static_cast<int64_t>(item.seq) * p.q_seq_stride;
   float qreg[kHeadsPerWarp][D / 32];
+  auto load_q = [&] {
 #pragma unroll
-  for (int i = 0; i < kHeadsPerWarp; ++i) {
-    const int h = warp + i * kWarps;
+    for (int i = 0; i < kHeadsPerWarp; ++i) {
+      const int h = warp + i * kWarps;
 #pragma unroll
-    for (int k = 0; k < D / 32; ++k) qreg[i][k] = h < nh ? q[(qh0 + h) * D + lane + 32 * k] : 0.0f;
-  }
+      for (int k = 0; k < D / 32; ++k) {
+        qreg[i][k] = h < nh ? q[(qh0 + h) * D + lane + 32 * k] : 0.0f;
+      }
+    }
+  };
+  if constexpr (!kOverlap) load_q();
 
   // INT2 ring state. The first kStages tiles are requested before q is staged, so the DRAM
   // latency of the first tiles overlaps the fragment build.
@@ -627,6 +633,14 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
       const int32_t pg = __ldg(pages + first_page + i / kLines);
       PrefetchL2(base + static_cast<int64_t>(pg) * tab.page_stride_bytes + 128 * (i % kLines));
     }
+  }
+
+  // Overlapping the prior kernel: everything above read the plan, the page tables and the tiers,
+  // which that kernel does not write (DecodeAttentionParams::overlap_prior_kernel); q may be its
+  // output, and partial_out may still be read by it (the previous call's merge).
+  if constexpr (kOverlap) {
+    WaitForPriorGrid();
+    load_q();
   }
 
   // Stage q (rounded to the MMA type): warp w owns heads w, w + kWarps, ...; each warp also sums
@@ -825,16 +839,17 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
 // Stage 1, both tiers in one launch. Grid: (num_work, Hkv, ceil(group / 8)); block:
 // C::kThreads. kDirect: params.one_split_per_seq (a template argument: a runtime flag cost the
 // other launches ~0.15 us, H200, bench/NOTES.md "v15 direct").
-template <int D, class C, bool kDirect>
+template <int D, class C, bool kDirect, bool kOverlap>
 __global__ void __launch_bounds__(C::kThreads, C::kBf16Warp ? 2 : kDecodeStage1CtasPerSm)
     DecodeSplitKernel(const DecodeAttentionParams p, float sc_log2) {
   __shared__ __align__(16) SplitSmem<D, C> sm;
+  if constexpr (kOverlap) AllowDependentLaunch();
   const DecodeWorkItem item = p.work[blockIdx.x];
   if (item.tier == static_cast<int32_t>(Tier::kBf16)) {
-    RunSplit<D, C, Bf16Loader, 1, false, kDirect>(p, item, p.bf16, sc_log2, sm);
+    RunSplit<D, C, Bf16Loader, 1, false, kDirect, kOverlap>(p, item, p.bf16, sc_log2, sm);
   } else {
     // 4 tiles per softmax step (D = 128 fits in 128 registers with V loaded inside the step).
-    RunSplit<D, C, Int2Loader, 4, true, kDirect>(p, item, p.int2, sc_log2, sm);
+    RunSplit<D, C, Int2Loader, 4, true, kDirect, kOverlap>(p, item, p.int2, sc_log2, sm);
   }
 }
 
@@ -847,13 +862,16 @@ __global__ void __launch_bounds__(C::kThreads, C::kBf16Warp ? 2 : kDecodeStage1C
 // leave most SMs idle (B=1), else 1 (bench/NOTES.md "v15 merge").
 constexpr int kMergeGroups = 16;
 constexpr int kMergeChunk = 8;
+template <bool kOverlap>
 __global__ void MergeKernel(const DecodeAttentionParams p) {
   __shared__ float s_m[kMergeGroups], s_s[kMergeGroups];
   __shared__ float s_acc[kMergeGroups * 128];
   const int b = blockIdx.x, h = blockIdx.y, D = p.head_dim, C = D / gridDim.z;
   const int tid = threadIdx.x, c = tid % C, d = blockIdx.z * C + c, j = tid / C;
   const int groups = blockDim.x / C;
+  if constexpr (kOverlap) AllowDependentLaunch();
   const int w0 = p.seq_work_indptr[b], n = p.seq_work_indptr[b + 1] - w0;
+  if constexpr (kOverlap) WaitForPriorGrid();  // for the partials; the plan is not stage 1's
   const float* lse = p.partial_lse + static_cast<int64_t>(w0) * p.num_q_heads + h;
   const float* po = p.partial_out + (static_cast<int64_t>(w0) * p.num_q_heads + h) * D + d;
   const int64_t stride = static_cast<int64_t>(p.num_q_heads) * D;
@@ -908,19 +926,30 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
   if (write_lse) p.out_lse[b * p.num_q_heads + h] = mm + logf(wsum);
 }
 
-// One stage-1 launch in layout C, writing out directly when the plan has one split per sequence.
-template <int D, class C>
-void LaunchSplits(const DecodeAttentionParams& p, dim3 grid, cudaStream_t stream) {
+// One stage-1 launch in layout C, writing out directly when the plan has one split per sequence,
+// overlapping the prior kernel when `overlap`.
+template <int D, class C, bool kDirect>
+cudaError_t LaunchSplits(const DecodeAttentionParams& p, dim3 grid, bool overlap,
+                         cudaStream_t stream) {
   const float sc_log2 = p.sm_scale * kLog2e;
-  if (p.one_split_per_seq) {
-    DecodeSplitKernel<D, C, true><<<grid, C::kThreads, 0, stream>>>(p, sc_log2);
-  } else {
-    DecodeSplitKernel<D, C, false><<<grid, C::kThreads, 0, stream>>>(p, sc_log2);
+  if constexpr (!kDirect) {  // a direct launch has no merge; few-row plans rarely make one
+    if (overlap) {
+      return cuda::LaunchOverlappingPrior(DecodeSplitKernel<D, C, kDirect, true>, grid,
+                                          C::kThreads, 0, stream, p, sc_log2);
+    }
   }
+  DecodeSplitKernel<D, C, kDirect, false><<<grid, C::kThreads, 0, stream>>>(p, sc_log2);
+  return cudaGetLastError();
+}
+template <int D, class C>
+cudaError_t LaunchSplits(const DecodeAttentionParams& p, dim3 grid, bool overlap,
+                         cudaStream_t stream) {
+  return p.one_split_per_seq ? LaunchSplits<D, C, true>(p, grid, overlap, stream)
+                             : LaunchSplits<D, C, false>(p, grid, overlap, stream);
 }
 
 template <int D>
-cudaError_t LaunchStage1(const DecodeAttentionParams& p, Stage1Cta cta, int sms,
+cudaError_t LaunchStage1(const DecodeAttentionParams& p, Stage1Cta cta, int sms, bool overlap,
                          cudaStream_t stream) {
   const int group = p.num_q_heads / p.num_kv_heads;
   const dim3 grid(p.num_work, p.num_kv_heads, (group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta);
@@ -932,12 +961,8 @@ cudaError_t LaunchStage1(const DecodeAttentionParams& p, Stage1Cta cta, int sms,
               ? Stage1Cta::kBf16Warp
               : Stage1Cta::kPlain;
   }
-  if (cta == Stage1Cta::kBf16Warp) {
-    LaunchSplits<D, Bf16WarpCta>(p, grid, stream);
-  } else {
-    LaunchSplits<D, PlainCta>(p, grid, stream);
-  }
-  return cudaGetLastError();
+  return cta == Stage1Cta::kBf16Warp ? LaunchSplits<D, Bf16WarpCta>(p, grid, overlap, stream)
+                                     : LaunchSplits<D, PlainCta>(p, grid, overlap, stream);
 }
 
 }  // namespace
@@ -970,25 +995,34 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   if (params.head_dim != 64 && params.head_dim != 128) return cudaErrorNotSupported;
   int sms = 0;  // both stages size their grids by it
   OSCARKV_CUDA_RETURN_IF_ERROR(CurrentDeviceSms(&sms));
+  // Few sequences (fewer query rows than SMs): both stages may overlap the kernel before them,
+  // the merge then also its stage 1. Measured with the previous call's merge as that kernel
+  // (H200, same run: D=128 B=1 128k 31.6 -> 30.6 us, 32k 15.9 -> 14.8, S = 320 9.6 -> 8.4); with many sequences
+  // the next call's early CTAs competed with this call's tail (B=8 32k +1.5...2.9 us), so
+  // they launch the plain way (bench/NOTES.md "v16").
+  const bool few_rows = static_cast<int64_t>(params.num_seqs) * params.num_q_heads < sms;
+  const bool overlap = params.overlap_prior_kernel && few_rows;
   if (params.num_work > 0) {
     OSCARKV_CUDA_RETURN_IF_ERROR(params.head_dim == 128
-                                     ? LaunchStage1<128>(params, cta, sms, stream)
-                                     : LaunchStage1<64>(params, cta, sms, stream));
+                                     ? LaunchStage1<128>(params, cta, sms, overlap, stream)
+                                     : LaunchStage1<64>(params, cta, sms, overlap, stream));
     if (params.one_split_per_seq) return cudaSuccess;  // nothing to merge
   }
   // Groups: about 4 splits per thread (their loads are independent), at most kMergeGroups, and at
   // most 512 threads. Blocks of 32 channels when one block per head leaves most SMs idle: H200,
   // same run, B=1: D=128 8k 10.45 -> 9.3 us, 128k 31.95 -> 31.8, D=64 128k 13.7 -> 13.15; at B=8
   // (256 blocks per head already) they cost +0.6 us.
-  const int z = static_cast<int64_t>(params.num_seqs) * params.num_q_heads < sms
-                    ? params.head_dim / 32
-                    : 1;
+  const int z = few_rows ? params.head_dim / 32 : 1;
   const int channels = params.head_dim / z;
   const int avg_splits = (params.num_work + params.num_seqs - 1) / params.num_seqs;
   int groups = 1;
   while (groups < kMergeGroups && 4 * groups < avg_splits && channels * groups < 512) groups *= 2;
-  MergeKernel<<<dim3(params.num_seqs, params.num_q_heads, z), channels * groups, 0, stream>>>(
-      params);
+  const dim3 merge_grid(params.num_seqs, params.num_q_heads, z);
+  if (overlap) {
+    return cuda::LaunchOverlappingPrior(MergeKernel<true>, merge_grid, channels * groups, 0,
+                                        stream, params);
+  }
+  MergeKernel<false><<<merge_grid, channels * groups, 0, stream>>>(params);
   return cudaGetLastError();
 }
 

@@ -190,6 +190,13 @@ struct DecodeAttentionParams {
   // on the GPU plan): the GPU path then writes out / out_lse from stage 1 and runs no merge
   // (H200, D=128 B=32 8k: bench/NOTES.md "v15 direct"). Same result either way.
   bool one_split_per_seq = false;
+
+  // The GPU path may start while the kernel launched just before it on the stream still runs
+  // (programmatic dependent launch; used with few sequences, B * Hq < SMs): stage 1 reads the
+  // plan, the page tables and both tiers before it waits for that kernel, and q only after; the
+  // scratch and outputs are written only after. Set it only when that kernel writes none of the
+  // plan, tables and tiers (q, out and the scratch it may use). Same result either way.
+  bool overlap_prior_kernel = false;
 };
 
 // Checks sizes and pointers; nullptr when usable, else a static message.

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/cuda_utils.cuh"
 #include "kernels/model/model_kernels_cuda.h"
 
 namespace oscarkv::kernels {
@@ -18,6 +19,9 @@ constexpr int kRowsPerBlock = 8;
 // The rows sit in shared memory too; ascending i per output keeps the CPU's summation order.
 template <int D>
 __global__ void RotateRowsKernel(RotateRowsParams p) {
+  // A kernel launched after this one with programmatic dependent launch may start now (decode
+  // attention after the q rotation: it reads q only after waiting for this grid).
+  cuda::AllowDependentLaunch();
   extern __shared__ float4 smem4[];
   float* rs = reinterpret_cast<float*>(smem4);  // [D][D]
   float* xs = rs + D * D;                         // [kRowsPerBlock][D]

@@ -466,6 +466,9 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
       ap.out = attn_out_.as<float>();
       ap.out_seq_stride = qdim;
       ap.one_split_per_seq = meta.one_split_per_seq;
+      // The kernel just before is then the q rotation, which writes q_rot_ only: attention may
+      // read its tiers and plan while it runs. Without rotations it is a demotion or a page write.
+      ap.overlap_prior_kernel = has_rotation_;
       OSCARKV_CUDA_OK(k::DecodeAttentionCuda(ap, stream_));
       const float* o = attn_out_.as<float>();
       if (has_rotation_) {

@@ -4,7 +4,10 @@
 // head_dim 128 and 64, one and several sequences, few and many splits, plans with the BF16 tier
 // fused into the INT2 splits (sequences without INT2 history keep BF16 splits) and with separate
 // BF16 splits, by GpuDecodePlanConfig's choice and forced. Outputs are poisoned with
-// NaN before each run. Exit 0 = pass, 1 = fail, 77 = no GPU.
+// NaN before each run. Launches that overlap the kernel before them (overlap_prior_kernel) must
+// give the plain launch's output bit for bit, with q written by a slow kernel that lets them
+// start early and two calls back to back on one set of partials. Exit 0 = pass, 1 = fail,
+// 77 = no GPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include "kernels/attention/decode_attention_cuda.h"
 #include "lib/kvformat/float16.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/slow_q_writer.h"
 
 namespace oscarkv {
 namespace {
@@ -187,6 +191,55 @@ bool CheckOutputs(const Case& c, const char* cta, const kernels::DecodePlan& pla
   return ok;
 }
 
+// overlap_prior_kernel: q and the partials poisoned, q then written by a kernel that spins first
+// and lets the next kernel start at once; two calls back to back (the second's stage 1 may start while the first's
+// merge still reads the partials), each into its own output. Both must equal the plain launch's
+// out / lse bit for bit (the same arithmetic; only the order of loads differs).
+bool CheckOverlapped(DecodeAttentionParams dp, kernels::Stage1Cta cta, float* d_q,
+                     const std::vector<float>& q, const std::vector<float>& out_plain,
+                     const std::vector<float>& lse_plain, const std::string& label) {
+  cudaStream_t stream;
+  GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  float* q_src = ToDevice(q);
+  float* outs[2];
+  float* lses[2];
+  for (int i = 0; i < 2; ++i) {
+    GPU_CHECK(cudaMalloc(&outs[i], out_plain.size() * 4));
+    GPU_CHECK(cudaMalloc(&lses[i], lse_plain.size() * 4));
+    GPU_CHECK(cudaMemset(outs[i], 0xff, out_plain.size() * 4));
+    GPU_CHECK(cudaMemset(lses[i], 0xff, lse_plain.size() * 4));
+  }
+  // q and the partials poisoned: a merge that read the partials before its stage 1 finished
+  // would read NaN, not the plain launch's equal values.
+  const size_t rows = static_cast<size_t>(dp.num_work) * dp.num_q_heads;
+  GPU_CHECK(cudaMemset(d_q, 0xff, q.size() * 4));
+  GPU_CHECK(cudaMemset(dp.partial_out, 0xff, rows * dp.head_dim * 4));
+  GPU_CHECK(cudaMemset(dp.partial_lse, 0xff, rows * 4));
+  GPU_CHECK(cudaDeviceSynchronize());
+  GPU_CHECK(testing::LaunchSlowQWriter(q_src, d_q, static_cast<int64_t>(q.size()), 50, stream));
+  dp.overlap_prior_kernel = true;
+  for (int i = 0; i < 2; ++i) {
+    dp.out = outs[i];
+    dp.out_lse = lses[i];
+    GPU_CHECK(kernels::DecodeAttentionCuda(dp, stream, cta));
+  }
+  GPU_CHECK(cudaStreamSynchronize(stream));
+  bool ok = true;
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<float> out = ToHost(outs[i], out_plain.size());
+    const std::vector<float> lse = ToHost(lses[i], lse_plain.size());
+    ok = ok && std::memcmp(out.data(), out_plain.data(), out.size() * 4) == 0 &&
+         std::memcmp(lse.data(), lse_plain.data(), lse.size() * 4) == 0;
+    GPU_CHECK(cudaFree(outs[i]));
+    GPU_CHECK(cudaFree(lses[i]));
+  }
+  GPU_CHECK(cudaFree(q_src));
+  GPU_CHECK(cudaStreamDestroy(stream));
+  std::printf("[%s, overlapping the prior kernel] %s  (bit-identical to the plain launch, 2 calls)\n",
+              label.c_str(), ok ? "PASS" : "FAIL");
+  return ok;
+}
+
 bool RunCase(const Case& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int b = static_cast<int>(c.int2_tokens.size()), d = c.d;
@@ -255,7 +308,8 @@ bool RunCase(const Case& c, uint64_t seed) {
     to_free.push_back(const_cast<void*>(static_cast<const void*>(ptr)));
     return ptr;
   };
-  dp.q = dev(q);
+  float* d_q = dev(q);
+  dp.q = d_q;
   int32_t* d_bf_tok = dev(c.bf16_tokens);
   int32_t* d_i2_tok = dev(c.int2_tokens);
   dp.bf16 = table(bf, c.bf16_tokens, dev(bf.pool), dev(bf.indptr), dev(bf.idx));
@@ -296,6 +350,7 @@ bool RunCase(const Case& c, uint64_t seed) {
           std::string(cta == kernels::Stage1Cta::kPlain ? "4 warps" : "4+bf16 warp") +
           (direct ? ", out from stage 1" : "");
       ok = CheckOutputs(c, label.c_str(), plan, out, lse, out_ref, lse_ref, ref64, cpu64) && ok;
+      if (!direct) ok = CheckOverlapped(dp, cta, d_q, q, out, lse, label) && ok;
     }
   }
   for (void* ptr : to_free) GPU_CHECK(cudaFree(ptr));
