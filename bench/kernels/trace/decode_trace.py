@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Summarises a decode-attention trace (scripts/device/trace_decode.sh).
+
+Input: the bench's output with OSCARKV_TRACE=1 and bench/kernels/trace/decode_trace.patch
+applied: one `T kind copy x y smid t0 t1 t2 t3 t4` line per CTA, times in ns of %globaltimer.
+Stage 1 (kind & 15 == 1): t0 start, t1 q staged, t2 every warp's loop done, t3 end, t4 warp 0's
+first ring data (0 if none). Merge (kind 2): t0 start, t1 after the wait, t2 loads done, t3 end,
+t4 after the barrier.
+
+Prints, per call (copy) of the timed graph, when its stage-1 CTAs start, stage q, finish their
+loops and end, and when its merge starts, waits, ends; then the spread of each phase over the
+CTAs, and how the two CTAs that share an SM finish (the older one, dispatched first, tends to
+finish first).
+
+  python3 bench/kernels/trace/decode_trace.py TRACE.txt [TRACE.txt ...]
+"""
+import collections
+import statistics
+import sys
+
+
+def spread(xs):
+    """min / median / max of a list of microseconds, formatted."""
+    return f"{min(xs):6.2f} {statistics.median(xs):6.2f} {max(xs):6.2f}"
+
+
+def summarise(path):
+    rows = []
+    header = ""
+    for line in open(path):
+        if line.startswith("TRACE"):
+            header = line.strip()
+        if line.startswith("T "):
+            rows.append([int(x) for x in line.split()[1:]])
+    if not rows:
+        print(f"== {path}: no trace records")
+        return
+    print(f"== {path} ({header})")
+    base = min(r[5] for r in rows)
+    us = lambda t: (t - base) / 1000.0
+    stage1 = [r for r in rows if r[0] & 15 == 1]
+    merge = [r for r in rows if r[0] == 2]
+    print("  per call, us from the first start: stage 1 start..  q staged (median)  loop done "
+          "(min/median/max)  end (max) | merge start..  waited (max)  end (max)")
+    for copy in sorted({r[1] for r in rows}):
+        s1 = [r for r in stage1 if r[1] == copy]
+        mg = [r for r in merge if r[1] == copy]
+        line = f"  call {copy}: "
+        if s1:
+            line += (f"{us(min(r[5] for r in s1)):7.2f}..{us(max(r[5] for r in s1)):7.2f}  "
+                     f"{us(statistics.median(r[6] for r in s1)):7.2f}  "
+                     f"{us(min(r[7] for r in s1)):7.2f} {us(statistics.median(r[7] for r in s1)):7.2f} "
+                     f"{us(max(r[7] for r in s1)):7.2f}  {us(max(r[8] for r in s1)):7.2f}")
+        if mg:
+            line += (f" | {us(min(r[5] for r in mg)):7.2f}..{us(max(r[5] for r in mg)):7.2f}  "
+                     f"{us(max(r[6] for r in mg)):7.2f}  {us(max(r[8] for r in mg)):7.2f}")
+        print(line)
+    if stage1:
+        print("  stage 1 phases, us (min median max over CTAs):")
+        print(f"    start -> q staged        {spread([(r[6] - r[5]) / 1e3 for r in stage1])}")
+        first = [(r[9] - r[5]) / 1e3 for r in stage1 if r[9] > 0]
+        if first:
+            print(f"    start -> first ring data {spread(first)}")
+        print(f"    q staged -> loops done   {spread([(r[7] - r[6]) / 1e3 for r in stage1])}")
+        print(f"    loops done -> end        {spread([(r[8] - r[7]) / 1e3 for r in stage1])}")
+        # The CTAs of one call that shared an SM, ordered by when their loops finished.
+        gaps = []
+        for copy in {r[1] for r in stage1}:
+            by_sm = collections.defaultdict(list)
+            for r in stage1:
+                if r[1] == copy:
+                    by_sm[r[4]].append(r)
+            for ctas in by_sm.values():
+                if len(ctas) == 2:
+                    a, b = sorted(ctas, key=lambda r: r[7])
+                    gaps.append((b[7] - a[7]) / 1e3)
+        if gaps:
+            print(f"    loops done, later minus earlier CTA of an SM: {spread(gaps)} "
+                  f"({len(gaps)} SM-calls with two CTAs)")
+    if merge:
+        print("  merge phases, us (min median max over blocks):")
+        print(f"    start -> waited          {spread([(r[6] - r[5]) / 1e3 for r in merge])}")
+        print(f"    waited -> loads done     {spread([(r[7] - r[6]) / 1e3 for r in merge])}")
+        print(f"    loads done -> barrier    {spread([(r[9] - r[7]) / 1e3 for r in merge])}")
+        print(f"    barrier -> end           {spread([(r[8] - r[9]) / 1e3 for r in merge])}")
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    for path in sys.argv[1:]:
+        summarise(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
