@@ -192,9 +192,9 @@ bool CheckOutputs(const Case& c, const char* cta, const kernels::DecodePlan& pla
 }
 
 // overlap_prior_kernel: q and the partials poisoned, q then written by a kernel that spins first
-// and lets the next kernel start at once; two calls back to back (the second's stage 1 may start while the first's
-// merge still reads the partials), each into its own output. Both must equal the plain launch's
-// out / lse bit for bit (the same arithmetic; only the order of loads differs).
+// and lets the next kernel start at once; two calls back to back (the second's stage 1 may start
+// while the first's merge still reads the partials), each into its own output. Both must equal
+// the plain launch's out / lse bit for bit (the same arithmetic; only the order of loads differs).
 bool CheckOverlapped(DecodeAttentionParams dp, kernels::Stage1Cta cta, float* d_q,
                      const std::vector<float>& q, const std::vector<float>& out_plain,
                      const std::vector<float>& lse_plain, const std::string& label) {
@@ -235,8 +235,8 @@ bool CheckOverlapped(DecodeAttentionParams dp, kernels::Stage1Cta cta, float* d_
   }
   GPU_CHECK(cudaFree(q_src));
   GPU_CHECK(cudaStreamDestroy(stream));
-  std::printf("[%s, overlapping the prior kernel] %s  (bit-identical to the plain launch, 2 calls)\n",
-              label.c_str(), ok ? "PASS" : "FAIL");
+  std::printf("[%s, overlapping the prior kernel] %s  (bit-identical to the plain launch, "
+              "2 calls)\n", label.c_str(), ok ? "PASS" : "FAIL");
   return ok;
 }
 
