@@ -999,7 +999,7 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   // the merge then also its stage 1. Measured with the previous call's merge as that kernel
   // (H200, same run: D=128 B=1 128k 31.6 -> 30.6 us, 32k 15.9 -> 14.8, S = 320 9.6 -> 8.4);
   // with many sequences the next call's early CTAs competed with this call's tail (B=8 32k
-  // +1.5...2.9 us), so they launch the plain way (bench/NOTES.md "v16").
+  // 54.6 -> 56.1 us), so they launch the plain way (bench/NOTES.md "v16").
   const bool few_rows = static_cast<int64_t>(params.num_seqs) * params.num_q_heads < sms;
   const bool overlap = params.overlap_prior_kernel && few_rows;
   if (params.num_work > 0) {

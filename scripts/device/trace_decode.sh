@@ -24,9 +24,9 @@ if ! patch -d "$dir/src" -p1 --quiet < bench/kernels/trace/decode_trace.patch; t
        "bench: regenerate it (bench/NOTES.md, v16)" >&2
   exit 1
 fi
-cmake -S "$dir/src" -B "$dir/build" -G Ninja -DOSCARKV_KERNELS_ONLY=ON \
-  -DCMAKE_BUILD_TYPE=Release > "$dir/build.log" 2>&1
-cmake --build "$dir/build" -j 16 --target decode_attention_bench >> "$dir/build.log" 2>&1 ||
+{ cmake -S "$dir/src" -B "$dir/build" -G Ninja -DOSCARKV_KERNELS_ONLY=ON \
+    -DCMAKE_BUILD_TYPE=Release &&
+  cmake --build "$dir/build" -j 16 --target decode_attention_bench; } > "$dir/build.log" 2>&1 ||
   { tail -30 "$dir/build.log" >&2; exit 1; }
 bin=$dir/build/bench/kernels/decode_attention_bench
 : > "$OUT/trace_summary.txt"
