@@ -3,7 +3,9 @@
 // timed graph reads more than 4x the L2, a CUDA graph of `copies` calls replayed many times, the
 // median replay divided by `copies`. The HBM floor is (bytes that must be read) / (measured
 // device-to-device copy bandwidth, bytes read + written). Calls set overlap_prior_kernel (rows
-// marked "plain launch" do not; DecodeAttentionCuda uses it for few sequences only).
+// marked "plain launch" do not; DecodeAttentionCuda uses it for few sequences only). Rows marked
+// "read only" time a kernel that only reads the same pools, one launch per call: the ceiling of a
+// single launch of that size, next to the floor.
 //   decode_attention_bench [--quick]     the grid (--quick: the four goal shapes) + variant rows
 //   decode_attention_bench --only D B S [CPS [CAP [FLIP]]]  one INT2 case (profilers, A/B runs;
 //                                           OSCARKV_BENCH_PLAIN_LAUNCH=1: overlap_prior_kernel
@@ -82,6 +84,10 @@ bool g_quiet = false;
 bool g_sequential = false;
 // > 0: caps the plan's INT2 splits per (sequence, KV head) (variant rows; printed as "cap=N").
 int g_max_splits = 0;
+// true: the graph holds, instead of the decode calls, one launch per call of a kernel that only
+// reads both pools (ReadPoolsKernel): the same bytes, no page tables, no math, no merge; what a
+// single launch of this size can reach (printed as "read only").
+bool g_read_only = false;
 // true: overlap_prior_kernel off. Every other row sets it (the kernel before each call is the
 // previous call's merge, which writes none of the tiers), as lib/model_gpu does after its q
 // rotation; DecodeAttentionCuda uses it for few sequences only. Printed as "plain launch".
@@ -117,6 +123,31 @@ __global__ void CopyKernel(const uint4* __restrict__ x, uint4* __restrict__ y, i
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     y[i] = x[i];
   }
+}
+
+// Reads x[0, n) and y[0, m) (16-byte words), 4 loads in flight per thread; the XOR of everything
+// read is stored only if it equals a value it never takes with these pools, so the loads stay.
+__global__ void ReadPoolsKernel(const uint4* __restrict__ x, int64_t n, const uint4* __restrict__ y,
+                                int64_t m, uint32_t* sink) {
+  uint32_t acc = 0;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int pool = 0; pool < 2; ++pool) {
+    const uint4* p = pool == 0 ? x : y;
+    const int64_t count = pool == 0 ? n : m;
+    int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    for (; i + 3 * stride < count; i += 4 * stride) {
+      uint4 v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[k] = __ldcs(p + i + k * stride);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+    }
+    for (; i < count; i += stride) {
+      const uint4 v = __ldcs(p + i);
+      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
 }
 
 // Device-to-device copy through a plain vectorised kernel (bytes read + written per second).
@@ -232,11 +263,21 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
     }
     calls.push_back(pc);
   }
+  uint32_t* sink = static_cast<uint32_t*>(alloc(4));  // ReadPoolsKernel's
   GPU_CHECK(cudaStreamSynchronize(stream));
   cudaGraph_t g;
   cudaGraphExec_t e;
   GPU_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (const auto& c : calls) GPU_CHECK(oscarkv::kernels::DecodeAttentionCuda(c, stream));
+  for (const auto& c : calls) {
+    if (g_read_only) {
+      ReadPoolsKernel<<<sms * 4, 512, 0, stream>>>(
+          reinterpret_cast<const uint4*>(c.int2.pool), i2_pages * sh.hkv * i2_unit / 16,
+          reinterpret_cast<const uint4*>(c.bf16.pool), bf_pages * sh.hkv * bf_unit / 16, sink);
+      GPU_CHECK(cudaGetLastError());
+    } else {
+      GPU_CHECK(oscarkv::kernels::DecodeAttentionCuda(c, stream));
+    }
+  }
   GPU_CHECK(cudaStreamEndCapture(stream, &g));
   GPU_CHECK(cudaGraphInstantiate(&e, g, 0));
   const double us = TimeGraph(e, stream, copies, 50);
@@ -254,6 +295,13 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   }
   const double floor_us = bytes / bw * 1e6;
   if (g_quiet) return;
+  if (g_read_only) {
+    std::printf("read only   Hq=%2d Hkv=%d D=%3d B=%2d S=%6d  (both pools, one launch per call) "
+                "%8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor\n",
+                sh.hq, sh.hkv, sh.d, b, s, us, bytes / (us * 1e-6) / 1e9, floor_us,
+                100.0 * floor_us / us);
+    return;
+  }
   std::printf("decode %-5s Hq=%2d Hkv=%d D=%3d B=%2d S=%6d cps=%s mtok=%3d bf=%5d splits=%5d  %8.2f us  %7.1f GB/s  floor %7.2f us  %5.1f%% of floor%s%s%s%s%s\n",
               int2 ? "int2" : "bf16", sh.hq, sh.hkv, sh.d, b, s,
               ctas_per_sm > 0 ? std::to_string(ctas_per_sm).c_str() : "auto",
@@ -514,6 +562,9 @@ int main(int argc, char** argv) {
           g_plain_launch = true;  // variant: not overlapping the kernel before
           RunDecode(sh, b, s, true, bw, 0, sms, stream);
           g_plain_launch = false;
+          g_read_only = true;  // ceiling: a kernel that only reads the same bytes
+          RunDecode(sh, b, s, true, bw, 0, sms, stream);
+          g_read_only = false;
         }
         // Variants that time the tiers apart: the INT2 history alone (no BF16 tier), then the
         // BF16 sink + recent alone (320 tokens, the three-tier plan's BF16 splits).

@@ -2,9 +2,11 @@
 """Summarises a decode-attention trace (scripts/device/trace_decode.sh).
 
 Input: the bench's output with OSCARKV_TRACE=1 and bench/kernels/trace/decode_trace.patch
-applied: one `T kind copy x y smid t0 t1 t2 t3 t4` line per CTA, times in ns of %globaltimer.
+applied: one `T kind copy x y smid t0 t1 t2 t3 t4 t5` line per CTA, times in ns of %globaltimer.
 Stage 1 (kind & 15 == 1): t0 start, t1 q staged, t2 every warp's loop done, t3 end, t4 warp 0's
-first ring data (0 if none). Merge (kind 2): t0 start, t1 after the wait, t2 loads done, t3 end,
+first ring data (0 if none), t5 how far apart (ns, low 56 bits) the first and the last INT2 warp
+finished their loops, and which warps they were (bits 56-59 and 60-63; 0 without INT2 tiles;
+older traces lack it). Merge (kind 2): t0 start, t1 after the wait, t2 loads done, t3 end,
 t4 after the barrier.
 
 Prints, per call (copy) of the timed graph, when its stage-1 CTAs start, stage q, finish their
@@ -63,6 +65,15 @@ def summarise(path):
             print(f"    start -> first ring data {spread(first)}")
         print(f"    q staged -> loops done   {spread([(r[7] - r[6]) / 1e3 for r in stage1])}")
         print(f"    loops done -> end        {spread([(r[8] - r[7]) / 1e3 for r in stage1])}")
+        warps = [r[10] for r in stage1 if len(r) > 10 and r[10] > 0]
+        if warps:
+            gap = [(w & ((1 << 56) - 1)) / 1e3 for w in warps]
+            print(f"    INT2 warps of a CTA, last minus first loop end: {spread(gap)}")
+            first = collections.Counter((w >> 56) & 15 for w in warps)
+            last = collections.Counter((w >> 60) & 15 for w in warps)
+            print("    INT2 warp that ended first: " +
+                  ", ".join(f"warp {k} {v}" for k, v in sorted(first.items())) +
+                  "; last: " + ", ".join(f"warp {k} {v}" for k, v in sorted(last.items())))
         # The CTAs of one call that shared an SM, ordered by when their loops finished.
         gaps = []
         for copy in {r[1] for r in stage1}:
