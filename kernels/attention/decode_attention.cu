@@ -1009,14 +1009,25 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
     if (params.one_split_per_seq) return cudaSuccess;  // nothing to merge
   }
   // Groups: about 4 splits per thread (their loads are independent), at most kMergeGroups, and at
-  // most 512 threads. Blocks of 32 channels when one block per head leaves most SMs idle: H200,
-  // same run, B=1: D=128 8k 10.45 -> 9.3 us, 128k 31.95 -> 31.8, D=64 128k 13.7 -> 13.15; at B=8
-  // (256 blocks per head already) they cost +0.6 us.
+  // most max_threads threads. Blocks of 32 channels when one block per head leaves most SMs idle:
+  // H200, same run, B=1: D=128 8k 10.45 -> 9.3 us, 128k 31.95 -> 31.8, D=64 128k 13.7 -> 13.15;
+  // at B=8 (256 blocks per head already) they cost +0.6 us.
+  // With few sequences a block holds at most 2 x head_dim threads. Overlapped, the blocks wait
+  // beside stage 1: at 512 threads x 40 registers one did not fit next to two D = 128 stage-1
+  // CTAs (2 x 25.6K of the 64K registers), so part of the next call's stage-1 CTAs could only
+  // start once the merge had ended. H200, same run, B=1, 512 -> 2 x head_dim threads: D=128
+  // 128k 30.62 -> 30.02 us, 32k 14.89 -> 14.62; D=64 128k 13.20 -> 12.16, 32k 9.43 -> 8.34, B=2
+  // 64k 13.66 -> 12.12 (D=64 at 256 threads: slower than at 512; at 64 threads both slower).
+  // Plain launches take the same blocks, so both give the same bits: D=128 128k 31.59 -> 31.07,
+  // D=64 128k 13.23 -> 13.50 (bench/NOTES.md "Session 14").
   const int z = few_rows ? params.head_dim / 32 : 1;
   const int channels = params.head_dim / z;
+  const int max_threads = few_rows ? 2 * params.head_dim : 512;
   const int avg_splits = (params.num_work + params.num_seqs - 1) / params.num_seqs;
   int groups = 1;
-  while (groups < kMergeGroups && 4 * groups < avg_splits && channels * groups < 512) groups *= 2;
+  while (groups < kMergeGroups && 4 * groups < avg_splits && channels * groups < max_threads) {
+    groups *= 2;
+  }
   const dim3 merge_grid(params.num_seqs, params.num_q_heads, z);
   if (overlap) {
     return cuda::LaunchOverlappingPrior(MergeKernel<true>, merge_grid, channels * groups, 0,
