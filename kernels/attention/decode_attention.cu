@@ -1017,7 +1017,7 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   // CTAs (2 x 25.6K of the 64K registers), so part of the next call's stage-1 CTAs could only
   // start once the merge had ended. H200, same run, B=1, 512 -> 2 x head_dim threads: D=128
   // 128k 30.62 -> 30.02 us, 32k 14.89 -> 14.62; D=64 128k 13.20 -> 12.16, 32k 9.43 -> 8.34, B=2
-  // 64k 13.66 -> 12.12 (D=64 at 256 threads: slower than at 512; at 64 threads both slower).
+  // 64k 13.66 -> 12.12 (at 256 threads D=64 was slower than at 512; at 64, both head sizes were).
   // Plain launches take the same blocks, so both give the same bits: D=128 128k 31.59 -> 31.07,
   // D=64 128k 13.23 -> 13.50 (bench/NOTES.md "Session 14").
   const int z = few_rows ? params.head_dim / 32 : 1;
