@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute on one INT2 decode case (default D=128, B=1, S=128k): builds like check.sh, then
-# profiles one stage-1 launch and one merge launch. Usage: bash scripts/device/profile.sh [D B S]
+# profiles one stage-1 launch and one merge launch.
+# Usage: bash scripts/device/profile.sh [D B S [CPS]] (CPS: the plan's stage-1 CTAs per SM, as
+# decode_attention_bench --only takes it; default 0 = the plan's own choice).
 # With --demote [D CLIP] instead: one unrotated bf16 demotion launch (default D=128, K's clip 0.96),
 # with the instruction mix per pipe, the issue stalls (ncu_demote.txt) and the stall samples per
 # SASS instruction (ncu_demote_source.csv, summarised by bench/kernels/ncu_stalls.py).
@@ -27,7 +29,7 @@ if [ "${1:-}" = --demote ]; then
   python3 bench/kernels/ncu_stalls.py "$OUT/ncu_demote_source.csv" --top 40
   exit 0
 fi
-D=${1:-128}; B=${2:-1}; S=${3:-131072}
+D=${1:-128}; B=${2:-1}; S=${3:-131072}; CPS=${4:-0}
 # The stall reasons (sampled per warp) go to ncu.txt; the SASS of stage 1 with its stall samples
 # per instruction to ncu_source.csv (which instructions the warps wait on; summarise it here with
 # python3 bench/kernels/ncu_stalls.py FILE).
@@ -35,7 +37,7 @@ ncu --clock-control none -k regex:"DecodeSplit|MergeKernel" --launch-skip 4 --la
   --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
   --section MemoryWorkloadAnalysis --section LaunchStats --section SourceCounters \
   --metrics regex:smsp__pcsamp_warps_issue_stalled_.* -o "$OUT/prof" \
-  build-dev/bench/kernels/decode_attention_bench --only "$D" "$B" "$S" > "$OUT/ncu_run.txt" 2>&1
+  build-dev/bench/kernels/decode_attention_bench --only "$D" "$B" "$S" "$CPS" > "$OUT/ncu_run.txt" 2>&1
 ncu --import "$OUT/prof.ncu-rep" --print-details all 2>&1 | tee "$OUT/ncu.txt"
 ncu --import "$OUT/prof.ncu-rep" -k regex:DecodeSplit --page source --print-source sass --csv \
   > "$OUT/ncu_source.csv" 2>&1

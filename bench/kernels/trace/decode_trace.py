@@ -11,12 +11,14 @@ t4 after the barrier.
 
 Prints, per call (copy) of the timed graph, when its stage-1 CTAs start, stage q, finish their
 loops and end, and when its merge starts, waits, ends; then the spread of each phase over the
-CTAs, and how the two CTAs that share an SM finish (the older one, dispatched first, tends to
-finish first).
+CTAs, and how the two CTAs that share an SM finish: which of them ends first (the one with the
+lower block index, dispatched first, or the one whose first stamp came first), and each blockIdx.y's
+median loop end against its call's median (at B=1 blockIdx.y is the KV head).
 
-  python3 bench/kernels/trace/decode_trace.py TRACE.txt [TRACE.txt ...]
+  python3 bench/kernels/trace/decode_trace.py TRACE.txt[.gz] [TRACE.txt[.gz] ...]
 """
 import collections
+import gzip
 import statistics
 import sys
 
@@ -29,7 +31,7 @@ def spread(xs):
 def summarise(path):
     rows = []
     header = ""
-    for line in open(path):
+    for line in (gzip.open(path, "rt") if path.endswith(".gz") else open(path)):
         if line.startswith("TRACE"):
             header = line.strip()
         if line.startswith("T "):
@@ -76,18 +78,28 @@ def summarise(path):
                   "; last: " + ", ".join(f"warp {k} {v}" for k, v in sorted(last.items())))
         # The CTAs of one call that shared an SM, ordered by when their loops finished.
         gaps = []
+        lower_first = started_first = 0
+        late_by_y = collections.defaultdict(list)
         for copy in {r[1] for r in stage1}:
             by_sm = collections.defaultdict(list)
-            for r in stage1:
-                if r[1] == copy:
-                    by_sm[r[4]].append(r)
+            call = [r for r in stage1 if r[1] == copy]
+            median_end = statistics.median(r[7] for r in call)
+            for r in call:
+                by_sm[r[4]].append(r)
+                late_by_y[r[3]].append((r[7] - median_end) / 1e3)
             for ctas in by_sm.values():
                 if len(ctas) == 2:
                     a, b = sorted(ctas, key=lambda r: r[7])
                     gaps.append((b[7] - a[7]) / 1e3)
+                    lower_first += (a[3], a[2]) < (b[3], b[2])  # block index order (y, x)
+                    started_first += a[5] < b[5]
         if gaps:
             print(f"    loops done, later minus earlier CTA of an SM: {spread(gaps)} "
                   f"({len(gaps)} SM-calls with two CTAs)")
+            print(f"    the CTA of an SM that ended first had the lower block index in "
+                  f"{lower_first}, the earlier start in {started_first}")
+            print("    loop end minus the call's median, median per blockIdx.y: " +
+                  ", ".join(f"{y}: {statistics.median(v):+.2f}" for y, v in sorted(late_by_y.items())))
     if merge:
         print("  merge phases, us (min median max over blocks):")
         print(f"    start -> waited          {spread([(r[6] - r[5]) / 1e3 for r in merge])}")
