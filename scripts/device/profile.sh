@@ -37,7 +37,8 @@ ncu --clock-control none -k regex:"DecodeSplit|MergeKernel" --launch-skip 4 --la
   --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
   --section MemoryWorkloadAnalysis --section LaunchStats --section SourceCounters \
   --metrics regex:smsp__pcsamp_warps_issue_stalled_.* -o "$OUT/prof" \
-  build-dev/bench/kernels/decode_attention_bench --only "$D" "$B" "$S" "$CPS" > "$OUT/ncu_run.txt" 2>&1
+  build-dev/bench/kernels/decode_attention_bench --only "$D" "$B" "$S" "$CPS" \
+  > "$OUT/ncu_run.txt" 2>&1
 ncu --import "$OUT/prof.ncu-rep" --print-details all 2>&1 | tee "$OUT/ncu.txt"
 ncu --import "$OUT/prof.ncu-rep" -k regex:DecodeSplit --page source --print-source sass --csv \
   > "$OUT/ncu_source.csv" 2>&1

@@ -98,8 +98,9 @@ def summarise(path):
                   f"({len(gaps)} SM-calls with two CTAs)")
             print(f"    the CTA of an SM that ended first had the lower block index in "
                   f"{lower_first}, the earlier start in {started_first}")
+            late = sorted(late_by_y.items())
             print("    loop end minus the call's median, median per blockIdx.y: " +
-                  ", ".join(f"{y}: {statistics.median(v):+.2f}" for y, v in sorted(late_by_y.items())))
+                  ", ".join(f"{y}: {statistics.median(v):+.2f}" for y, v in late))
     if merge:
         print("  merge phases, us (min median max over blocks):")
         print(f"    start -> waited          {spread([(r[6] - r[5]) / 1e3 for r in merge])}")
