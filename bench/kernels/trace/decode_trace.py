@@ -91,7 +91,9 @@ def summarise(path):
                 if len(ctas) == 2:
                     a, b = sorted(ctas, key=lambda r: r[7])
                     gaps.append((b[7] - a[7]) / 1e3)
-                    lower_first += (a[3], a[2]) < (b[3], b[2])  # block index order (y, x)
+                    # block index order (y, x); the records carry no blockIdx.z, which is 0
+                    # at every bench shape (at most 8 query heads per KV head)
+                    lower_first += (a[3], a[2]) < (b[3], b[2])
                     started_first += a[5] < b[5]
         if gaps:
             print(f"    loops done, later minus earlier CTA of an SM: {spread(gaps)} "
