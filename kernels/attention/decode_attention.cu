@@ -26,19 +26,27 @@ using namespace oscarkv::kernels::cuda;  // NOLINT: device helpers
 
 // Warps of a stage-1 CTA: kInt2W warps share the INT2 tiles of a split (each a contiguous range
 // through its own cp.async ring); with kBf16W one more warp attends the BF16 share of a fused
-// split (Tier::kInt2WithBf16) while the others start on INT2 tiles at once.
-template <int kInt2W, bool kBf16W>
+// split (Tier::kInt2WithBf16) while the others start on INT2 tiles at once. kPerSm: the CTAs per
+// SM its __launch_bounds__ promise (the register budget).
+template <int kInt2W, bool kBf16W, int kPerSm>
 struct CtaLayout {
+  static constexpr int kCtasPerSm = kPerSm;
   static constexpr int kInt2Warps = kInt2W;
   static constexpr bool kBf16Warp = kBf16W;
   static constexpr int kWarps = kInt2W + (kBf16W ? 1 : 0);
   static constexpr int kThreads = 32 * kWarps;
 };
-using PlainCta = CtaLayout<4, false>;  // up to kDecodeStage1CtasPerSm CTAs per SM
+using PlainCta = CtaLayout<4, false, kDecodeStage1CtasPerSm>;
 // Launches of at most 2 CTAs per SM. H200, same runs, B=32 8k D=128: 62.9 us (then 59.9 without
 // the share's L2 prefetch); 5 INT2 warps + 1: 67.8 us; 4 + 2 BF16 warps: 65.9 us (and +1.1 us
 // at B=1 128k, where both idle: every 6-warp layout measured slower).
-using Bf16WarpCta = CtaLayout<4, true>;
+using Bf16WarpCta = CtaLayout<4, true, 2>;
+// The same warps in 128 registers, for launches of at most 3 CTAs per SM. H200, same run, against
+// 3 plain CTAs per SM: D=128 B=24 8k 55.26 -> 48.42 us, B=12 32k 83.84 -> 80.45, B=24 32k 155.10
+// -> 149.95; D=64 B=32 8k 20.69 -> 19.89, B=48 8k 32.14 -> 29.91 (bench/NOTES.md "v18"). Not for
+// 2 per SM: there 3 would fit and overlapped calls stack a third CTA on some SMs (D=128 B=1 128k
+// 29.89 -> 38.38 us).
+using Bf16Warp3Cta = CtaLayout<4, true, 3>;
 constexpr int kMaxHeadsPerCta = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -840,7 +848,7 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
 // C::kThreads. kDirect: params.one_split_per_seq (a template argument: a runtime flag cost the
 // other launches ~0.15 us, H200, bench/NOTES.md "v15 direct").
 template <int D, class C, bool kDirect, bool kOverlap>
-__global__ void __launch_bounds__(C::kThreads, C::kBf16Warp ? 2 : kDecodeStage1CtasPerSm)
+__global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
     DecodeSplitKernel(const DecodeAttentionParams p, float sc_log2) {
   __shared__ __align__(16) SplitSmem<D, C> sm;
   if constexpr (kOverlap) AllowDependentLaunch();
@@ -953,16 +961,22 @@ cudaError_t LaunchStage1(const DecodeAttentionParams& p, Stage1Cta cta, int sms,
                          cudaStream_t stream) {
   const int group = p.num_q_heads / p.num_kv_heads;
   const dim3 grid(p.num_work, p.num_kv_heads, (group + kMaxHeadsPerCta - 1) / kMaxHeadsPerCta);
-  // A launch that fits in 2 CTAs per SM (many sequences, one split each: B=32 at 8k) has room
-  // for a fifth warp per CTA: it takes the BF16 share of a fused split, so that the INT2 warps
-  // start on their tiles at once.
+  // A launch that fits in one wave of 2 or 3 CTAs per SM has room for a fifth warp per CTA: it
+  // takes the BF16 share of a fused split, so that the INT2 warps start on their tiles at once.
   if (cta == Stage1Cta::kAuto) {
-    cta = static_cast<int64_t>(grid.x) * grid.y * grid.z <= 2 * static_cast<int64_t>(sms)
-              ? Stage1Cta::kBf16Warp
-              : Stage1Cta::kPlain;
+    const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+    cta = ctas <= 2 * static_cast<int64_t>(sms)   ? Stage1Cta::kBf16Warp
+          : ctas <= 3 * static_cast<int64_t>(sms) ? Stage1Cta::kBf16Warp3
+                                                  : Stage1Cta::kPlain;
   }
-  return cta == Stage1Cta::kBf16Warp ? LaunchSplits<D, Bf16WarpCta>(p, grid, overlap, stream)
-                                     : LaunchSplits<D, PlainCta>(p, grid, overlap, stream);
+  switch (cta) {
+    case Stage1Cta::kBf16Warp:
+      return LaunchSplits<D, Bf16WarpCta>(p, grid, overlap, stream);
+    case Stage1Cta::kBf16Warp3:
+      return LaunchSplits<D, Bf16Warp3Cta>(p, grid, overlap, stream);
+    default:
+      return LaunchSplits<D, PlainCta>(p, grid, overlap, stream);
+  }
 }
 
 }  // namespace
@@ -1106,10 +1120,10 @@ DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_h
     wave = wave_of(ctas_per_sm);
   } else {
     // A wave of 2 CTAs per SM, which DecodeAttentionCuda runs with the BF16 warp
-    // (Stage1Cta::kBf16Warp), when its CTAs fill >= 90% of it; else 3 plain CTAs per SM. H200,
-    // same run, 2 vs 3 per SM: D=128 B=8 32k 57.2 vs 60.8 us, B=1 128k 33.2 vs 33.6; D=64 B=1
-    // 128k 14.0 vs 14.2; D=64 B=32 8k (192 CTAs: 73% of the 2-per-SM wave) 23.8 vs 20.8
-    // (bench/NOTES.md "v14").
+    // (Stage1Cta::kBf16Warp), when its CTAs fill >= 90% of it; else of 3 per SM (kBf16Warp3 when
+    // they fit in one wave). H200, same run, 2 vs 3 plain CTAs per SM: D=128 B=8 32k 57.2 vs 60.8
+    // us, B=1 128k 33.2 vs 33.6; D=64 B=1 128k 14.0 vs 14.2; D=64 B=32 8k (192 CTAs: 73% of the
+    // 2-per-SM wave) 23.8 vs 20.8 (bench/NOTES.md "v14").
     const WavePlan two = wave_of(2);
     const int64_t ctas = static_cast<int64_t>(head_ctas) * (two.splits + (two.fused ? 0 : 2));
     wave = 10 * ctas >= 9 * 2 * static_cast<int64_t>(num_sms) ? two

@@ -27,10 +27,12 @@ namespace oscarkv::kernels {
 
 // Warps of a stage-1 CTA. kBf16Warp: 4 INT2 warps and one that attends the BF16 share of a
 // fused split (Tier::kInt2WithBf16) at the same time (2 CTAs per SM; H200, B=32 8k D=128: 72.2
-// -> 59.9 us with the other v14 changes, bench/NOTES.md "v14"); kPlain: 4 warps that take the
-// share first, then INT2 tiles (kDecodeStage1CtasPerSm per SM). kAuto: kBf16Warp when the grid
-// fits in 2 CTAs per SM. Both compute the same result for every plan; tests force each.
-enum class Stage1Cta { kAuto, kPlain, kBf16Warp };
+// -> 59.9 us with the other v14 changes, bench/NOTES.md "v14"); kBf16Warp3: the same warps in
+// 128 registers (3 CTAs per SM); kPlain: 4 warps that take the share first, then INT2 tiles
+// (kDecodeStage1CtasPerSm per SM). kAuto: kBf16Warp when the grid fits in 2 CTAs per SM, else
+// kBf16Warp3 when it fits in 3, else kPlain. All compute the same result for every plan; tests
+// force each.
+enum class Stage1Cta { kAuto, kPlain, kBf16Warp, kBf16Warp3 };
 
 // Runs both stages on `stream`. head_dim 64 or 128 (cudaErrorNotSupported otherwise); invalid
 // params give cudaErrorInvalidValue. Asynchronous; no host synchronisation, graph-capturable.
@@ -42,16 +44,16 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
 // 76.9 -> 73.7 us; D=64 B=32 8k 23.95 -> 21.6 us; bench/NOTES.md "v13").
 constexpr int kDecodeStage1CtasPerSm = 3;
 
-// A plan config that fills the GPU in one wave of stage-1 CTAs. ctas_per_sm = 0 (the default):
-// a wave of 2 CTAs per SM (run with the BF16 warp) when the plan fills >= 90% of it, else of
-// kDecodeStage1CtasPerSm plain CTAs; > 0: a wave of that many per SM (bench sweeps). With few
-// (sequence, KV head) pairs (batch 1-3 at long context: >= 16 splits each) the wave has about
-// min(ctas_per_sm, 3) * num_sms INT2 CTAs (fewer, longer splits repay their fixed costs); the BF16
-// tier (sink + recent, <= 2 splits of 256 tokens) gets splits of its own, or, in a wave of 2 per
-// SM, is fused into the INT2 splits unless those read about as many bytes as a BF16 split would
-// (decided from head_dim and max_int2_tokens, the longest INT2 tier of the batch). With many
-// pairs the wave has about ctas_per_sm * num_sms CTAs and the BF16 tier is fused into the INT2
-// splits (fuse_bf16_into_int2).
+// A plan config that fills the GPU in one wave of stage-1 CTAs. ctas_per_sm = 0 (the default): a
+// wave of 2 CTAs per SM (run with the BF16 warp) when the plan fills >= 90% of it, else of
+// kDecodeStage1CtasPerSm (Stage1Cta::kBf16Warp3); > 0: a wave of that many per SM (bench sweeps).
+// With few (sequence, KV head) pairs (batch 1-3 at long context: >= 16 splits each) the wave has
+// about min(ctas_per_sm, 3) * num_sms INT2 CTAs (fewer, longer splits repay their fixed costs); the
+// BF16 tier (sink + recent, <= 2 splits of 256 tokens) gets splits of its own, or, in a wave of 2
+// per SM, is fused into the INT2 splits unless those read about as many bytes as a BF16 split would
+// (decided from head_dim and max_int2_tokens, the longest INT2 tier of the batch). With many pairs
+// the wave has about ctas_per_sm * num_sms CTAs and the BF16 tier is fused into the INT2 splits
+// (fuse_bf16_into_int2).
 DecodePlanConfig GpuDecodePlanConfig(int num_seqs, int num_kv_heads, int num_q_heads,
                                      int head_dim, int max_int2_tokens, int num_sms,
                                      int ctas_per_sm = 0);

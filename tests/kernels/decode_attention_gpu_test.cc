@@ -336,11 +336,12 @@ bool RunCase(const Case& c, uint64_t seed) {
   std::vector<double> ref64;
   Reference64(c, q, bf, i2, sm_scale, ref64);
   std::vector<double> cpu64(out_ref.begin(), out_ref.end());
-  // Both stage-1 CTA layouts (kAuto picks one of them by grid size), and, when the plan has one
+  // Every stage-1 CTA layout (kAuto picks one of them by grid size), and, when the plan has one
   // split per sequence, with the merge launch and with stage 1 writing out itself; outputs
   // poisoned each time.
   bool ok = true;
-  for (const kernels::Stage1Cta cta : {kernels::Stage1Cta::kPlain, kernels::Stage1Cta::kBf16Warp}) {
+  for (const kernels::Stage1Cta cta : {kernels::Stage1Cta::kPlain, kernels::Stage1Cta::kBf16Warp,
+                                       kernels::Stage1Cta::kBf16Warp3}) {
     for (const bool direct : {false, true}) {
       if (direct && !plan.OneSplitPerSequence()) continue;
       GPU_CHECK(cudaMemset(d_po, 0xff, part_out.size() * 4));  // NaN poison
@@ -353,7 +354,9 @@ bool RunCase(const Case& c, uint64_t seed) {
       const std::vector<float> out = ToHost(d_out, out_ref.size());
       const std::vector<float> lse = ToHost(d_lse, lse_ref.size());
       const std::string label =
-          std::string(cta == kernels::Stage1Cta::kPlain ? "4 warps" : "4+bf16 warp") +
+          std::string(cta == kernels::Stage1Cta::kPlain      ? "4 warps"
+                      : cta == kernels::Stage1Cta::kBf16Warp ? "4+bf16 warp"
+                                                             : "4+bf16 warp, 128 regs") +
           (direct ? ", out from stage 1" : "");
       ok = CheckOutputs(c, label.c_str(), plan, out, lse, out_ref, lse_ref, ref64, cpu64) && ok;
       if (!direct) ok = CheckOverlapped(dp, cta, d_q, q, out, lse, label) && ok;
