@@ -9,7 +9,7 @@
 //   decode_attention_bench [--quick]     the grid (--quick: the four goal shapes) + variant rows
 //   decode_attention_bench --only D B S [CPS [CAP [FLIP]]]  one INT2 case (profilers, A/B runs;
 //                                           OSCARKV_BENCH_PLAIN_LAUNCH=1: overlap_prior_kernel
-//                                           off)
+//                                           off; OSCARKV_BENCH_BF16_TOKENS=N: N BF16 tokens)
 //   decode_attention_bench --demote D CLIP [T]  one unrotated bf16 demotion case, T tokens
 //                                           (default 32768) x the shape's KV heads (profilers,
 //                                           A/B runs)
@@ -502,9 +502,11 @@ int main(int argc, char** argv) {
   // Single-case modes take the floor at a nominal 3.9 TB/s (no copy-bandwidth run).
   // --only D B S [CPS [CAP [FLIP]]]: one INT2 case (profilers, A/B runs), optionally with the
   // plan's ctas_per_sm, a cap on its splits per tier (0: none) and FLIP = 1 to flip its
-  // fuse_bf16_into_int2.
+  // fuse_bf16_into_int2. Environment: OSCARKV_BENCH_PLAIN_LAUNCH (no overlap with the kernel
+  // before), OSCARKV_BENCH_BF16_TOKENS=N (N BF16 tokens per sequence instead of 320).
   if (argc >= 5 && argc <= 8 && std::strcmp(argv[1], "--only") == 0) {
     g_plain_launch = std::getenv("OSCARKV_BENCH_PLAIN_LAUNCH") != nullptr;
+    if (const char* bf = std::getenv("OSCARKV_BENCH_BF16_TOKENS")) g_bf16_tokens = std::atoi(bf);
     const int cps = argc >= 6 ? std::atoi(argv[5]) : 0;
     g_max_splits = argc >= 7 ? std::atoi(argv[6]) : 0;
     g_flip_fuse = argc == 8 && std::atoi(argv[7]) != 0;
