@@ -39,13 +39,14 @@ struct CtaLayout {
 using PlainCta = CtaLayout<4, false, kDecodeStage1CtasPerSm>;
 // Launches of at most 2 CTAs per SM. H200, same runs, B=32 8k D=128: 62.9 us (then 59.9 without
 // the share's L2 prefetch); 5 INT2 warps + 1: 67.8 us; 4 + 2 BF16 warps: 65.9 us (and +1.1 us
-// at B=1 128k, where both idle: every 6-warp layout measured slower).
+// at B=1 128k, where both idle: every 6-warp layout measured slower). B=1 128k D=128 with 4 / 5
+// / 6 INT2 warps: 30.00 / 33.98 / 36.82 us (bench/NOTES.md "Session 16").
 using Bf16WarpCta = CtaLayout<4, true, 2>;
 // The same warps in 128 registers, for launches of at most 3 CTAs per SM. H200, same run, against
 // 3 plain CTAs per SM: D=128 B=24 8k 55.26 -> 48.42 us, B=12 32k 83.84 -> 80.45, B=24 32k 155.10
-// -> 149.95; D=64 B=32 8k 20.69 -> 19.89, B=48 8k 32.14 -> 29.91 (bench/NOTES.md "v18"). Not for
-// 2 per SM: there 3 would fit and overlapped calls stack a third CTA on some SMs (D=128 B=1 128k
-// 29.89 -> 38.38 us).
+// -> 149.95; D=64 B=32 8k 20.69 -> 19.89, B=48 8k 32.14 -> 29.91 (bench/NOTES.md "Session 16",
+// v18). Not for 2 per SM: there 3 would fit and overlapped calls stack a third CTA on some SMs
+// (D=128 B=1 128k 29.89 -> 38.38 us).
 using Bf16Warp3Cta = CtaLayout<4, true, 3>;
 constexpr int kMaxHeadsPerCta = 8;
 constexpr float kLog2e = 1.4426950408889634f;
