@@ -290,7 +290,10 @@ bool RunCase(const Case& c, uint64_t seed) {
   hp.bf16 = table(bf, c.bf16_tokens, bf.pool.data(), bf.indptr.data(), bf.idx.data());
   hp.int2 = table(i2, c.int2_tokens, i2.pool.data(), i2.indptr.data(), i2.idx.data());
   const bool no_int2 = std::all_of(c.int2_tokens.begin(), c.int2_tokens.end(), [](int n) { return n == 0; });
+  const bool no_bf16 =
+      std::all_of(c.bf16_tokens.begin(), c.bf16_tokens.end(), [](int n) { return n == 0; });
   if (no_int2) hp.int2 = kernels::PagedTierTable{};  // an empty tier has no table
+  if (no_bf16) hp.bf16 = kernels::PagedTierTable{};
   hp.work = plan.work.data();
   hp.seq_work_indptr = plan.seq_work_indptr.data();
   hp.num_work = plan.num_work();
@@ -323,6 +326,7 @@ bool RunCase(const Case& c, uint64_t seed) {
   dp.int2 = table(i2, c.int2_tokens, dev(i2.pool), dev(i2.indptr), dev(i2.idx));
   dp.int2.seq_tokens = d_i2_tok;
   if (no_int2) dp.int2 = kernels::PagedTierTable{};
+  if (no_bf16) dp.bf16 = kernels::PagedTierTable{};
   dp.work = dev(plan.work);
   dp.seq_work_indptr = dev(plan.seq_work_indptr);
   float* d_po = dev(part_out);
@@ -378,6 +382,9 @@ int main(int argc, char** argv) {
   }
   const std::vector<Case> cases = {
       {"d128 g4 b1 long", 32, 8, 128, {320}, {6000}, 0, 1.0f},
+      // No BF16 tier (the bench's bf=0 rows): INT2 splits only.
+      {"d128 g4 b1 int2 only", 32, 8, 128, {0}, {6001}, 0, 1.0f},
+      {"d64 g3 b2 int2 only", 9, 3, 64, {0, 0}, {3000, 777}, 0, 1.0f},
       {"d128 g4 b1 hot q", 32, 8, 128, {300}, {3001}, 0, 4.0f},
       {"d128 g4 b3 fixed40", 32, 8, 128, {64, 263, 100}, {1000, 8, 0}, 40, 2.0f},
       {"d128 g4 b3 fixed40 fused", 32, 8, 128, {64, 263, 100}, {1000, 8, 0}, 40, 2.0f, 1},
