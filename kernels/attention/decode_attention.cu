@@ -1,14 +1,18 @@
 // Decode attention over the paged three-tier cache on the GPU (see decode_attention_cuda.h).
 // bench/NOTES.md ("GPU decode attention and demotion") has the versions and their measurements.
 //
-// Fragment bookkeeping (lane l, r = l / 4, p = l % 4; mma.sync m16n8k16 layouts):
-//   scores  S^T[16 tokens x 8 heads] = K[16 x D] . Q^T[D x 8]: A rows are tokens (row r = row r
-//           of the tile's first page, row r + 8 = row r of its second page), B columns are heads.
-//           The reduction order over D is free, so each loader picks the channel permutation
-//           (QDim) that matches the bytes a lane loads, and Q is permuted the same way.
-//   P.V     O^T[D x 8 heads] = V^T[D x 16 tokens] . P^T[16 tokens x 8 heads]; P^T comes from the
-//           score accumulators by one movmatrix.trans per 8x8 block; output channel of
-//           (m-tile, row) is OutDim.
+// Fragment bookkeeping (lane l, r = l / 4, p = l % 4; mma.sync layouts):
+//   scores  S^T[16 tokens x 8 columns] = K[16 x D] . Q^T[D x 8]: A rows are tokens (row r = row r
+//           of the tile's first page, row r + 8 = row r of its second page); columns 2h, 2h + 1
+//           belong to query head h (<= 4 heads per CTA), so lane (r, p) holds head p. INT2: m16n8k32
+//           u8 x s8 integer MMAs, A = code bytes masked in place (Int2Loader::KFragI), the columns
+//           q's high and low byte (exact int32 sums); BF16: m16n8k16 with q in both columns. The
+//           reduction order over D is free, so each loader picks the channel permutation (QDimI,
+//           QDim) that matches the bytes a lane loads, and Q is permuted the same way.
+//   P.V     O^T[D x 8] = V^T[D x 16 tokens] . P^T[16 tokens x 8]: column 2h + k holds head h's
+//           weights of page k's rows (zero for the other page), from the scores by one
+//           movmatrix.trans per tile (WarpSoftmax::Step); output channel of (m-tile, row) is
+//           OutDim, and a head's two page columns are summed once, in the epilogue.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -48,7 +52,7 @@ using Bf16WarpCta = CtaLayout<4, true, 2>;
 // v18). Not for 2 per SM: there 3 would fit and overlapped calls stack a third CTA on some SMs
 // (D=128 B=1 128k 29.89 -> 38.38 us).
 using Bf16Warp3Cta = CtaLayout<4, true, 3>;
-constexpr int kMaxHeadsPerCta = 8;
+constexpr int kMaxHeadsPerCta = 4;  // a lane's head: lane % 4 (WarpSoftmax)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 // Softmax weights 2^(s - m) may reach 2^kRescaleSlack before the reference max m moves. The
@@ -64,8 +68,9 @@ constexpr float kRescaleSlack = 8.0f;
 template <int D>
 struct Int2Loader {
   static constexpr int kKW = D / 64;  // u32 words of K codes a lane reads per token
+  static constexpr int kMi = D / 32;  // m16n8k32 integer MMAs per tile for the scores
   static constexpr bool kHalfPv = true;
-  static constexpr bool kHalfQk = true;
+  static constexpr bool kIntQk = true;
   static constexpr bool kHasCorr = true;
   struct Raw {
     uint32_t k0[kKW], k1[kKW];  // K codes: page 0 row r, page 1 row r (bytes 4*kKW*p ...)
@@ -111,28 +116,33 @@ struct Int2Loader {
     LoadSharedK(raw, u0, u1, lane);
     LoadSharedV(raw, u0, u1, lane);
   }
-  // Channel of logical k index kk (0..15) of k-step ks for the lane with p = (kk % 8) / 2: the
-  // low half of a word pair holds bytes 0 / 1, the high half bytes 2 / 3 (no byte shuffles).
-  __device__ static int QDim(int ks, int kk) {
-    const int p = (kk & 7) >> 1, byte = 2 * (kk & 1) + (kk >> 3), w = ks >> 2, q = ks & 3;
-    return p * 4 * kKW + 4 * w + byte + q * (D / 4);
+  // The scores' A operand straight from the code bytes: one AND per register keeps code position
+  // pos of four bytes as u8 values c * 4^pos (no shifts). D = 128: IMMA mi takes position mi of
+  // both words (k 0..15: word 0, k 16..31: word 1); D = 64: positions 2 mi (k 0..15) and 2 mi + 1
+  // (k 16..31) of the one word. IMMAs of positions 0-1 and of 2-3 accumulate apart (QuantizeQ).
+  __device__ static void KFragI(const Raw& raw, int mi, uint32_t (&a)[4]) {
+    if constexpr (D == 128) {
+      const uint32_t m = 0x03030303u << (2 * mi);
+      a[0] = raw.k0[0] & m; a[1] = raw.k1[0] & m; a[2] = raw.k0[1] & m; a[3] = raw.k1[1] & m;
+    } else {
+      const uint32_t m0 = 0x03030303u << (4 * mi), m1 = m0 << 2;
+      a[0] = raw.k0[0] & m0; a[1] = raw.k1[0] & m0; a[2] = raw.k0[0] & m1; a[3] = raw.k1[0] & m1;
+    }
   }
-  // K codes of quarter q are fp16 subnormals c * 2^(2q-24); Q of that k-step is scaled by 2^-2q,
-  // so every product is q_d * c_d * 2^-24.
-  __device__ static float QScale(int ks) { return 1.0f / static_cast<float>(1 << (2 * (ks & 3))); }
-  __device__ static float RoundQ(float v) { return __half2float(__float2half_rn(v)); }
-  __device__ static void KFrag(const Raw& raw, int ks, uint32_t (&a)[4]) {
-    const int w = ks >> 2, q = ks & 3;
-    const uint32_t m = 0x00030003u << (2 * q);
-    a[0] = raw.k0[w] & m;         // bytes 0 (lo), 2 (hi)
-    a[1] = raw.k1[w] & m;
-    a[2] = (raw.k0[w] >> 8) & m;  // bytes 1 (lo), 3 (hi)
-    a[3] = (raw.k1[w] >> 8) & m;
+  // Channel of k index kk (0..31) of IMMA mi for the lane quad (kk % 16) / 4 that loaded it: code
+  // position pos of byte b holds channel b + pos * D / 4 (the quartered split, int2_block.h).
+  __device__ static int QDimI(int mi, int kk) {
+    const int q = (kk & 15) >> 2, j = kk & 3, h = kk >> 4;
+    const int w = D == 128 ? h : 0, pos = D == 128 ? mi : 2 * mi + h;
+    return q * 4 * kKW + 4 * w + j + pos * (D / 4);
   }
-  // score = a * acc + b * e_h with e_h = scale * sum(q_h) and acc = 2^-24 q.c.
-  __device__ static void ScoreAB(const Raw& raw, int page, float sc, float& a, float& b) {
+  // Whether channel d sits at an odd code position (1 or 3: codes 4c and 64c).
+  __device__ static bool OddPosition(int d) { return ((d / (D / 4)) & 1) != 0; }
+  // score = a * x + b * e_h with x = sum_d Q_d c_d, sq = sc / S_h (q = Q / S_h, QuantizeQ) and
+  // e_h = sc * sum(q_h).
+  __device__ static void ScoreAB(const Raw& raw, int page, float sq, float& a, float& b) {
     const uint32_t kp = page == 0 ? raw.kp0 : raw.kp1;
-    a = HalfLoToFloat(kp) * (sc * 16777216.0f);
+    a = HalfLoToFloat(kp) * sq;
     b = HalfHiToFloat(kp);
   }
   // V scale as fp16 in both halves (the P.V weights are fp16(p) * scale in one HMUL2) and the
@@ -181,9 +191,8 @@ struct Bf16Loader {
   static constexpr int kKW = D / 8;   // u32 words of K a lane reads per token (D/4 channels)
   static constexpr int kVW = D / 16;  // u32 words of V a lane reads per token (D/8 channels)
   static constexpr bool kHalfPv = false;
-  static constexpr bool kHalfQk = false;
+  static constexpr bool kIntQk = false;
   static constexpr bool kHasCorr = false;
-  __device__ static float QScale(int) { return 1.0f; }
   __device__ static float RoundQ(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
   __device__ static float OutScale(int) { return 1.0f; }
   struct Raw {
@@ -338,10 +347,15 @@ struct SplitSmem {
   float q[kMaxHeadsPerCta][D];
   float qb[kMaxHeadsPerCta][D];  // q rounded to bf16 (the BF16 share of a fused INT2 split)
   float qsum[kMaxHeadsPerCta];  // sum over d of the rounded q of each head
+  float qinv[kMaxHeadsPerCta];  // INT2: 1 / S of each head (QuantizeQ)
   float m[kWarps][kMaxHeadsPerCta];
   float l[kWarps][kMaxHeadsPerCta];
   float wt[kWarps][kMaxHeadsPerCta];  // epilogue: weight of each warp's partial, per head
-  union alignas(16) {  // the ring takes 16-byte cp.async and 8-byte loads
+  // 128-byte aligned: cp.async whose shared destination sits 16 bytes off a 128-byte line (the
+  // global source is line-aligned) asks L2 for twice the sectors (ncu, H200: D=128 B=1 128k
+  // 30.6 -> 34.8 us when this struct's head shrank by 16 bytes mod 128; bench/NOTES.md
+  // "Session 17").
+  union alignas(128) {  // the ring takes 16-byte cp.async and 8-byte loads
     float o[kWarps][kMaxHeadsPerCta][D + 4];                           // epilogue
     uint8_t ring[C::kInt2Warps][kStages][2 * Int2PageUnitBytes(D)];    // INT2 main loop
   } u;
@@ -352,16 +366,21 @@ struct NoFetchV {
   __device__ __forceinline__ void operator()(int, Raw&) const {}
 };
 
-// Online-softmax state of one warp in RunSplit (per lane: heads 2p, 2p + 1 of rows r, r + 8),
-// and one softmax step over KT 16-token tiles for loader LL: token of row r of tile t is
-// tok_base + (tile0 + t) * 16 + r; tokens at or past `tend` are masked out. A fused INT2 split
-// runs steps of both loaders on the same state.
+// Online-softmax state of one warp in RunSplit, and one softmax step over KT 16-token tiles for
+// loader LL: token of row r of tile t is tok_base + (tile0 + t) * 16 + r; tokens at or past `tend`
+// are masked out. A fused INT2 split runs steps of both loaders on the same state. Lane (r, p)
+// holds query head p of rows r and r + 8 of every tile (so every lane's softmax work is useful at
+// GQA groups up to 4): the score MMA's columns 2h, 2h + 1 both belong to head h (INT2: the high
+// and low byte of the integer q; BF16: q twice), and the P.V MMA's column 2h + k holds head h's
+// weights of the tile's page k (rows 8k..8k+7; zero in the other rows), so that o[mt][k] and
+// o[mt][2 + k] are page k's part of channels OutDim(mt, r), OutDim(mt, r + 8).
 template <int D>
 struct WarpSoftmax {
-  static constexpr int kMt = D / 16;  // k-steps of the score MMA and m-tiles of the P.V MMA
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, c0 = 0.0f, c1 = 0.0f;
+  static constexpr int kMt = D / 16;  // k-steps of the BF16 score MMA and m-tiles of the P.V MMA
+  float m = -INFINITY, l = 0.0f, c = 0.0f;
   float o[kMt][4];
-  float e0 = 0.0f, e1 = 0.0f;  // sc_log2 * sum(q) of heads 2p, 2p+1 (the INT2 min term)
+  float e = 0.0f;  // sc_log2 * sum(q) of head p (the INT2 min term)
+  float sq = 0.0f;  // sc_log2 / S of head p (INT2: q = Q / S, QuantizeQ)
   float sc_log2;
   int r, lane;
   __device__ __forceinline__ WarpSoftmax(float sc, int ln) : sc_log2(sc), r(ln >> 2), lane(ln) {
@@ -370,87 +389,90 @@ struct WarpSoftmax {
   }
   // fetch_v(t, raw[t]) fills tile t's V codes and params just before its P.V (a no-op when
   // the caller loaded whole tiles). kMasked = false: the caller knows every token of the step
-  // is before tend, and the step drops the masks (~10 select/compare instructions per tile).
+  // is before tend, and the step drops the masks.
   template <class LL, int KT, class FetchV = NoFetchV, bool kMasked = true>
   __device__ __forceinline__ void Step(typename LL::Raw (&raw)[KT], const uint32_t (&qf)[kMt][2],
                                        int tok_base, int tile0, int tend,
                                        const FetchV& fetch_v = FetchV()) {
     // Scores are taken relative to the reference max (ms, 0 before the first), folded into the
     // score FMA: one FFMA per score instead of a subtraction before each exp2.
-    const float ms0 = m0 == -INFINITY ? 0.0f : m0;
-    const float ms1 = m1 == -INFINITY ? 0.0f : m1;
-    float s[KT][4];
+    const float ms = m == -INFINITY ? 0.0f : m;
+    float s[KT][2];
 #pragma unroll
     for (int t = 0; t < KT; ++t) {
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float xa, xb;  // q.k of rows r, r + 8 (INT2: sum_d Q_d c_d, exact)
+      if constexpr (LL::kIntQk) {
+        int32_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};  // code positions 0-1 / 2-3
 #pragma unroll
-      for (int ks = 0; ks < kMt; ++ks) {
-        uint32_t a[4];
-        LL::KFrag(raw[t], ks, a);
-        if constexpr (LL::kHalfQk) {
-          MmaHalf(acc, a, qf[ks][0], qf[ks][1]);
-        } else {
+        for (int mi = 0; mi < LL::kMi; ++mi) {
+          uint32_t a[4];
+          LL::KFragI(raw[t], mi, a);
+          MmaU8S8(mi < LL::kMi / 2 ? lo : hi, a, qf[mi][0], qf[mi][1]);
+        }
+        // hi holds 16x its share exactly; columns 2p, 2p + 1: q's high and low byte.
+        xa = static_cast<float>(((lo[0] + (hi[0] >> 4)) << 8) + lo[1] + (hi[1] >> 4));
+        xb = static_cast<float>(((lo[2] + (hi[2] >> 4)) << 8) + lo[3] + (hi[3] >> 4));
+      } else {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int ks = 0; ks < kMt; ++ks) {
+          uint32_t a[4];
+          LL::KFrag(raw[t], ks, a);
           MmaBf16(acc, a, qf[ks][0], qf[ks][1]);
         }
+        xa = acc[0];
+        xb = acc[2];
       }
       const int tok = tok_base + (tile0 + t) * 16 + r;
       float aa, ba, ab, bb;
-      LL::ScoreAB(raw[t], 0, sc_log2, aa, ba);
-      LL::ScoreAB(raw[t], 1, sc_log2, ab, bb);
+      LL::ScoreAB(raw[t], 0, LL::kIntQk ? sq : sc_log2, aa, ba);
+      LL::ScoreAB(raw[t], 1, LL::kIntQk ? sq : sc_log2, ab, bb);
       const bool va = !kMasked || tok < tend, vb = !kMasked || tok + 8 < tend;
-      float ca0 = -ms0, ca1 = -ms1, cb0 = -ms0, cb1 = -ms1;
+      float ca = -ms, cb = -ms;
       if constexpr (LL::kHasCorr) {
-        ca0 = fmaf(ba, e0, ca0); ca1 = fmaf(ba, e1, ca1);
-        cb0 = fmaf(bb, e0, cb0); cb1 = fmaf(bb, e1, cb1);
+        ca = fmaf(ba, e, ca);
+        cb = fmaf(bb, e, cb);
       }
-      s[t][0] = va ? fmaf(aa, acc[0], ca0) : -INFINITY;
-      s[t][1] = va ? fmaf(aa, acc[1], ca1) : -INFINITY;
-      s[t][2] = vb ? fmaf(ab, acc[2], cb0) : -INFINITY;
-      s[t][3] = vb ? fmaf(ab, acc[3], cb1) : -INFINITY;
+      s[t][0] = va ? fmaf(aa, xa, ca) : -INFINITY;
+      s[t][1] = vb ? fmaf(ab, xb, cb) : -INFINITY;
     }
     // Lazy rescaling: the reference max m moves (a warp reduction and a rescale of o) only when
     // some score exceeds it by more than kRescaleSlack (log2 units); otherwise p = 2^(s - m) is
     // at most 2^kRescaleSlack (the fp16 bound this puts on V scales: at kRescaleSlack), and
     // lse = m + log2(l) holds for any reference m. The common step then takes one vote instead
-    // of 6 shuffles.
-    float mx0 = -INFINITY, mx1 = -INFINITY;
+    // of 3 shuffles.
+    float mx = -INFINITY;
 #pragma unroll
-    for (int t = 0; t < KT; ++t) {
-      mx0 = fmaxf(mx0, fmaxf(s[t][0], s[t][2]));
-      mx1 = fmaxf(mx1, fmaxf(s[t][1], s[t][3]));
-    }
+    for (int t = 0; t < KT; ++t) mx = fmaxf(mx, fmaxf(s[t][0], s[t][1]));
     // The old max relative to ms: 0, or -inf before the first score (any finite score moves it).
-    const float old0 = m0 == -INFINITY ? -INFINITY : 0.0f;
-    const float old1 = m1 == -INFINITY ? -INFINITY : 0.0f;
-    if (__any_sync(0xffffffffu, mx0 > old0 + kRescaleSlack || mx1 > old1 + kRescaleSlack)) {
-      // New maxima relative to ms; -inf when a head has seen no valid token yet (it stays so).
-      const float d0 = WarpMaxOverRows(fmaxf(mx0, old0));
-      const float d1 = WarpMaxOverRows(fmaxf(mx1, old1));
-      const float al0 = m0 == -INFINITY ? 0.0f : Exp2(-d0);
-      const float al1 = m1 == -INFINITY ? 0.0f : Exp2(-d1);
-      m0 = ms0 + d0;
-      m1 = ms1 + d1;
-      const float sh0 = d0 == -INFINITY ? 0.0f : d0, sh1 = d1 == -INFINITY ? 0.0f : d1;
+    const float old = m == -INFINITY ? -INFINITY : 0.0f;
+    if (__any_sync(0xffffffffu, mx > old + kRescaleSlack)) {
+      // The new max relative to ms; -inf while the head has seen no valid token (it stays so).
+      const float d = WarpMaxOverRows(fmaxf(mx, old));
+      const float al = m == -INFINITY ? 0.0f : Exp2(-d);
+      m = ms + d;
+      const float sh = d == -INFINITY ? 0.0f : d;
 #pragma unroll
       for (int t = 0; t < KT; ++t) {
-        s[t][0] -= sh0; s[t][1] -= sh1; s[t][2] -= sh0; s[t][3] -= sh1;
+        s[t][0] -= sh;
+        s[t][1] -= sh;
       }
-      l0 *= al0; l1 *= al1; c0 *= al0; c1 *= al1;
+      l *= al;
+      c *= al;
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
-        o[mt][0] *= al0; o[mt][1] *= al1; o[mt][2] *= al0; o[mt][3] *= al1;
+        o[mt][0] *= al; o[mt][1] *= al; o[mt][2] *= al; o[mt][3] *= al;
       }
     }
+    const bool page1 = (r & 1) != 0;  // this lane's P.V column 2(r / 2) + (r & 1)
 #pragma unroll
     for (int t = 0; t < KT; ++t) {
       const int tok = tok_base + (tile0 + t) * 16 + r;
       const bool va = !kMasked || tok < tend, vb = !kMasked || tok + 8 < tend;
       fetch_v(t, raw[t]);
-      const float p0 = Exp2(s[t][0]), p1 = Exp2(s[t][1]);
-      const float p2 = Exp2(s[t][2]), p3 = Exp2(s[t][3]);
-      l0 += p0 + p2;
-      l1 += p1 + p3;
-      uint32_t x0, x1;
+      const float pa = Exp2(s[t][0]), pb = Exp2(s[t][1]);
+      l += pa + pb;
+      uint32_t x;
       if constexpr (LL::kHasCorr) {
         uint32_t sca, scb;
         float adda, addb;
@@ -458,15 +480,15 @@ struct WarpSoftmax {
         LL::VParams(raw[t], 1, scb, addb);
         if (!va) { sca = 0u; adda = 0.0f; }  // rows past the end may hold NaN params
         if (!vb) { scb = 0u; addb = 0.0f; }
-        x0 = MulHalf2ByLo(PackHalf2(p0, p1), sca);
-        x1 = MulHalf2ByLo(PackHalf2(p2, p3), scb);
-        c0 = fmaf(p0, adda, fmaf(p2, addb, c0));
-        c1 = fmaf(p1, adda, fmaf(p3, addb, c1));
+        x = MulHalf2(PackHalf2(pa, pb), __byte_perm(sca, scb, 0x5410));
+        c = fmaf(pa, adda, fmaf(pb, addb, c));
       } else {
-        x0 = PackBf16x2(p0, p1);
-        x1 = PackBf16x2(p2, p3);
+        x = PackBf16x2(pa, pb);
       }
-      const uint32_t b0 = MoveMatrixTrans(x0), b1 = MoveMatrixTrans(x1);
+      // x is row r of the 8x8 block [page row][2 head + page]; its transpose gives lane (r, p)
+      // the weights of rows 2p, 2p + 1 of page r & 1 for head r / 2.
+      const uint32_t y = MoveMatrixTrans(x);
+      const uint32_t b0 = page1 ? 0u : y, b1 = page1 ? y : 0u;
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
         uint32_t a[4];
@@ -481,28 +503,53 @@ struct WarpSoftmax {
   }
 };
 
-// Q fragments of the score MMA for loader LL (its channel order, scale and rounding) from q staged
-// in shared memory.
+// INT2 scores take q as integers (the score MMA's B operand, BuildQFrags): q ~ Q / S with
+// |Q| <= 32512 = 127 * 256 (S = 32512 / max |q| of the head), Q a multiple of 4 on the channels of
+// odd code positions, whose A values are 4c or 64c (Int2Loader::KFragI), so that the MMA takes
+// Q / 4 there. Rounding error <= 2 / S, i.e. 6e-5 of max |q|: finer than fp16 for the large
+// channels that dominate a score.
+template <class L>
+__device__ __forceinline__ float QuantizeQ(float x, float scale, int d) {
+  return L::OddPosition(d) ? 4.0f * rintf(x * scale * 0.25f) : rintf(x * scale);
+}
+
+// Q fragments of the score MMA for loader LL (its channel order and rounding) from q staged in
+// shared memory; column n of the MMA belongs to head n / 2 (WarpSoftmax). INT2: qs holds the
+// integers Q of QuantizeQ; column 2h takes the high byte of Q_d / 4^(pos & 1) and column 2h + 1
+// the low byte (pos: the code position of channel d; value = 256 high + low, low in [-128, 128)).
 template <class LL, int D>
 __device__ __forceinline__ void BuildQFrags(const float (&qs)[kMaxHeadsPerCta][D], int r, int pq,
                                             uint32_t (&qf)[D / 16][2]) {
-  constexpr int kMt = D / 16;
+  const int h = r >> 1;
+  if constexpr (LL::kIntQk) {
 #pragma unroll
-  for (int ks = 0; ks < kMt; ++ks) {
-    const float f = LL::QScale(ks);  // a power of two
-    const float x0 = qs[r][LL::QDim(ks, 2 * pq)] * f, x1 = qs[r][LL::QDim(ks, 2 * pq + 1)] * f;
-    const float x2 = qs[r][LL::QDim(ks, 2 * pq + 8)] * f, x3 = qs[r][LL::QDim(ks, 2 * pq + 9)] * f;
-    if constexpr (LL::kHalfQk) {
-      qf[ks][0] = PackHalf2(x0, x1);
-      qf[ks][1] = PackHalf2(x2, x3);
-    } else {
+    for (int mi = 0; mi < LL::kMi; ++mi) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int d = LL::QDimI(mi, 16 * half + 4 * pq + i);
+          const int v = static_cast<int>(qs[h][d]) >> (LL::OddPosition(d) ? 2 : 0);  // exact
+          const int hi = (v + 128) >> 8, lo = v - 256 * hi;
+          word |= (static_cast<uint32_t>(r & 1 ? lo : hi) & 0xffu) << (8 * i);
+        }
+        qf[mi][half] = word;
+      }
+    }
+  } else {
+    constexpr int kMt = D / 16;
+#pragma unroll
+    for (int ks = 0; ks < kMt; ++ks) {
+      const float x0 = qs[h][LL::QDim(ks, 2 * pq)], x1 = qs[h][LL::QDim(ks, 2 * pq + 1)];
+      const float x2 = qs[h][LL::QDim(ks, 2 * pq + 8)], x3 = qs[h][LL::QDim(ks, 2 * pq + 9)];
       qf[ks][0] = PackBf16x2(x0, x1);
       qf[ks][1] = PackBf16x2(x2, x3);
     }
   }
 }
 
-// One split of one tier for one (KV head, <= 8 query heads). kTiles 16-token tiles per softmax
+// One split of one tier for one (KV head, <= 4 query heads). kTiles 16-token tiles per softmax
 // step. BF16: warps take interleaved steps, registers loaded straight from global memory. INT2:
 // each warp takes a contiguous range of tiles and streams it through a kStages-deep cp.async ring.
 template <int D, class C, template <int> class LoaderT, int kTiles, bool kRing, bool kDirect,
@@ -608,8 +655,19 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   int fb = 0, fe = 0;
   if constexpr (kRing) {
     pb_cur = load_batch(0);
+    if constexpr (kOverlap) {
+      // Before the wait only L2 is asked for the ring's first fill (one bulk request per page
+      // unit): the ring itself is filled after q's load, which then no longer queues behind
+      // 9 MB of tile requests (H200, same run: D=128 B=1 128k 29.68 -> 29.37 us, D=64 12.06 ->
+      // 11.80; bench/NOTES.md "Session 17").
+      if (nmy > 0 && lane < min(2 * kStages, npages)) {
+        BulkPrefetchL2(base + static_cast<uint64_t>(static_cast<uint32_t>(pb_cur)) * page_stride32,
+                       kUnit);
+      }
+    } else {
 #pragma unroll
-    for (int t = 0; t < kStages; t += kTiles) issue(t);  // tiles 0..7: batch 0 only
+      for (int t = 0; t < kStages; t += kTiles) issue(t);  // tiles 0..7: batch 0 only
+    }
     if (item.tier == static_cast<int32_t>(Tier::kInt2WithBf16)) {
       const int w0 = p.seq_work_indptr[item.seq];
       FusedBf16Range(blockIdx.x - w0, p.seq_work_indptr[item.seq + 1] - w0,
@@ -650,20 +708,38 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   if constexpr (kOverlap) {
     WaitForPriorGrid();
     load_q();
+    if constexpr (kRing) {
+#pragma unroll
+      for (int t = 0; t < kStages; t += kTiles) issue(t);
+    }
   }
 
-  // Stage q (rounded to the MMA type): warp w owns heads w, w + kWarps, ...; each warp also sums
-  // its heads' rounded q (the INT2 min term) with a shuffle reduction.
+  // Stage q (rounded to the MMA type, QuantizeQ for INT2): warp w owns heads w, w + kWarps, ...;
+  // each warp also sums its heads' rounded q (the INT2 min term) with a shuffle reduction.
 #pragma unroll
   for (int i = 0; i < kHeadsPerWarp; ++i) {
     const int h = warp + i * kWarps;
     if (kMaxHeadsPerCta % kWarps != 0 && h >= kMaxHeadsPerCta) break;  // warp-uniform
+    float scale = 1.0f;
+    if constexpr (L::kIntQk) {
+      float amax = 0.0f;
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) amax = fmaxf(amax, fabsf(qreg[i][k]));
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      scale = amax > 0.0f ? 32512.0f / amax : 1.0f;
+    }
     float part = 0.0f;
 #pragma unroll
     for (int k = 0; k < D / 32; ++k) {
       const int d = lane + 32 * k;
       const float x = qreg[i][k];
-      const float v = L::RoundQ(x);
+      float v;
+      if constexpr (L::kIntQk) {
+        v = QuantizeQ<L>(x, scale, d);
+      } else {
+        v = L::RoundQ(x);
+      }
       sm.q[h][d] = v;
       if constexpr (kRing) sm.qb[h][d] = Bf16Loader<D>::RoundQ(x);
       part += v;
@@ -673,13 +749,16 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     part += __shfl_xor_sync(0xffffffffu, part, 4);
     part += __shfl_xor_sync(0xffffffffu, part, 2);
     part += __shfl_xor_sync(0xffffffffu, part, 1);
-    if (lane == 0) sm.qsum[h] = part;
+    if (lane == 0) {
+      sm.qsum[h] = part / scale;
+      sm.qinv[h] = 1.0f / scale;
+    }
   }
   __syncthreads();
   WarpSoftmax<D> st(sc_log2, lane);
   if constexpr (L::kHasCorr) {
-    st.e0 = sm.qsum[2 * pq] * sc_log2;
-    st.e1 = sm.qsum[2 * pq + 1] * sc_log2;
+    st.e = sm.qsum[pq] * sc_log2;
+    st.sq = sm.qinv[pq] * sc_log2;
   }
 
   if constexpr (kRing) {
@@ -782,27 +861,19 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   }
 
   // Warp totals: row sums and corrections are per-lane partials over the lane's tokens.
-  st.l0 = WarpSumOverRows(st.l0);
-  st.l1 = WarpSumOverRows(st.l1);
-  if constexpr (L::kHasCorr) {
-    st.c0 = WarpSumOverRows(st.c0);
-    st.c1 = WarpSumOverRows(st.c1);
-  }
+  st.l = WarpSumOverRows(st.l);
+  if constexpr (L::kHasCorr) st.c = WarpSumOverRows(st.c);
   __syncthreads();  // the ring (INT2) aliases sm.u.o
   if (r == 0) {
-    sm.m[warp][2 * pq] = st.m0;
-    sm.m[warp][2 * pq + 1] = st.m1;
-    sm.l[warp][2 * pq] = st.l0;
-    sm.l[warp][2 * pq + 1] = st.l1;
+    sm.m[warp][pq] = st.m;
+    sm.l[warp][pq] = st.l;
   }
 #pragma unroll
-  for (int mt = 0; mt < kMt; ++mt) {
+  for (int mt = 0; mt < kMt; ++mt) {  // the two pages' parts of head pq (WarpSoftmax)
     const int d0 = L::OutDim(mt, r), d1 = L::OutDim(mt, r + 8);
     const float f = L::OutScale(mt);
-    sm.u.o[warp][2 * pq][d0] = fmaf(st.o[mt][0], f, st.c0);
-    sm.u.o[warp][2 * pq + 1][d0] = fmaf(st.o[mt][1], f, st.c1);
-    sm.u.o[warp][2 * pq][d1] = fmaf(st.o[mt][2], f, st.c0);
-    sm.u.o[warp][2 * pq + 1][d1] = fmaf(st.o[mt][3], f, st.c1);
+    sm.u.o[warp][pq][d0] = fmaf(st.o[mt][0] + st.o[mt][1], f, st.c);
+    sm.u.o[warp][pq][d1] = fmaf(st.o[mt][2] + st.o[mt][3], f, st.c);
   }
   __syncthreads();
   // The warps' weights once per head (thread h), normalisation folded in; every channel then
@@ -845,7 +916,7 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   }
 }
 
-// Stage 1, both tiers in one launch. Grid: (num_work, Hkv, ceil(group / 8)); block:
+// Stage 1, both tiers in one launch. Grid: (num_work, Hkv, ceil(group / 4)); block:
 // C::kThreads. kDirect: params.one_split_per_seq (a template argument: a runtime flag cost the
 // other launches ~0.15 us, H200, bench/NOTES.md "v15 direct").
 template <int D, class C, bool kDirect, bool kOverlap>

@@ -2,20 +2,21 @@
 // decode_attention.h on the device: same DecodeAttentionParams, same plan, same partial buffers,
 // every pointer a device pointer (work, seq_work_indptr, page tables, pools, q, out, scratch).
 //
-//   stage 1, one launch for both tiers: a CTA per (work item, KV head, group of <= 8 query
+//   stage 1, one launch for both tiers: a CTA per (work item, KV head, group of <= 4 query
 //   heads); 4 warps stream the split's pages (INT2 through an 8-tile cp.async ring per warp, BF16
 //   straight into registers; a launch of at most 2 CTAs per SM adds a fifth warp that takes the
 //   BF16 share of fused splits, Stage1Cta), each K/V tile is loaded once for all query heads of
-//   the GQA group; scores and P.V run on tensor cores (mma.sync m16n8k16). INT2 codes are turned
-//   into MMA operands in registers (1 + c/4 trick, kernels/common/cuda_utils.cuh) and the
-//   per-token scale/min are applied to the 16x8 score tile and folded into P; BF16 history is never
-//   materialised. BF16 pages use the same kernel template with a BF16 loader. A
-//   Tier::kInt2WithBf16 item (fused plan) attends its share of the BF16 tier with register loads,
+//   the GQA group; scores and P.V run on tensor cores (INT2 scores: mma.sync m16n8k32 u8 x s8 on
+//   the masked code bytes and an integer q; P.V and BF16: m16n8k16). INT2 codes become MMA
+//   operands in registers by one AND each, the per-token scale/min are applied to the 16x8
+//   score tile and folded into P; BF16 history is never materialised. BF16 pages use the same
+//   kernel template with a BF16 loader. A Tier::kInt2WithBf16 item (fused plan) attends its share of the BF16 tier with register loads,
 //   on the fifth warp, or else first on every warp while the first INT2 tiles are in flight.
 //   stage 2: log-sum-exp merge of each sequence's splits into out / out_lse (not launched when
 //   params.one_split_per_seq: stage 1 then writes out itself).
-// Numerics: q is rounded to bf16 for the score MMA; P is rounded to fp16 (INT2) or bf16 (BF16) for
-// the P.V MMA; accumulation is fp32. Expected error vs the CPU reference: ~1e-3 relative.
+// Numerics: q is rounded to an integer grid of ~15 bits per head (INT2 scores, exact int32 sums)
+// or to bf16 (BF16 scores); P is rounded to fp16 (INT2) or bf16 (BF16) for the P.V MMA, whose
+// accumulation is fp32. Expected error vs the CPU reference: ~1e-3 relative.
 #ifndef OSCARKV_KERNELS_ATTENTION_DECODE_ATTENTION_CUDA_H_
 #define OSCARKV_KERNELS_ATTENTION_DECODE_ATTENTION_CUDA_H_
 

@@ -40,11 +40,9 @@ __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
-// The two fp16 of x times the low fp16 of s (one HMUL2 with a .H0_H0 operand selector).
-__device__ __forceinline__ uint32_t MulHalf2ByLo(uint32_t x, uint32_t s) {
-  const __half2 a = *reinterpret_cast<const __half2*>(&x);
-  const __half2 b = __low2half2(*reinterpret_cast<const __half2*>(&s));
-  const __half2 r = __hmul2(a, b);
+__device__ __forceinline__ uint32_t MulHalf2(uint32_t x, uint32_t s) {
+  const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&x),
+                            *reinterpret_cast<const __half2*>(&s));
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 __device__ __forceinline__ float Bf16LoToFloat(uint32_t v) { return __uint_as_float(v << 16); }
@@ -91,6 +89,16 @@ __device__ __forceinline__ void MmaHalf(float (&d)[4], const uint32_t (&a)[4], u
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// D = A * B + D, m16n8k32, A row-major u8 (4 regs of 4), B col-major s8 (2 regs of 4), s32
+// accumulators (exact).
+__device__ __forceinline__ void MmaU8S8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 // Transposes an 8x8 matrix of 16-bit elements held in the mma accumulator layout (lane l holds
@@ -143,6 +151,11 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
 // address).
 __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+// Hint: fetch `bytes` (a multiple of 16) from the 16-byte aligned `p` into L2 with one bulk
+// (TMA) request; nothing comes back to the SM, so it does not queue ahead of later loads.
+__device__ __forceinline__ void BulkPrefetchL2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
