@@ -4,11 +4,12 @@
 // Fragment bookkeeping (lane l, r = l / 4, p = l % 4; mma.sync layouts):
 //   scores  S^T[16 tokens x 8 columns] = K[16 x D] . Q^T[D x 8]: A rows are tokens (row r = row r
 //           of the tile's first page, row r + 8 = row r of its second page); columns 2h, 2h + 1
-//           belong to query head h (<= 4 heads per CTA), so lane (r, p) holds head p. INT2: m16n8k32
-//           u8 x s8 integer MMAs, A = code bytes masked in place (Int2Loader::KFragI), the columns
-//           q's high and low byte (exact int32 sums); BF16: m16n8k16 with q in both columns. The
-//           reduction order over D is free, so each loader picks the channel permutation (QDimI,
-//           QDim) that matches the bytes a lane loads, and Q is permuted the same way.
+//           belong to query head h (<= 4 heads per CTA), so lane (r, p) holds head p. INT2:
+//           m16n8k32 u8 x s8 integer MMAs, A = code bytes masked in place (Int2Loader::KFragI),
+//           the columns q's high and low byte (exact int32 sums); BF16: m16n8k16 with q in both
+//           columns. The reduction order over D is free, so each loader picks the channel
+//           permutation (QDimI, QDim) that matches the bytes a lane loads, and Q is permuted the
+//           same way.
 //   P.V     O^T[D x 8] = V^T[D x 16 tokens] . P^T[16 tokens x 8]: column 2h + k holds head h's
 //           weights of page k's rows (zero for the other page), from the scores by one
 //           movmatrix.trans per tile (WarpSoftmax::Step); output channel of (m-tile, row) is
@@ -352,8 +353,8 @@ struct SplitSmem {
   float l[kWarps][kMaxHeadsPerCta];
   float wt[kWarps][kMaxHeadsPerCta];  // epilogue: weight of each warp's partial, per head
   // 128-byte aligned: cp.async whose shared destination sits 16 bytes off a 128-byte line (the
-  // global source is line-aligned) asks L2 for twice the sectors (ncu, H200: D=128 B=1 128k
-  // 30.6 -> 34.8 us when this struct's head shrank by 16 bytes mod 128; bench/NOTES.md
+  // global source is line-aligned) asks L2 for twice the sectors (H200, ncu of stage 1 at D=128
+  // B=1 128k: 30.6 -> 34.8 us when the fields above came to 4368 bytes; bench/NOTES.md
   // "Session 17").
   union alignas(128) {  // the ring takes 16-byte cp.async and 8-byte loads
     float o[kWarps][kMaxHeadsPerCta][D + 4];                           // epilogue

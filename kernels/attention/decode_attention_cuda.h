@@ -10,8 +10,9 @@
 //   the masked code bytes and an integer q; P.V and BF16: m16n8k16). INT2 codes become MMA
 //   operands in registers by one AND each, the per-token scale/min are applied to the 16x8
 //   score tile and folded into P; BF16 history is never materialised. BF16 pages use the same
-//   kernel template with a BF16 loader. A Tier::kInt2WithBf16 item (fused plan) attends its share of the BF16 tier with register loads,
-//   on the fifth warp, or else first on every warp while the first INT2 tiles are in flight.
+//   kernel template with a BF16 loader. A Tier::kInt2WithBf16 item (fused plan) attends its
+//   share of the BF16 tier with register loads, on the fifth warp, or else first on every warp
+//   while the first INT2 tiles are in flight.
 //   stage 2: log-sum-exp merge of each sequence's splits into out / out_lse (not launched when
 //   params.one_split_per_seq: stage 1 then writes out itself).
 // Numerics: q is rounded to an integer grid of ~15 bits per head (INT2 scores, exact int32 sums)

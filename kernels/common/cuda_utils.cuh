@@ -40,6 +40,7 @@ __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
+// The two fp16 of x times the two fp16 of s (one HMUL2).
 __device__ __forceinline__ uint32_t MulHalf2(uint32_t x, uint32_t s) {
   const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&x),
                             *reinterpret_cast<const __half2*>(&s));
