@@ -17,8 +17,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 
 #include "kernels/attention/decode_attention.h"
 #include "kernels/attention/decode_attention_cuda.h"
@@ -1007,19 +1009,65 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
   if (write_lse) p.out_lse[b * p.num_q_heads + h] = mm + logf(wsum);
 }
 
+// Dynamic shared memory (never touched) that makes layout C's CTAs per SM a ceiling as well as
+// the register budget: with fewer registers than the budget allows (D=64: 114), one more CTA
+// fits beside them, and overlapped calls then stack the next call's early CTAs on the SMs
+// (H200, D=64 B=1 128k: 12.19 us at v18, 13.07 when v19 went from 147 to 114 registers, 11.17
+// with this pad; bench/NOTES.md "Session 17"). Sets the kernels' dynamic shared memory limit
+// once per device.
+template <int D, class C, bool kDirect>
+cudaError_t Stage1SmemPad(size_t* pad) {
+  static std::mutex mu;
+  static std::array<size_t, 64> pads{};  // per device; 0: not set up yet (a pad is >= 128)
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  if (device < 0 || device >= static_cast<int>(pads.size())) return cudaErrorInvalidDevice;
+  std::lock_guard<std::mutex> lock(mu);
+  if (pads[device] == 0) {
+    int per_sm = 0, reserved = 0;
+    if ((e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                                    device)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock,
+                                    device)) != cudaSuccess) {
+      return e;
+    }
+    // One CTA more than C::kCtasPerSm must not fit: each takes > per_sm / (N + 1).
+    const int64_t footprint = per_sm / (C::kCtasPerSm + 1) + 128 - reserved;
+    const int64_t static_bytes = static_cast<int64_t>(sizeof(SplitSmem<D, C>));
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(128, footprint - static_bytes));
+    e = cudaFuncSetAttribute(DecodeSplitKernel<D, C, kDirect, false>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    if constexpr (!kDirect) {  // a direct launch is never overlapped (LaunchSplits)
+      if (e == cudaSuccess) {
+        e = cudaFuncSetAttribute(DecodeSplitKernel<D, C, kDirect, true>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(bytes));
+      }
+    }
+    if (e != cudaSuccess) return e;
+    pads[device] = bytes;
+  }
+  *pad = pads[device];
+  return cudaSuccess;
+}
+
 // One stage-1 launch in layout C, writing out directly when the plan has one split per sequence,
 // overlapping the prior kernel when `overlap`.
 template <int D, class C, bool kDirect>
 cudaError_t LaunchSplits(const DecodeAttentionParams& p, dim3 grid, bool overlap,
                          cudaStream_t stream) {
   const float sc_log2 = p.sm_scale * kLog2e;
+  size_t pad = 0;
+  const cudaError_t e = Stage1SmemPad<D, C, kDirect>(&pad);
+  if (e != cudaSuccess) return e;
   if constexpr (!kDirect) {  // a direct launch has no merge; few-row plans rarely make one
     if (overlap) {
       return cuda::LaunchOverlappingPrior(DecodeSplitKernel<D, C, kDirect, true>, grid,
-                                          C::kThreads, 0, stream, p, sc_log2);
+                                          C::kThreads, pad, stream, p, sc_log2);
     }
   }
-  DecodeSplitKernel<D, C, kDirect, false><<<grid, C::kThreads, 0, stream>>>(p, sc_log2);
+  DecodeSplitKernel<D, C, kDirect, false><<<grid, C::kThreads, pad, stream>>>(p, sc_log2);
   return cudaGetLastError();
 }
 template <int D, class C>
