@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
@@ -372,11 +373,12 @@ struct NoFetchV {
 // Online-softmax state of one warp in RunSplit, and one softmax step over KT 16-token tiles for
 // loader LL: token of row r of tile t is tok_base + (tile0 + t) * 16 + r; tokens at or past `tend`
 // are masked out. A fused INT2 split runs steps of both loaders on the same state. Lane (r, p)
-// holds query head p of rows r and r + 8 of every tile (so every lane's softmax work is useful at
-// GQA groups up to 4): the score MMA's columns 2h, 2h + 1 both belong to head h (INT2: the high
-// and low byte of the integer q; BF16: q twice), and the P.V MMA's column 2h + k holds head h's
-// weights of the tile's page k (rows 8k..8k+7; zero in the other rows), so that o[mt][k] and
-// o[mt][2 + k] are page k's part of channels OutDim(mt, r), OutDim(mt, r + 8).
+// holds query head p of rows r and r + 8 of every tile (all four lanes of a quad hold real heads at
+// a GQA group of 4, three at 3; v18's pairs used two): the score MMA's columns 2h, 2h + 1 both
+// belong to head h (INT2: the high and low byte of the integer q; BF16: q twice), and the P.V MMA's
+// column 2h + k holds head h's weights of the tile's page k (rows 8k..8k+7; zero in the other
+// rows), so that o[mt][k] and o[mt][2 + k] are page k's part of channels OutDim(mt, r) and
+// OutDim(mt, r + 8).
 template <int D>
 struct WarpSoftmax {
   static constexpr int kMt = D / 16;  // k-steps of the BF16 score MMA and m-tiles of the P.V MMA
@@ -1017,14 +1019,15 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
 // once per device.
 template <int D, class C, bool kDirect>
 cudaError_t Stage1SmemPad(size_t* pad) {
-  static std::mutex mu;
-  static std::array<size_t, 64> pads{};  // per device; 0: not set up yet (a pad is >= 128)
+  static std::mutex mu;  // the one-time set-up only; launches read `pads` without it
+  static std::array<std::atomic<size_t>, 64> pads{};  // per device; 0: not set up (a pad >= 128)
   int device = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return e;
   if (device < 0 || device >= static_cast<int>(pads.size())) return cudaErrorInvalidDevice;
+  if ((*pad = pads[device].load(std::memory_order_acquire)) != 0) return cudaSuccess;
   std::lock_guard<std::mutex> lock(mu);
-  if (pads[device] == 0) {
+  if (pads[device].load(std::memory_order_relaxed) == 0) {
     int per_sm = 0, reserved = 0;
     if ((e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
                                     device)) != cudaSuccess ||
@@ -1046,9 +1049,9 @@ cudaError_t Stage1SmemPad(size_t* pad) {
       }
     }
     if (e != cudaSuccess) return e;
-    pads[device] = bytes;
+    pads[device].store(bytes, std::memory_order_release);
   }
-  *pad = pads[device];
+  *pad = pads[device].load(std::memory_order_relaxed);
   return cudaSuccess;
 }
 

@@ -154,7 +154,7 @@ __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 // Hint: fetch `bytes` (a multiple of 16) from the 16-byte aligned `p` into L2 with one bulk
-// (TMA) request; nothing comes back to the SM, so it does not queue ahead of later loads.
+// (TMA) request; no data comes back to the SM.
 __device__ __forceinline__ void BulkPrefetchL2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 }
