@@ -938,21 +938,24 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
   }
 }
 
-// Stage 2. Grid: (B, Hq, Z); block: C x G threads, C = D / Z channels, G <= kMergeGroups (from
-// the splits per sequence). Thread (c, j) loads channel C z + c and the lse of splits j, j + G,
-// ..., kMergeChunk at a time, all in flight together, and keeps its own max, weight sum and
-// weighted sum; one barrier, then group 0 combines the G partial results. One round trip to
-// memory for a sequence of up to G * kMergeChunk splits (the v12 merge staged the lse block-wide
+// Stage 2. Grid: (B, Hq, Z); block: C x G threads, C = D / Z channels (C >= 32, so a warp's
+// lanes share one group), G <= kMergeGroups (from the splits per sequence). Thread (c, j) loads
+// channel C z + c of splits j, j + G, ..., kChunk at a time, all in flight together, and keeps
+// its own max, weight sum and weighted sum; lane k of the warp loads the lse of the chunk's split
+// k and computes its weight once for the warp (shuffled to the lanes), so a chunk of 16 fits in
+// 40 registers. One barrier, then group 0 combines the G partial results. One round trip to
+// memory for a sequence of up to G * kChunk splits (the v12 merge staged the lse block-wide
 // first: three barriers and two round trips, ~6 us at B=1). Z = D / 32 when B * Hq blocks would
 // leave most SMs idle (B=1), else 1 (bench/NOTES.md "v15 merge").
 constexpr int kMergeGroups = 16;
-constexpr int kMergeChunk = 8;
-template <bool kOverlap>
+template <bool kOverlap, int kChunk>
 __global__ void MergeKernel(const DecodeAttentionParams p) {
+  static_assert(kChunk <= 32);
   __shared__ float s_m[kMergeGroups], s_s[kMergeGroups];
   __shared__ float s_acc[kMergeGroups * 128];
   const int b = blockIdx.x, h = blockIdx.y, D = p.head_dim, C = D / gridDim.z;
   const int tid = threadIdx.x, c = tid % C, d = blockIdx.z * C + c, j = tid / C;
+  const int lane = tid & 31;
   const int groups = blockDim.x / C;
   if constexpr (kOverlap) AllowDependentLaunch();
   const int w0 = p.seq_work_indptr[b], n = p.seq_work_indptr[b + 1] - w0;
@@ -961,27 +964,30 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
   const float* po = p.partial_out + (static_cast<int64_t>(w0) * p.num_q_heads + h) * D + d;
   const int64_t stride = static_cast<int64_t>(p.num_q_heads) * D;
   float m = -INFINITY, sum = 0.0f, acc = 0.0f;
-  for (int i0 = j; i0 < n; i0 += groups * kMergeChunk) {
-    float lv[kMergeChunk], ov[kMergeChunk];
+  for (int i0 = j; i0 < n; i0 += groups * kChunk) {
+    const int il = i0 + lane * groups;  // lane k: the chunk's split k
+    const float my_lse =
+        lane < kChunk && il < n ? lse[static_cast<int64_t>(il) * p.num_q_heads] : -INFINITY;
+    float ov[kChunk];
 #pragma unroll
-    for (int k = 0; k < kMergeChunk; ++k) {
+    for (int k = 0; k < kChunk; ++k) {
       const int i = i0 + k * groups;
-      lv[k] = i < n ? lse[static_cast<int64_t>(i) * p.num_q_heads] : -INFINITY;
       ov[k] = i < n ? po[i * stride] : 0.0f;
     }
-    float cm = m;
+    float cm = my_lse;
 #pragma unroll
-    for (int k = 0; k < kMergeChunk; ++k) cm = fmaxf(cm, lv[k]);
-    if (cm != -INFINITY) {  // else nothing attended yet: keep zeros
+    for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+    cm = fmaxf(cm, m);
+    if (cm != -INFINITY) {  // warp-uniform; else nothing attended yet: keep zeros
       const float r = __expf(m - cm);  // 0 on the first chunk (m = -inf)
-      sum *= r;
+      const float my_w = __expf(my_lse - cm);  // 0 on lanes without a split
+      float ws = my_w;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, o);
+      sum = fmaf(sum, r, ws);
       acc *= r;
 #pragma unroll
-      for (int k = 0; k < kMergeChunk; ++k) {
-        const float w = __expf(lv[k] - cm);
-        sum += w;
-        acc = fmaf(w, ov[k], acc);
-      }
+      for (int k = 0; k < kChunk; ++k) acc = fmaf(__shfl_sync(0xffffffffu, my_w, k), ov[k], acc);
       m = cm;
     }
   }
@@ -1150,28 +1156,36 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   // most max_threads threads. Blocks of 32 channels when one block per head leaves most SMs idle:
   // H200, same run, B=1: D=128 8k 10.45 -> 9.3 us, 128k 31.95 -> 31.8, D=64 128k 13.7 -> 13.15;
   // at B=8 (256 blocks per head already) they cost +0.6 us.
-  // With few sequences a block holds at most 2 x head_dim threads. Overlapped, the blocks wait
-  // beside stage 1: at 512 threads x 40 registers one did not fit next to two D = 128 stage-1
-  // CTAs (2 x 25.6K of the 64K registers), so part of the next call's stage-1 CTAs could only
-  // start once the merge had ended. H200, same run, B=1, 512 -> 2 x head_dim threads: D=128
-  // 128k 30.62 -> 30.02 us, 32k 14.89 -> 14.62; D=64 128k 13.20 -> 12.16, 32k 9.43 -> 8.34, B=2
-  // 64k 13.66 -> 12.12 (at 256 threads D=64 was slower than at 512; at 64, both head sizes were).
-  // Plain launches take the same blocks, so both give the same bits: D=128 128k 31.59 -> 31.07,
-  // D=64 128k 13.23 -> 13.50 (bench/NOTES.md "Session 14").
+  // With few sequences a block holds at most 128 threads. Overlapped, merge blocks can only start
+  // where a stage-1 CTA has left (a trace of D=128 B=1 128k found no merge block beside two
+  // stage-1 CTAs, at 8 or 4 warps; 2-warp blocks fit), and an SM holding merge blocks takes the
+  // next call's second stage-1 CTA only once they end: 64 CTAs then started after the merge and
+  // staged q 2-3 us after the others. 4-warp blocks pack 3 to an SM, so fewer SMs wait (45), and
+  // chunks of 16 keep 33 splits to one round trip at 4 groups. H200, same run, 256 -> 128 threads
+  // (D=128; D=64 had 128): D=128 B=1 128k 27.22 -> 26.69 us, 32k 13.74 -> 11.87, 8k 9.19 -> 7.86,
+  // B=2 64k 28.78 -> 28.42; D=64 128k 11.16 -> 10.96, 32k 8.71 -> 8.29 (bench/NOTES.md "Session
+  // 18"). Plain launches take the same blocks, so both give the same bits.
   const int z = few_rows ? params.head_dim / 32 : 1;
   const int channels = params.head_dim / z;
-  const int max_threads = few_rows ? 2 * params.head_dim : 512;
+  const int max_threads = few_rows ? 128 : 512;
   const int avg_splits = (params.num_work + params.num_seqs - 1) / params.num_seqs;
   int groups = 1;
   while (groups < kMergeGroups && 4 * groups < avg_splits && channels * groups < max_threads) {
     groups *= 2;
   }
   const dim3 merge_grid(params.num_seqs, params.num_q_heads, z);
+  const bool wide = avg_splits > 8 * groups;  // chunks of 16 keep more splits to one round
   if (overlap) {
-    return cuda::LaunchOverlappingPrior(MergeKernel<true>, merge_grid, channels * groups, 0,
-                                        stream, params);
+    return wide ? cuda::LaunchOverlappingPrior(MergeKernel<true, 16>, merge_grid,
+                                               channels * groups, 0, stream, params)
+                : cuda::LaunchOverlappingPrior(MergeKernel<true, 8>, merge_grid,
+                                               channels * groups, 0, stream, params);
   }
-  MergeKernel<false><<<merge_grid, channels * groups, 0, stream>>>(params);
+  if (wide) {
+    MergeKernel<false, 16><<<merge_grid, channels * groups, 0, stream>>>(params);
+  } else {
+    MergeKernel<false, 8><<<merge_grid, channels * groups, 0, stream>>>(params);
+  }
   return cudaGetLastError();
 }
 

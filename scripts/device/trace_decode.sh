@@ -5,20 +5,22 @@
 # with OSCARKV_TRACE=1, once as the bench runs it and once with OSCARKV_BENCH_PLAIN_LAUNCH=1, and
 # summarises each trace with bench/kernels/trace/decode_trace.py.
 # Output: $OUT/trace_<D>_<B>_<S>[_plain].txt (raw records) and $OUT/trace_summary.txt.
-# Usage: bash scripts/device/trace_decode.sh "D B S;D B S;..."
+# VARIANT=DIR lays the files under DIR over the copy first (an ab.sh folder variant).
+# Usage: [VARIANT=DIR] bash scripts/device/trace_decode.sh "D B S;D B S;..."
 #   e.g. bash scripts/device/trace_decode.sh "128 1 131072;128 32 8192"
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
 mkdir -p "$OUT"
 if [ $# -ne 1 ]; then
-  sed -n '2,9p' "$0"
+  sed -n '2,10p' "$0"
   exit 2
 fi
 dir=/tmp/trace_decode
 rm -rf "$dir" && mkdir -p "$dir/src"
 tar --exclude='./build*' --exclude=./.cache --exclude=./.carry --exclude=./.git --exclude=./out \
   -cf - . | tar -xf - -C "$dir/src"
+if [ -n "${VARIANT:-}" ]; then cp -r "$VARIANT"/. "$dir/src/"; fi
 if ! patch -d "$dir/src" -p1 --quiet < bench/kernels/trace/decode_trace.patch; then
   echo "decode_trace.patch no longer applies to kernels/attention/decode_attention.cu or the" \
        "bench: regenerate it (bench/NOTES.md, v16)" >&2
