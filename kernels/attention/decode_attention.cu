@@ -952,7 +952,7 @@ template <bool kOverlap, int kChunk>
 __global__ void MergeKernel(const DecodeAttentionParams p) {
   static_assert(kChunk <= 32);
   __shared__ float s_m[kMergeGroups], s_s[kMergeGroups];
-  __shared__ float s_acc[kMergeGroups * 128];
+  extern __shared__ float s_acc[];  // blockDim.x floats (dynamic: see the launch)
   const int b = blockIdx.x, h = blockIdx.y, D = p.head_dim, C = D / gridDim.z;
   const int tid = threadIdx.x, c = tid % C, d = blockIdx.z * C + c, j = tid / C;
   const int lane = tid & 31;
@@ -1164,7 +1164,9 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   // chunks of 16 keep 33 splits to one round trip at 4 groups. H200, same run, 256 -> 128 threads
   // (D=128; D=64 had 128): D=128 B=1 128k 27.22 -> 26.69 us, 32k 13.74 -> 11.87, 8k 9.19 -> 7.86,
   // B=2 64k 28.78 -> 28.42; D=64 128k 11.16 -> 10.96, 32k 8.71 -> 8.29 (bench/NOTES.md "Session
-  // 18"). Plain launches take the same blocks, so both give the same bits.
+  // 18"). Plain launches take the same blocks, so both give the same bits. What keeps a 4-warp
+  // block off is not known: on its own streams such a block (up to 56 registers) does start
+  // beside two such CTAs, and 1 KB of shared memory instead of 9 changed nothing.
   const int z = few_rows ? params.head_dim / 32 : 1;
   const int channels = params.head_dim / z;
   const int max_threads = few_rows ? 128 : 512;
@@ -1175,16 +1177,18 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   }
   const dim3 merge_grid(params.num_seqs, params.num_q_heads, z);
   const bool wide = avg_splits > 8 * groups;  // chunks of 16 keep more splits to one round
+  const int threads = channels * groups;
+  const size_t smem = threads * sizeof(float);  // s_acc
   if (overlap) {
-    return wide ? cuda::LaunchOverlappingPrior(MergeKernel<true, 16>, merge_grid,
-                                               channels * groups, 0, stream, params)
-                : cuda::LaunchOverlappingPrior(MergeKernel<true, 8>, merge_grid,
-                                               channels * groups, 0, stream, params);
+    return wide ? cuda::LaunchOverlappingPrior(MergeKernel<true, 16>, merge_grid, threads, smem,
+                                               stream, params)
+                : cuda::LaunchOverlappingPrior(MergeKernel<true, 8>, merge_grid, threads, smem,
+                                               stream, params);
   }
   if (wide) {
-    MergeKernel<false, 16><<<merge_grid, channels * groups, 0, stream>>>(params);
+    MergeKernel<false, 16><<<merge_grid, threads, smem, stream>>>(params);
   } else {
-    MergeKernel<false, 8><<<merge_grid, channels * groups, 0, stream>>>(params);
+    MergeKernel<false, 8><<<merge_grid, threads, smem, stream>>>(params);
   }
   return cudaGetLastError();
 }
