@@ -1165,8 +1165,9 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   // (D=128; D=64 had 128): D=128 B=1 128k 27.22 -> 26.69 us, 32k 13.74 -> 11.87, 8k 9.19 -> 7.86,
   // B=2 64k 28.78 -> 28.42; D=64 128k 11.16 -> 10.96, 32k 8.71 -> 8.29 (bench/NOTES.md "Session
   // 18"). Plain launches take the same blocks, so both give the same bits. What keeps a 4-warp
-  // block off is not known: on its own streams such a block (up to 56 registers) does start
-  // beside two such CTAs, and 1 KB of shared memory instead of 9 changed nothing.
+  // block off is not known: in a micro (results/attn_v20/coresidency.cu) such a block of up to 56
+  // registers starts beside two such CTAs, on its own stream or as a programmatic dependent, and
+  // 1 KB of shared memory instead of 9 changed nothing here.
   const int z = few_rows ? params.head_dim / 32 : 1;
   const int channels = params.head_dim / z;
   const int max_threads = few_rows ? 128 : 512;

@@ -31,7 +31,7 @@ __device__ __forceinline__ unsigned long long Now() {
 }
 
 // Keeps N floats live across a spin loop so that ptxas allocates about N registers.
-template <int N>
+template <int N, bool kBar = false>
 __device__ __forceinline__ float Burn(unsigned long long until, float seed) {
   float v[N];
 #pragma unroll
@@ -39,6 +39,7 @@ __device__ __forceinline__ float Burn(unsigned long long until, float seed) {
   while (Now() < until) {
 #pragma unroll
     for (int i = 0; i < N; ++i) v[i] = v[i] * v[(i + 1) % N] + 1.0f;
+    if constexpr (kBar) __syncthreads();
   }
   float s = 0.0f;
 #pragma unroll
@@ -46,26 +47,27 @@ __device__ __forceinline__ float Burn(unsigned long long until, float seed) {
   return s;
 }
 
-template <int N>
+template <int N, bool kBar = false>
 __global__ void __maxnreg__(N + 16) Host(unsigned long long ns, float* sink,
                                          unsigned long long* end) {
   extern __shared__ float pad[];
+  asm volatile("griddepcontrol.launch_dependents;");  // lets a PDL guest start (pdl mode)
   const unsigned long long t0 = Now();
-  const float s = Burn<N>(t0 + ns, threadIdx.x);
+  const float s = Burn<N, kBar>(t0 + ns, threadIdx.x);
   if (s == 12345.0f) sink[0] = pad[threadIdx.x];  // never true; keeps the work
   if (threadIdx.x == 0) atomicMax(end, Now());
 }
 
-template <int N>
+template <int N, bool kBar = false>
 __global__ void __maxnreg__(N + 16) Guest(unsigned long long* start, float* sink) {
   if (threadIdx.x == 0) start[blockIdx.x] = Now();
-  const float s = Burn<N>(Now() + 2000, threadIdx.x);
+  const float s = Burn<N, kBar>(Now() + 2000, threadIdx.x);
   if (s == 12345.0f) sink[1] = s;
 }
 
-template <int N>
-int TryGuest(int warps, int host_smem, void (*host)(unsigned long long, float*,
-                                                      unsigned long long*)) {
+template <int N, bool kBar = false>
+int TryGuest(int warps, int host_smem,
+             void (*host)(unsigned long long, float*, unsigned long long*), bool pdl = false) {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaStream_t a, b;
@@ -82,12 +84,25 @@ int TryGuest(int warps, int host_smem, void (*host)(unsigned long long, float*,
   // Let the host fill every SM first (its 264 CTAs start within a few us).
   cudaEvent_t ev;
   CHECK(cudaEventCreate(&ev));
-  Guest<N><<<1, 32, 0, b>>>(start, sink);  // warm-up launch of the guest's code
+  Guest<N, kBar><<<1, 32, 0, b>>>(start, sink);  // warm-up launch of the guest's code
   CHECK(cudaStreamSynchronize(b));
   // A spin on the host side (tens of us, well inside the host kernel's 1 ms).
   for (volatile int i = 0; i < 20000; ++i) {
   }
-  Guest<N><<<sms, 32 * warps, 0, b>>>(start, sink);
+  if (pdl) {  // as decode attention launches its merge: a programmatic dependent, same stream
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(sms);
+    cfg.blockDim = dim3(32 * warps);
+    cfg.stream = a;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    CHECK(cudaLaunchKernelEx(&cfg, Guest<N, kBar>, start, sink));
+  } else {
+    Guest<N, kBar><<<sms, 32 * warps, 0, b>>>(start, sink);
+  }
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   std::vector<unsigned long long> s(sms);
@@ -97,12 +112,12 @@ int TryGuest(int warps, int host_smem, void (*host)(unsigned long long, float*,
   int beside = 0;
   for (unsigned long long t : s) beside += t < e;
   cudaFuncAttributes fa{}, fh{};
-  CHECK(cudaFuncGetAttributes(&fa, Guest<N>));
+  CHECK(cudaFuncGetAttributes(&fa, Guest<N, kBar>));
   CHECK(cudaFuncGetAttributes(&fh, host));
-  std::printf("host %d regs %d B smem x2 per SM | guest %d warps x %3d regs: %3d of %d blocks "
+  std::printf("host %d regs %d B smem x2 per SM | %s guest %d warps x %3d regs: %3d of %d blocks "
               "started beside the host\n",
-              fh.numRegs, host_smem + static_cast<int>(fh.sharedSizeBytes), warps, fa.numRegs,
-              beside, sms);
+              fh.numRegs, host_smem + static_cast<int>(fh.sharedSizeBytes), pdl ? "PDL" : "   ",
+              warps, fa.numRegs, beside, sms);
   cudaFree(sink);
   cudaFree(start);
   cudaFree(end);
@@ -128,6 +143,19 @@ int main() {
   std::printf("-- host at fewer registers\n");
   for (int warps : {2, 4, 8}) {
     if (TryGuest<24>(warps, pad, host144) || TryGuest<48>(warps, pad, host144)) return 1;
+  }
+  std::printf("-- guest as a programmatic dependent of the host (same stream)\n");
+  for (int warps : {1, 2, 4, 8}) {
+    if (TryGuest<32>(warps, pad, host152, true)) return 1;
+  }
+  std::printf("-- both kernels with a barrier (__syncthreads), guest as a PDL dependent\n");
+  auto host152bar = Host<142, true>;
+  CHECK(cudaFuncSetAttribute(host152bar, cudaFuncAttributeMaxDynamicSharedMemorySize, pad));
+  for (int warps : {2, 4}) {
+    if (TryGuest<32, true>(warps, pad, host152bar, true) ||
+        TryGuest<32, true>(warps, pad, host152bar, false)) {
+      return 1;
+    }
   }
   std::printf("-- host without the shared-memory pad\n");
   for (int warps : {2, 4, 8}) {
