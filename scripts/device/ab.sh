@@ -8,7 +8,8 @@
 # "demote D CLIP [T]" (a demotion case of T tokens, --demote). Carry the folder that holds the
 # variants (an ignored one such as .ab).
 # Log: $OUT/ab.log (one line per row, prefixed by the variant's name), tests and builds in
-# $OUT/ab_<name>.log.
+# $OUT/ab_<name>.log; at the end the medians per shape against the first variant
+# (bench/kernels/ab_summary.py) go to stdout.
 # Usage: [TEST=kv_quant_gpu_test] bash scripts/device/ab.sh FILE ROUNDS "SHAPE;SHAPE;..." VARIANT.cu...
 #   e.g. bash scripts/device/ab.sh kernels/attention/decode_attention.cu 3 \
 #          "128 1 131072;128 32 8192" .ab/base.cu .ab/new.cu
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
 mkdir -p "$OUT"
 if [ $# -lt 4 ]; then
-  sed -n '2,14p' "$0"
+  sed -n '2,15p' "$0"
   exit 2
 fi
 FILE=$1 ROUNDS=$2 SHAPES=$3
@@ -58,3 +59,4 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     done
   done
 done
+python3 bench/kernels/ab_summary.py "$OUT/ab.log"
