@@ -14,7 +14,7 @@
 #   e.g. bash scripts/device/ab.sh kernels/attention/decode_attention.cu 3 \
 #          "128 1 131072;128 32 8192" .ab/base.cu .ab/new.cu
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-out/device}
 mkdir -p "$OUT"
 if [ $# -lt 4 ]; then
