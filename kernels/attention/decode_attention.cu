@@ -1181,16 +1181,11 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   const int threads = channels * groups;
   const size_t smem = threads * sizeof(float);  // s_acc
   if (overlap) {
-    return wide ? cuda::LaunchOverlappingPrior(MergeKernel<true, 16>, merge_grid, threads, smem,
-                                               stream, params)
-                : cuda::LaunchOverlappingPrior(MergeKernel<true, 8>, merge_grid, threads, smem,
-                                               stream, params);
+    return cuda::LaunchOverlappingPrior(wide ? MergeKernel<true, 16> : MergeKernel<true, 8>,
+                                        merge_grid, threads, smem, stream, params);
   }
-  if (wide) {
-    MergeKernel<false, 16><<<merge_grid, threads, smem, stream>>>(params);
-  } else {
-    MergeKernel<false, 8><<<merge_grid, threads, smem, stream>>>(params);
-  }
+  (wide ? MergeKernel<false, 16> : MergeKernel<false, 8>)<<<merge_grid, threads, smem, stream>>>(
+      params);
   return cudaGetLastError();
 }
 

@@ -289,9 +289,10 @@ bool RunCase(const Case& c, uint64_t seed) {
   };
   hp.bf16 = table(bf, c.bf16_tokens, bf.pool.data(), bf.indptr.data(), bf.idx.data());
   hp.int2 = table(i2, c.int2_tokens, i2.pool.data(), i2.indptr.data(), i2.idx.data());
-  const bool no_int2 = std::all_of(c.int2_tokens.begin(), c.int2_tokens.end(), [](int n) { return n == 0; });
-  const bool no_bf16 =
-      std::all_of(c.bf16_tokens.begin(), c.bf16_tokens.end(), [](int n) { return n == 0; });
+  const auto empty = [](const std::vector<int32_t>& tokens) {
+    return std::all_of(tokens.begin(), tokens.end(), [](int32_t n) { return n == 0; });
+  };
+  const bool no_int2 = empty(c.int2_tokens), no_bf16 = empty(c.bf16_tokens);
   if (no_int2) hp.int2 = kernels::PagedTierTable{};  // an empty tier has no table
   if (no_bf16) hp.bf16 = kernels::PagedTierTable{};
   hp.work = plan.work.data();
