@@ -1017,6 +1017,87 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
   if (write_lse) p.out_lse[b * p.num_q_heads + h] = mm + logf(wsum);
 }
 
+// Stage 2 for sequences of many splits at D = 64, one block per (sequence, query head): thread
+// (c, j) of D x G threads merges channel c of splits j, j + G, ... with all its loads in flight
+// at once (n <= kMergeRowSplits), lane k having loaded the lse of splits k and k + 32 of its
+// group; the G groups combine through shared memory. 64 registers.
+constexpr int kMergeRowThreads = 128;
+constexpr int kMergeRowMaxPerThread = 48;
+constexpr int kMergeRowDim = 64;
+constexpr int kMergeRowSplits = kMergeRowThreads / kMergeRowDim * kMergeRowMaxPerThread;
+template <int D, bool kOverlap>
+__global__ void __launch_bounds__(kMergeRowThreads) MergeRowKernel(const DecodeAttentionParams p) {
+  constexpr int G = kMergeRowThreads / D;
+  constexpr int kPer = kMergeRowMaxPerThread;
+  static_assert(G >= 1 && D % 32 == 0 && kPer <= 64);
+  __shared__ float s_m[G], s_s[G], s_acc[G][D];
+  const int b = blockIdx.x, h = blockIdx.y, hq = p.num_q_heads;
+  const int tid = threadIdx.x, lane = tid & 31, c = tid % D, j = tid / D;
+  if constexpr (kOverlap) AllowDependentLaunch();
+  const int w0 = p.seq_work_indptr[b], n = p.seq_work_indptr[b + 1] - w0;
+  if constexpr (kOverlap) WaitForPriorGrid();  // for the partials; the plan is not stage 1's
+  const float* lse = p.partial_lse + static_cast<int64_t>(w0) * hq + h;
+  const float* po = p.partial_out + (static_cast<int64_t>(w0) * hq + h) * D + c;
+  const int64_t stride = static_cast<int64_t>(hq) * D;
+  const int ia = j + G * lane, ib = j + G * (lane + 32);
+  const float la = ia < n ? lse[static_cast<int64_t>(ia) * hq] : -INFINITY;
+  const float lb = lane + 32 < kPer && ib < n ? lse[static_cast<int64_t>(ib) * hq] : -INFINITY;
+  float ov[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = j + G * k;
+    ov[k] = i < n ? po[i * stride] : 0.0f;
+  }
+  float m = fmaxf(la, lb);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float sum = 0.0f, acc = 0.0f;
+  if (m != -INFINITY) {  // warp-uniform; else nothing attended in this group
+    const float wa = __expf(la - m), wb = __expf(lb - m);
+    sum = wa + wb;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      acc = fmaf(__shfl_sync(0xffffffffu, k < 32 ? wa : wb, k & 31), ov[k], acc);
+    }
+  }
+  if constexpr (G > 1) {
+    if (c == 0) {
+      s_m[j] = m;
+      s_s[j] = sum;
+    }
+    s_acc[j][c] = acc;
+    __syncthreads();
+    if (j != 0) return;
+    m = -INFINITY;
+#pragma unroll
+    for (int g = 0; g < G; ++g) m = fmaxf(m, s_m[g]);
+    acc = sum = 0.0f;
+    if (m != -INFINITY) {
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float f = s_m[g] == -INFINITY ? 0.0f : __expf(s_m[g] - m);
+        acc = fmaf(f, s_acc[g][c], acc);
+        sum = fmaf(f, s_s[g], sum);
+      }
+    }
+  }
+  const bool empty = m == -INFINITY;
+  p.out[static_cast<int64_t>(b) * p.out_seq_stride + static_cast<int64_t>(h) * D + c] =
+      empty ? 0.0f : acc / sum;
+  if (c == 0 && p.out_lse != nullptr) p.out_lse[b * hq + h] = empty ? -INFINITY : m + logf(sum);
+}
+cudaError_t LaunchMergeRows(const DecodeAttentionParams& p, bool overlap, cudaStream_t stream) {
+  const dim3 grid(p.num_seqs, p.num_q_heads);
+  if (overlap) {
+    return cuda::LaunchOverlappingPrior(MergeRowKernel<kMergeRowDim, true>, grid,
+                                        kMergeRowThreads, 0, stream, p);
+  }
+  MergeRowKernel<kMergeRowDim, false><<<grid, kMergeRowThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
 // Dynamic shared memory (never touched) that makes layout C's CTAs per SM a ceiling as well as
 // the register budget: with fewer registers than the budget allows (D=64: 114), one more CTA
 // fits beside them, and overlapped calls then stack the next call's early CTAs on the SMs
@@ -1178,6 +1259,15 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   }
   const dim3 merge_grid(params.num_seqs, params.num_q_heads, z);
   const bool wide = avg_splits > 8 * groups;  // chunks of 16 keep more splits to one round
+  // D = 64 sequences of more splits than these blocks merge in one round (B=1 at long context: 88
+  // against 64) take one block of 2 groups per head, one round for up to 96 splits. H200, same
+  // run: D=64 B=1 128k 10.96 -> 10.19 us, 32k 8.21 -> 6.94, other shapes +-1%. Such blocks at
+  // D = 128 (1 group of 33 splits, 32 blocks, where these take one round) were slower: B=1 128k
+  // +2.6%, 32k +14.5% (bench/NOTES.md "Session 19").
+  if (few_rows && params.head_dim == kMergeRowDim && avg_splits > 16 * groups &&
+      params.num_work <= kMergeRowSplits) {
+    return LaunchMergeRows(params, overlap, stream);
+  }
   const int threads = channels * groups;
   const size_t smem = threads * sizeof(float);  // s_acc
   if (overlap) {

@@ -13,8 +13,10 @@
 //   kernel template with a BF16 loader. A Tier::kInt2WithBf16 item (fused plan) attends its
 //   share of the BF16 tier with register loads, on the fifth warp, or else first on every warp
 //   while the first INT2 tiles are in flight.
-//   stage 2: log-sum-exp merge of each sequence's splits into out / out_lse (not launched when
-//   params.one_split_per_seq: stage 1 then writes out itself).
+//   stage 2: log-sum-exp merge of each sequence's splits into out / out_lse, all of a thread's
+//   splits loaded at once (one block per query head and channel group; at D = 64 with more
+//   splits than one round of those takes, one block per query head); not launched when
+//   params.one_split_per_seq: stage 1 then writes out itself.
 // Numerics: q is rounded to an integer grid of ~15 bits per head (INT2 scores, exact int32 sums)
 // or to bf16 (BF16 scores); P is rounded to fp16 (INT2) or bf16 (BF16) for the P.V MMA, whose
 // accumulation is fp32. Expected error vs the CPU reference: ~1e-3 relative.

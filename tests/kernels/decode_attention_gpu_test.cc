@@ -392,6 +392,11 @@ int main(int argc, char** argv) {
       {"d64 g3 b4", 9, 3, 64, {320, 70, 5, 256}, {2000, 333, 0, 17}, 0, 2.0f},
       {"d64 g3 b4 fused", 9, 3, 64, {320, 70, 5, 256}, {700, 333, 0, 17}, 0, 2.0f, 1},
       {"d64 g3 b2 fixed24", 9, 3, 64, {320, 200}, {900, 77}, 24, 1.0f},
+      // D = 64, one sequence of many splits (separate BF16 splits of 16 tokens): 63 + 13, merged
+      // by one block per head in one round; 125 + 13, more than such a block holds (the general
+      // merge, three rounds).
+      {"d64 g3 b1 many splits", 9, 3, 64, {200}, {1000}, 16, 1.0f, -1},
+      {"d64 g3 b1 more splits", 9, 3, 64, {200}, {2000}, 16, 1.0f, -1},
       {"d128 g8 b2", 16, 2, 128, {256, 40}, {1500, 250}, 0, 2.0f},
       {"d128 g12 b1", 24, 2, 128, {300}, {700}, 0, 2.0f},
       {"d64 g1 b2 empty", 4, 4, 64, {0, 9}, {0, 0}, 0, 1.0f},
