@@ -1018,18 +1018,18 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
 }
 
 // Stage 2 for sequences of many splits at D = 64, one block per (sequence, query head): thread
-// (c, j) of D x G threads merges channel c of splits j, j + G, ... with all its loads in flight
+// (c, j) of 64 x 2 threads merges channel c of splits j, j + 2, ... with all its loads in flight
 // at once (n <= kMergeRowSplits), lane k having loaded the lse of splits k and k + 32 of its
-// group; the G groups combine through shared memory. 64 registers.
-constexpr int kMergeRowThreads = 128;
-constexpr int kMergeRowMaxPerThread = 48;
+// group; the 2 groups combine through shared memory. 64 registers.
 constexpr int kMergeRowDim = 64;
-constexpr int kMergeRowSplits = kMergeRowThreads / kMergeRowDim * kMergeRowMaxPerThread;
-template <int D, bool kOverlap>
+constexpr int kMergeRowGroups = 2;
+constexpr int kMergeRowThreads = kMergeRowDim * kMergeRowGroups;
+constexpr int kMergeRowMaxPerThread = 48;
+constexpr int kMergeRowSplits = kMergeRowGroups * kMergeRowMaxPerThread;
+template <bool kOverlap>
 __global__ void __launch_bounds__(kMergeRowThreads) MergeRowKernel(const DecodeAttentionParams p) {
-  constexpr int G = kMergeRowThreads / D;
-  constexpr int kPer = kMergeRowMaxPerThread;
-  static_assert(G >= 1 && D % 32 == 0 && kPer <= 64);
+  constexpr int D = kMergeRowDim, G = kMergeRowGroups, kPer = kMergeRowMaxPerThread;
+  static_assert(kPer <= 64);  // lanes hold the lse of splits k and k + 32
   __shared__ float s_m[G], s_s[G], s_acc[G][D];
   const int b = blockIdx.x, h = blockIdx.y, hq = p.num_q_heads;
   const int tid = threadIdx.x, lane = tid & 31, c = tid % D, j = tid / D;
@@ -1062,25 +1062,23 @@ __global__ void __launch_bounds__(kMergeRowThreads) MergeRowKernel(const DecodeA
       acc = fmaf(__shfl_sync(0xffffffffu, k < 32 ? wa : wb, k & 31), ov[k], acc);
     }
   }
-  if constexpr (G > 1) {
-    if (c == 0) {
-      s_m[j] = m;
-      s_s[j] = sum;
-    }
-    s_acc[j][c] = acc;
-    __syncthreads();
-    if (j != 0) return;
-    m = -INFINITY;
+  if (c == 0) {
+    s_m[j] = m;
+    s_s[j] = sum;
+  }
+  s_acc[j][c] = acc;
+  __syncthreads();
+  if (j != 0) return;
+  m = -INFINITY;
 #pragma unroll
-    for (int g = 0; g < G; ++g) m = fmaxf(m, s_m[g]);
-    acc = sum = 0.0f;
-    if (m != -INFINITY) {
+  for (int g = 0; g < G; ++g) m = fmaxf(m, s_m[g]);
+  acc = sum = 0.0f;
+  if (m != -INFINITY) {
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const float f = s_m[g] == -INFINITY ? 0.0f : __expf(s_m[g] - m);
-        acc = fmaf(f, s_acc[g][c], acc);
-        sum = fmaf(f, s_s[g], sum);
-      }
+    for (int g = 0; g < G; ++g) {
+      const float f = s_m[g] == -INFINITY ? 0.0f : __expf(s_m[g] - m);
+      acc = fmaf(f, s_acc[g][c], acc);
+      sum = fmaf(f, s_s[g], sum);
     }
   }
   const bool empty = m == -INFINITY;
@@ -1091,10 +1089,10 @@ __global__ void __launch_bounds__(kMergeRowThreads) MergeRowKernel(const DecodeA
 cudaError_t LaunchMergeRows(const DecodeAttentionParams& p, bool overlap, cudaStream_t stream) {
   const dim3 grid(p.num_seqs, p.num_q_heads);
   if (overlap) {
-    return cuda::LaunchOverlappingPrior(MergeRowKernel<kMergeRowDim, true>, grid,
-                                        kMergeRowThreads, 0, stream, p);
+    return cuda::LaunchOverlappingPrior(MergeRowKernel<true>, grid, kMergeRowThreads, 0, stream,
+                                        p);
   }
-  MergeRowKernel<kMergeRowDim, false><<<grid, kMergeRowThreads, 0, stream>>>(p);
+  MergeRowKernel<false><<<grid, kMergeRowThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -1246,9 +1244,11 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   // (D=128; D=64 had 128): D=128 B=1 128k 27.22 -> 26.69 us, 32k 13.74 -> 11.87, 8k 9.19 -> 7.86,
   // B=2 64k 28.78 -> 28.42; D=64 128k 11.16 -> 10.96, 32k 8.71 -> 8.29 (bench/NOTES.md "Session
   // 18"). Plain launches take the same blocks, so both give the same bits. What keeps a 4-warp
-  // block off is not known: in a micro (results/attn_v20/coresidency.cu) such a block of up to 56
-  // registers starts beside two such CTAs, on its own stream or as a programmatic dependent, and
-  // 1 KB of shared memory instead of 9 changed nothing here.
+  // block off is its 40 registers, and that is wanted: at 32 its blocks start beside two stage-1
+  // CTAs, no stage-1 CTA starts late, and the calls get slower (every CTA released at once): the
+  // merge capped at 32 registers, B=1 128k 26.85 -> 27.96 us; a helper shared by both merges
+  // that brought chunk 8 to 32 registers, B=1 8k 7.82 -> 8.07, B=2 64k 28.64 -> 29.35
+  // (bench/NOTES.md "Session 19"). Check MergeKernel's registers after any change to it.
   const int z = few_rows ? params.head_dim / 32 : 1;
   const int channels = params.head_dim / z;
   const int max_threads = few_rows ? 128 : 512;
@@ -1257,8 +1257,6 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   while (groups < kMergeGroups && 4 * groups < avg_splits && channels * groups < max_threads) {
     groups *= 2;
   }
-  const dim3 merge_grid(params.num_seqs, params.num_q_heads, z);
-  const bool wide = avg_splits > 8 * groups;  // chunks of 16 keep more splits to one round
   // D = 64 sequences of more splits than these blocks merge in one round (B=1 at long context: 88
   // against 64) take one block of 2 groups per head, one round for up to 96 splits. H200, same
   // run: D=64 B=1 128k 10.96 -> 10.19 us, 32k 8.21 -> 6.94, other shapes +-1%. Such blocks at
@@ -1268,6 +1266,8 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
       params.num_work <= kMergeRowSplits) {
     return LaunchMergeRows(params, overlap, stream);
   }
+  const dim3 merge_grid(params.num_seqs, params.num_q_heads, z);
+  const bool wide = avg_splits > 8 * groups;  // chunks of 16 keep more splits to one round
   const int threads = channels * groups;
   const size_t smem = threads * sizeof(float);  // s_acc
   if (overlap) {
