@@ -76,12 +76,21 @@ struct Int2Loader {
   static constexpr bool kHalfPv = true;
   static constexpr bool kIntQk = true;
   static constexpr bool kHasCorr = true;
+  // How V codes reach the P.V operands, whose registers each pair one code byte of tokens 2p and
+  // 2p + 1 (the low byte of each fp16 half). D = 64: one ldmatrix.trans per tile hands lane
+  // (r, p) byte pair r of both tokens in one word (a shift serves the odd byte); D = 128: words
+  // of each token and a byte permute per operand pair. H200, same run, ldmatrix at D = 64: B=1
+  // 128k -2.4%, B=32 8k -3.4..5.1%; at D = 128 (one x4 or two x2 per tile): B=1 128k +2.1..2.7%,
+  // 32k +4.5..5.5%, B=32 8k and B=8 32k within +-1% (bench/NOTES.md "Session 20").
+  static constexpr bool kVTrans = D == 64;
   struct Raw {
     uint32_t k0[kKW], k1[kKW];  // K codes: page 0 row r, page 1 row r (bytes 4*kKW*p ...)
-    uint32_t v[2][2];           // V codes word VWord(r) of rows 2p, 2p+1 of page 0 / page 1
+    // V codes of page 0 / page 1: D = 128, word VWord(r) of rows 2p, 2p + 1; D = 64, [page][0]
+    // holds bytes 2r, 2r + 1 of rows 2p (low half) and 2p + 1 (high half).
+    uint32_t v[2][2];
     uint32_t kp0, kp1, vp0, vp1;  // Int2Params of row r of page 0 / 1 (scale lo, min hi)
   };
-  __device__ static int VWord(int r) { return D == 128 ? r : (r & 3); }
+  __device__ static int VWord(int r) { return r; }  // D = 128
   // A tile's fragments from the two page units staged in shared memory (u0, u1; the INT2 tier is
   // always read through the cp.async ring), in two parts: K codes + K params for the scores, then
   // V codes + V params for P.V (loaded late, so that a 4-tile step at D = 128 fits in 128
@@ -108,11 +117,18 @@ struct Int2Loader {
     constexpr int kKp = kPageTokens * kRow;
     constexpr int kV = kKp + kPageTokens * 4;
     constexpr int kVp = kV + kKp;
-    const int voff = kV + (2 * p) * kRow + 4 * VWord(r);
-    raw.v[0][0] = *reinterpret_cast<const uint32_t*>(u0 + voff);
-    raw.v[0][1] = *reinterpret_cast<const uint32_t*>(u0 + voff + kRow);
-    raw.v[1][0] = *reinterpret_cast<const uint32_t*>(u1 + voff);
-    raw.v[1][1] = *reinterpret_cast<const uint32_t*>(u1 + voff + kRow);
+    if constexpr (kVTrans) {  // matrix i = lane / 8 % 2: page i's 8 rows of 16 code bytes
+      const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(u0)) +
+                         ((lane >> 3) & 1) * static_cast<uint32_t>(u1 - u0) + kV +
+                         (lane & 7) * kRow;
+      LoadMatrixX2Trans(a, raw.v[0][0], raw.v[1][0]);
+    } else {
+      const int voff = kV + (2 * p) * kRow + 4 * VWord(r);
+      raw.v[0][0] = *reinterpret_cast<const uint32_t*>(u0 + voff);
+      raw.v[0][1] = *reinterpret_cast<const uint32_t*>(u0 + voff + kRow);
+      raw.v[1][0] = *reinterpret_cast<const uint32_t*>(u1 + voff);
+      raw.v[1][1] = *reinterpret_cast<const uint32_t*>(u1 + voff + kRow);
+    }
     raw.vp0 = *reinterpret_cast<const uint32_t*>(u0 + kVp + 4 * r);
     raw.vp1 = *reinterpret_cast<const uint32_t*>(u1 + kVp + 4 * r);
   }
@@ -166,24 +182,28 @@ struct Int2Loader {
     if constexpr (D == 128) {
       return 4 * r + 2 * (mt & 1) + hi + 32 * (mt >> 1);
     } else {
-      return 4 * (r & 3) + 2 * (r >> 2) + hi + 16 * mt;
+      return 2 * r + hi + 16 * mt;
     }
   }
-  __device__ static void VFrag(const Raw& raw, int mt, int lane, uint32_t (&a)[4]) {
-    const int r = lane >> 2;
-    int b0, q;
-    if constexpr (D == 128) {
-      b0 = 2 * (mt & 1);
-      q = mt >> 1;
+  // One AND per operand register keeps quarter q's two bits of each half's low byte, read as the
+  // fp16 subnormal c * 4^q * 2^-24. D = 64: rows r + 8 take the ldmatrix word's odd bytes,
+  // shifted down first (bits 10-15 of a half are the fp16's exponent and sign), one shift per
+  // word for all quarters.
+  __device__ static void VFrag(const Raw& raw, int mt, int, uint32_t (&a)[4]) {
+    if constexpr (kVTrans) {
+      const uint32_t m = 0x00030003u << (2 * mt);
+      a[0] = raw.v[0][0] & m;
+      a[1] = (raw.v[0][0] >> 8) & m;
+      a[2] = raw.v[1][0] & m;
+      a[3] = (raw.v[1][0] >> 8) & m;
     } else {
-      b0 = 2 * (r >> 2);
-      q = mt;
+      const int b0 = 2 * (mt & 1);
+      const uint32_t m = 0x00030003u << (2 * (mt >> 1));
+      a[0] = BytesTo02(raw.v[0][0], raw.v[0][1], b0) & m;
+      a[1] = BytesTo02(raw.v[0][0], raw.v[0][1], b0 + 1) & m;
+      a[2] = BytesTo02(raw.v[1][0], raw.v[1][1], b0) & m;
+      a[3] = BytesTo02(raw.v[1][0], raw.v[1][1], b0 + 1) & m;
     }
-    const uint32_t m = 0x00030003u << (2 * q);
-    a[0] = BytesTo02(raw.v[0][0], raw.v[0][1], b0) & m;
-    a[1] = BytesTo02(raw.v[0][0], raw.v[0][1], b0 + 1) & m;
-    a[2] = BytesTo02(raw.v[1][0], raw.v[1][1], b0) & m;
-    a[3] = BytesTo02(raw.v[1][0], raw.v[1][1], b0 + 1) & m;
   }
   __device__ static void ZeroInvalidV(Raw&, int, int, int) {}
 };
@@ -308,11 +328,10 @@ struct Bf16IntoInt2Loader : Bf16Loader<D> {
             raw.v[pg][t][2 * q] = a.x;
             raw.v[pg][t][2 * q + 1] = a.y;
           }
-        } else {  // channels 4(r&3) + 2(r>>2) + {0,1} + 16mt: word mt
+        } else {  // channels 2r + {0,1} + 16mt: word mt
 #pragma unroll
           for (int mt = 0; mt < 4; ++mt) {
-            raw.v[pg][t][mt] = LoadStream(reinterpret_cast<const uint32_t*>(
-                row + 8 * (r & 3) + 4 * (r >> 2) + 32 * mt));
+            raw.v[pg][t][mt] = LoadStream(reinterpret_cast<const uint32_t*>(row) + r + 8 * mt);
           }
         }
       }
