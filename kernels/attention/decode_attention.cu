@@ -1116,7 +1116,7 @@ cudaError_t LaunchMergeRows(const DecodeAttentionParams& p, bool overlap, cudaSt
 }
 
 // Dynamic shared memory (never touched) that makes layout C's CTAs per SM a ceiling as well as
-// the register budget: with fewer registers than the budget allows (D=64: 114), one more CTA
+// the register budget: with fewer registers than the budget allows (D=64: 111), one more CTA
 // fits beside them, and overlapped calls then stack the next call's early CTAs on the SMs
 // (H200, D=64 B=1 128k: 12.19 us at v18, 13.07 when v19 went from 147 to 114 registers, 11.17
 // with this pad; bench/NOTES.md "Session 17"). Sets the kernels' dynamic shared memory limit
