@@ -80,8 +80,9 @@ struct Int2Loader {
   // 2p + 1 (the low byte of each fp16 half). D = 64: one ldmatrix.trans per tile hands lane
   // (r, p) byte pair r of both tokens in one word (a shift serves the odd byte); D = 128: words
   // of each token and a byte permute per operand pair. H200, same run, ldmatrix at D = 64: B=1
-  // 128k -2.4%, B=32 8k -3.4..5.1%; at D = 128 (one x4 or two x2 per tile): B=1 128k +2.1..2.7%,
-  // 32k +4.5..5.5%, B=32 8k and B=8 32k within +-1% (bench/NOTES.md "Session 20").
+  // 128k -3.1%, B=8 32k -4.8%, B=32 8k -3.7%; at D = 128 (one x4 or two x2 per tile, V loaded
+  // late or early): B=1 128k +2.1..3.2%, 32k +4.1..6.2%, B=32 8k and B=8 32k -0.8..+1.8%
+  // (bench/NOTES.md "Session 20").
   static constexpr bool kVTrans = D == 64;
   struct Raw {
     uint32_t k0[kKW], k1[kKW];  // K codes: page 0 row r, page 1 row r (bytes 4*kKW*p ...)

@@ -109,10 +109,10 @@ __device__ __forceinline__ uint32_t MoveMatrixTrans(uint32_t x) {
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
   return y;
 }
-// ldmatrix.trans of two 8x8 b16 matrices from shared memory (32-bit shared-window address; lane
-// 8 i + j gives row j of matrix i, lanes 16-31 too though unused): lane (r, p) gets column r of
-// rows 2p (low half) and 2p + 1 (high half) of each matrix. Volatile: kept after the cp.async
-// wait that guards the data (the compiler does not see the asm read memory).
+// ldmatrix.trans of two 8x8 b16 matrices from shared memory (32-bit shared-window addresses;
+// lane 8 i + j gives row j of matrix i, i < 2): lane (r, p) gets column r of rows 2p (low half)
+// and 2p + 1 (high half) of each matrix. Volatile: kept after the cp.async wait that guards the
+// data (the compiler does not see the asm read memory).
 __device__ __forceinline__ void LoadMatrixX2Trans(uint32_t smem, uint32_t& d0, uint32_t& d1) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(d0), "=r"(d1)
