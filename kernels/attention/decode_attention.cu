@@ -86,12 +86,11 @@ struct Int2Loader {
   static constexpr bool kVTrans = D == 64;
   struct Raw {
     uint32_t k0[kKW], k1[kKW];  // K codes: page 0 row r, page 1 row r (bytes 4*kKW*p ...)
-    // V codes of page 0 / page 1: D = 128, word VWord(r) of rows 2p, 2p + 1; D = 64, [page][0]
-    // holds bytes 2r, 2r + 1 of rows 2p (low half) and 2p + 1 (high half).
+    // V codes of page 0 / page 1: D = 128, word r (bytes 4r..4r+3) of rows 2p, 2p + 1; D = 64,
+    // [page][0] holds bytes 2r, 2r + 1 of rows 2p (low half) and 2p + 1 (high half).
     uint32_t v[2][2];
     uint32_t kp0, kp1, vp0, vp1;  // Int2Params of row r of page 0 / 1 (scale lo, min hi)
   };
-  __device__ static int VWord(int r) { return r; }  // D = 128
   // A tile's fragments from the two page units staged in shared memory (u0, u1; the INT2 tier is
   // always read through the cp.async ring), in two parts: K codes + K params for the scores, then
   // V codes + V params for P.V (loaded late, so that a 4-tile step at D = 128 fits in 128
@@ -124,7 +123,7 @@ struct Int2Loader {
                          (lane & 7) * kRow;
       LoadMatrixX2Trans(a, raw.v[0][0], raw.v[1][0]);
     } else {
-      const int voff = kV + (2 * p) * kRow + 4 * VWord(r);
+      const int voff = kV + (2 * p) * kRow + 4 * r;
       raw.v[0][0] = *reinterpret_cast<const uint32_t*>(u0 + voff);
       raw.v[0][1] = *reinterpret_cast<const uint32_t*>(u0 + voff + kRow);
       raw.v[1][0] = *reinterpret_cast<const uint32_t*>(u1 + voff);
