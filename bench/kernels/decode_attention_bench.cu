@@ -245,6 +245,8 @@ void RunDecode(const Shape& sh, int b, int s, bool int2, double bw, int ctas_per
   p.num_work = plan.num_work();
   p.partial_out = static_cast<float*>(alloc(plan.PartialOutFloats(sh.hq, sh.d) * 4));
   p.partial_lse = static_cast<float*>(alloc(plan.PartialLseFloats(sh.hq) * 4));
+  p.merge_counters = static_cast<int32_t*>(alloc(size_t(b) * sh.hq * 4));
+  GPU_CHECK(cudaMemset(p.merge_counters, 0, size_t(b) * sh.hq * 4));
   p.out = static_cast<float*>(alloc(size_t(b) * sh.hq * sh.d * 4));
   p.out_seq_stride = int64_t(sh.hq) * sh.d;
   p.one_split_per_seq = plan.OneSplitPerSequence();

@@ -374,6 +374,7 @@ struct SplitSmem {
   float m[kWarps][kMaxHeadsPerCta];
   float l[kWarps][kMaxHeadsPerCta];
   float wt[kWarps][kMaxHeadsPerCta];  // epilogue: weight of each warp's partial, per head
+  int merge[2];  // MergeInStage1IfLast: the row's first split (-1: not the last CTA), splits
   // 128-byte aligned: cp.async whose shared destination sits 16 bytes off a 128-byte line (the
   // global source is line-aligned) asks L2 for twice the sectors (H200, ncu of stage 1 at D=128
   // B=1 128k: 30.6 -> 34.8 us when the fields above came to 4368 bytes; bench/NOTES.md
@@ -940,13 +941,114 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   }
 }
 
+// The merge inside stage 1 (DecodeAttentionParams::merge_counters), D = 128: a CTA that has
+// written its partial counts itself in on its (sequence, KV head, head group); the last to arrive
+// merges the row's splits, warp h head h, lane c channels 4c..4c+3, kChunk splits' loads in
+// flight at once, as MergeKernel does (log-sum-exp weights, natural log), and zeroes the counter
+// for the next call (which counts only after its wait for this grid). A sequence without work
+// items has no CTA: the first CTA of each (KV head, head group) writes its zeros. Not inlined, so
+// that the loops' register allocation never pays for it (152 is a cliff for the 2-per-SM kernel,
+// bench/NOTES.md "Session 20"; inlined it also came to 152 today). H200, same run, against the
+// merge kernel: D=128 B=2 64k 28.61 -> 27.35 us, B=2 32k 19.41 -> 18.26, B=3 64k -0.3%, B=4 32k
+// 30.12 -> 28.58, B=4 128k -2.4%; but B=1 128k +4.1% (32k +11.4%), and a D = 64 version
+// +5..22% (88 splits at B=1 in 3 rounds), so DecodeAttentionCuda uses it only at D = 128 with 2
+// or more sequences (bench/NOTES.md "Session 21").
+__device__ __noinline__ void MergeInStage1IfLast(const DecodeWorkItem* work, int num_seqs,
+                                                const int32_t* seq_work_indptr,
+                                                int32_t* merge_counters, int num_kv_heads,
+                                                int hq, const float* partial_out,
+                                                const float* partial_lse, float* out_base,
+                                                int64_t out_seq_stride, float* out_lse_base,
+                                                int* s_merge) {
+  constexpr int D = 128, kChunk = 17;  // up to 34 splits in two rounds, 68 registers of loads
+  const int group = hq / num_kv_heads, head0 = blockIdx.z * kMaxHeadsPerCta;
+  const int nh = min(kMaxHeadsPerCta, group - head0), qh0 = blockIdx.y * group + head0;
+  if (blockIdx.x == 0) {
+    for (int b = 0; b < num_seqs; ++b) {
+      if (seq_work_indptr[b + 1] != seq_work_indptr[b]) continue;
+      for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
+        out_base[static_cast<int64_t>(b) * out_seq_stride + qh0 * D + i] = 0.0f;
+      }
+      if (threadIdx.x < nh && out_lse_base != nullptr) {
+        out_lse_base[static_cast<int64_t>(b) * hq + qh0 + threadIdx.x] = -INFINITY;
+      }
+    }
+  }
+  __syncthreads();  // every partial store of the CTA issued
+  const int seq = work[blockIdx.x].seq;
+  if (threadIdx.x == 0) {
+    const int w0 = seq_work_indptr[seq], n = seq_work_indptr[seq + 1] - w0;
+    __threadfence();  // this CTA's partial before its count
+    int32_t* counter =
+        merge_counters + (static_cast<int64_t>(seq) * num_kv_heads + blockIdx.y) * gridDim.z +
+        blockIdx.z;
+    const bool last = atomicAdd(counter, 1) == n - 1;
+    if (last) *counter = 0;
+    s_merge[0] = last ? w0 : -1;
+    s_merge[1] = n;
+  }
+  __syncthreads();
+  if (s_merge[0] < 0) return;
+  __threadfence();  // the other CTAs' partials after their counts
+  const int w0 = s_merge[0], n = s_merge[1];
+  const int h = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (h >= nh) return;
+  const int qh = qh0 + h;
+  const int64_t stride = static_cast<int64_t>(hq) * D / 4;  // float4s between splits
+  const float4* po =
+      reinterpret_cast<const float4*>(partial_out + (static_cast<int64_t>(w0) * hq + qh) * D) +
+      lane;
+  const float* lse = partial_lse + static_cast<int64_t>(w0) * hq + qh;
+  float m = -INFINITY, sum = 0.0f;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int i0 = 0; i0 < n; i0 += kChunk) {
+    // L2 loads (__ldcg): L1 is not coherent with the other SMs' partial stores.
+    const float my_lse = lane < kChunk && i0 + lane < n
+                             ? __ldcg(lse + static_cast<int64_t>(i0 + lane) * hq)
+                             : -INFINITY;
+    float4 ov[kChunk];
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      ov[k] = i0 + k < n ? __ldcg(po + (i0 + k) * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    float cm = my_lse;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+    cm = fmaxf(cm, m);
+    if (cm != -INFINITY) {  // warp-uniform; else nothing attended yet: keep zeros
+      const float r = __expf(m - cm);  // 0 on the first chunk (m = -inf)
+      const float my_w = __expf(my_lse - cm);  // 0 on lanes without a split
+      float ws = my_w;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, o);
+      sum = fmaf(sum, r, ws);
+      acc = make_float4(acc.x * r, acc.y * r, acc.z * r, acc.w * r);
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k) {
+        const float w = __shfl_sync(0xffffffffu, my_w, k);
+        acc = make_float4(fmaf(w, ov[k].x, acc.x), fmaf(w, ov[k].y, acc.y),
+                          fmaf(w, ov[k].z, acc.z), fmaf(w, ov[k].w, acc.w));
+      }
+      m = cm;
+    }
+  }
+  const bool empty = m == -INFINITY;  // no token attended: zeros, lse -inf
+  const float inv = empty ? 0.0f : 1.0f / sum;
+  reinterpret_cast<float4*>(out_base + static_cast<int64_t>(seq) * out_seq_stride + qh * D)[lane] =
+      make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+  if (lane == 0 && out_lse_base != nullptr) {
+    out_lse_base[static_cast<int64_t>(seq) * hq + qh] = empty ? -INFINITY : m + logf(sum);
+  }
+}
+
 // Stage 1, both tiers in one launch. Grid: (num_work, Hkv, ceil(group / 4)); block:
 // C::kThreads. kDirect: params.one_split_per_seq (a template argument: a runtime flag cost the
 // other launches ~0.15 us, H200, bench/NOTES.md "v15 direct").
 template <int D, class C, bool kDirect, bool kOverlap>
 __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
     DecodeSplitKernel(const DecodeAttentionParams p, float sc_log2) {
-  __shared__ __align__(16) SplitSmem<D, C> sm;
+  // 128-byte aligned whatever else sits in static shared memory: the ring's lines (SplitSmem).
+  __shared__ __align__(128) SplitSmem<D, C> sm;
   if constexpr (kOverlap) AllowDependentLaunch();
   const DecodeWorkItem item = p.work[blockIdx.x];
   if (item.tier == static_cast<int32_t>(Tier::kBf16)) {
@@ -954,6 +1056,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
   } else {
     // 4 tiles per softmax step (D = 128 fits in 128 registers with V loaded inside the step).
     RunSplit<D, C, Int2Loader, 4, true, kDirect, kOverlap>(p, item, p.int2, sc_log2, sm);
+  }
+  if constexpr (D == 128 && !kDirect) {
+    if (p.merge_counters != nullptr) {
+      MergeInStage1IfLast(p.work, p.num_seqs, p.seq_work_indptr, p.merge_counters, p.num_kv_heads,
+                          p.num_q_heads, p.partial_out, p.partial_lse, p.out, p.out_seq_stride,
+                          p.out_lse, sm.merge);
+    }
   }
 }
 
@@ -1244,11 +1353,16 @@ cudaError_t DecodeAttentionCuda(const DecodeAttentionParams& params, cudaStream_
   // 54.6 -> 56.1 us), so they launch the plain way (bench/NOTES.md "v16").
   const bool few_rows = static_cast<int64_t>(params.num_seqs) * params.num_q_heads < sms;
   const bool overlap = params.overlap_prior_kernel && few_rows;
+  // The merge inside stage 1 (MergeInStage1IfLast): D = 128, 2 or more but few sequences.
+  const bool merge_in_stage1 = params.merge_counters != nullptr && params.head_dim == 128 &&
+                               few_rows && params.num_seqs >= 2 && !params.one_split_per_seq;
   if (params.num_work > 0) {
+    DecodeAttentionParams p1 = params;
+    if (!merge_in_stage1) p1.merge_counters = nullptr;
     OSCARKV_CUDA_RETURN_IF_ERROR(params.head_dim == 128
-                                     ? LaunchStage1<128>(params, cta, sms, overlap, stream)
-                                     : LaunchStage1<64>(params, cta, sms, overlap, stream));
-    if (params.one_split_per_seq) return cudaSuccess;  // nothing to merge
+                                     ? LaunchStage1<128>(p1, cta, sms, overlap, stream)
+                                     : LaunchStage1<64>(p1, cta, sms, overlap, stream));
+    if (params.one_split_per_seq || merge_in_stage1) return cudaSuccess;  // nothing to merge
   }
   // Groups: about 4 splits per thread (their loads are independent), at most kMergeGroups, and at
   // most max_threads threads. Blocks of 32 channels when one block per head leaves most SMs idle:

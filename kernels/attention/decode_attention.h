@@ -186,6 +186,14 @@ struct DecodeAttentionParams {
   int64_t out_seq_stride = 0; // floats between sequences (Hq*D when packed)
   float* out_lse = nullptr;   // [B, Hq] f32 or nullptr; lse of the whole row (-inf if empty)
 
+  // Optional scratch: num_seqs * num_q_heads int32, all zero before the first call; every call
+  // leaves them zero. With it, the GPU path may merge a sequence's splits in stage 1 (the last
+  // stage-1 CTA of a (sequence, KV head) merges them) instead of launching the merge kernel: at
+  // D = 128 with 2 or more but few sequences (H200: B=2 64k -4.4%, B=4 32k -5.1%;
+  // bench/NOTES.md "Session 21"). Calls sharing one buffer must not run at the same time.
+  // nullptr: the merge kernel. Same result up to the order of the merge's sums.
+  int32_t* merge_counters = nullptr;
+
   // Every sequence has exactly one work item (DecodePlan::OneSplitPerSequence(), e.g. B=32 at 8k
   // on the GPU plan): the GPU path then writes out / out_lse from stage 1 and runs no merge
   // (H200, D=128 B=32 8k: bench/NOTES.md "v15 direct"). Same result either way.

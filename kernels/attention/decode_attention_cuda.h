@@ -16,7 +16,9 @@
 //   stage 2: log-sum-exp merge of each sequence's splits into out / out_lse, all of a thread's
 //   splits loaded at once (one block per query head and channel group; at D = 64 with more
 //   splits than one round of those takes, one block per query head); not launched when
-//   params.one_split_per_seq: stage 1 then writes out itself.
+//   params.one_split_per_seq: stage 1 then writes out itself, nor when params.merge_counters is
+//   set at D = 128 with 2 or more sequences of fewer query rows than SMs: the last stage-1 CTA of
+//   each (sequence, KV head) then merges its splits.
 // Numerics: q is rounded to an integer grid of ~15 bits per head (INT2 scores, exact int32 sums)
 // or to bf16 (BF16 scores); P is rounded to fp16 (INT2) or bf16 (BF16) for the P.V MMA, whose
 // accumulation is fp32. Expected error vs the CPU reference: ~1e-3 relative.

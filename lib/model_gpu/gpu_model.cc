@@ -463,6 +463,7 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
       ap.num_work = meta.num_work;
       ap.partial_out = partial_out_.as<float>();
       ap.partial_lse = partial_lse_.as<float>();
+      ap.merge_counters = merge_counters_.as<int32_t>();
       ap.out = attn_out_.as<float>();
       ap.out_seq_stride = qdim;
       ap.one_split_per_seq = meta.one_split_per_seq;
@@ -779,6 +780,13 @@ absl::Status GpuModel::DecodeStep(std::span<const int64_t> ids, std::span<const 
     OSCARKV_RETURN_IF_ERROR(partial_out_.Allocate(need_out * 2, "attention partials"));
     OSCARKV_RETURN_IF_ERROR(
         partial_lse_.Allocate(plan.PartialLseFloats(config_.num_heads) * 8, "attention partials"));
+  }
+  // Zero once; every attention call leaves them zero (DecodeAttentionParams::merge_counters).
+  const int64_t need_counters = static_cast<int64_t>(b) * config_.num_heads * 4;
+  if (static_cast<int64_t>(merge_counters_.bytes()) < need_counters) {
+    OSCARKV_CUDA_OK(cudaStreamSynchronize(stream_));
+    OSCARKV_RETURN_IF_ERROR(merge_counters_.Allocate(need_counters * 2, "attention partials"));
+    OSCARKV_CUDA_OK(cudaMemsetAsync(merge_counters_.get(), 0, merge_counters_.bytes(), stream_));
   }
   meta_host_.clear();
   const int64_t off_tokens = Push(meta_host_, tokens);

@@ -201,6 +201,7 @@ class GpuModel {
   // Scratch (rows = max(max_prompt_tokens, max_batch)).
   DeviceBuffer x_, h_, qkv_, attn_bf16_, k_rot_, v_rot_, kv_tmp_bf16_, gate_up_, act_bf16_;
   DeviceBuffer q_rot_, attn_out_, attn_out_rot_, partial_out_, partial_lse_, logits_, argmax_;
+  DeviceBuffer merge_counters_;  // DecodeAttentionParams::merge_counters, zero between calls
   DeviceBuffer meta_;  // per-step int32 metadata
   DeviceBuffer tail_;  // TailRows of the running prefill (grown on demand)
   // PrefillChunked's buffers (grown on demand): stored-form rows, quantised block payloads, bf16
