@@ -941,6 +941,27 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   }
 }
 
+// One chunk of a log-sum-exp merge (MergeKernel, MergeInStage1IfLast): lane k holds the lse of
+// the chunk's split k (-inf on lanes without one). Updates the running max m and weight sum; false
+// when nothing is attended yet (warp-uniform), else *r rescales the accumulator and *my_w is lane
+// k's weight, for the caller to shuffle to the lanes.
+__device__ __forceinline__ bool MergeChunkWeights(float my_lse, float& m, float& sum, float* r,
+                                                  float* my_w) {
+  float cm = my_lse;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+  cm = fmaxf(cm, m);
+  if (cm == -INFINITY) return false;
+  *r = __expf(m - cm);          // 0 on the first chunk (m = -inf)
+  *my_w = __expf(my_lse - cm);  // 0 on lanes without a split
+  float ws = *my_w;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, o);
+  sum = fmaf(sum, *r, ws);
+  m = cm;
+  return true;
+}
+
 // The merge inside stage 1 (DecodeAttentionParams::merge_counters), D = 128: a CTA that has
 // written its partial counts itself in on its (sequence, KV head, head group); the last to arrive
 // merges the row's splits, warp h head h, lane c channels 4c..4c+3, kChunk splits' loads in
@@ -1011,17 +1032,8 @@ __device__ __noinline__ void MergeInStage1IfLast(const DecodeWorkItem* work, int
     for (int k = 0; k < kChunk; ++k) {
       ov[k] = i0 + k < n ? __ldcg(po + (i0 + k) * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    float cm = my_lse;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
-    cm = fmaxf(cm, m);
-    if (cm != -INFINITY) {  // warp-uniform; else nothing attended yet: keep zeros
-      const float r = __expf(m - cm);  // 0 on the first chunk (m = -inf)
-      const float my_w = __expf(my_lse - cm);  // 0 on lanes without a split
-      float ws = my_w;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, o);
-      sum = fmaf(sum, r, ws);
+    float r, my_w;
+    if (MergeChunkWeights(my_lse, m, sum, &r, &my_w)) {  // else nothing attended yet: zeros
       acc = make_float4(acc.x * r, acc.y * r, acc.z * r, acc.w * r);
 #pragma unroll
       for (int k = 0; k < kChunk; ++k) {
@@ -1029,7 +1041,6 @@ __device__ __noinline__ void MergeInStage1IfLast(const DecodeWorkItem* work, int
         acc = make_float4(fmaf(w, ov[k].x, acc.x), fmaf(w, ov[k].y, acc.y),
                           fmaf(w, ov[k].z, acc.z), fmaf(w, ov[k].w, acc.w));
       }
-      m = cm;
     }
   }
   const bool empty = m == -INFINITY;  // no token attended: zeros, lse -inf
@@ -1102,21 +1113,11 @@ __global__ void MergeKernel(const DecodeAttentionParams p) {
       const int i = i0 + k * groups;
       ov[k] = i < n ? po[i * stride] : 0.0f;
     }
-    float cm = my_lse;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
-    cm = fmaxf(cm, m);
-    if (cm != -INFINITY) {  // warp-uniform; else nothing attended yet: keep zeros
-      const float r = __expf(m - cm);  // 0 on the first chunk (m = -inf)
-      const float my_w = __expf(my_lse - cm);  // 0 on lanes without a split
-      float ws = my_w;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) ws += __shfl_xor_sync(0xffffffffu, ws, o);
-      sum = fmaf(sum, r, ws);
+    float r, my_w;
+    if (MergeChunkWeights(my_lse, m, sum, &r, &my_w)) {  // else nothing attended yet: zeros
       acc *= r;
 #pragma unroll
       for (int k = 0; k < kChunk; ++k) acc = fmaf(__shfl_sync(0xffffffffu, my_w, k), ov[k], acc);
-      m = cm;
     }
   }
   if (c == 0) {
