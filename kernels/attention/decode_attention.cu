@@ -1069,7 +1069,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kCtasPerSm)
     RunSplit<D, C, Int2Loader, 4, true, kDirect, kOverlap>(p, item, p.int2, sc_log2, sm);
   }
   if constexpr (D == 128 && !kDirect) {
-    if (p.merge_counters != nullptr) {
+    if (p.merge_counters != nullptr) {  // DecodeAttentionCuda clears it when stage 2 merges
       MergeInStage1IfLast(p.work, p.num_seqs, p.seq_work_indptr, p.merge_counters, p.num_kv_heads,
                           p.num_q_heads, p.partial_out, p.partial_lse, p.out, p.out_seq_stride,
                           p.out_lse, sm.merge);
