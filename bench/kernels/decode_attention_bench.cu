@@ -2,7 +2,7 @@
 // Every case: fresh device-filled pools with shuffled pages, enough copies of the inputs that one
 // timed graph reads more than 4x the L2, a CUDA graph of `copies` calls replayed many times, the
 // median replay divided by `copies`. The HBM floor is (bytes that must be read) / (measured
-// device-to-device copy bandwidth, bytes read + written). Calls set overlap_prior_kernel (rows
+// device-to-device copy bandwidth, bytes read + written, the best of three ways: CopyBandwidth). Calls set overlap_prior_kernel (rows
 // marked "plain launch" do not; DecodeAttentionCuda uses it for few sequences only). Rows marked
 // "read only" time a kernel that only reads the same pools, one launch per call: the ceiling of a
 // single launch of that size, next to the floor.
@@ -93,6 +93,9 @@ bool g_read_only = false;
 // rotation; DecodeAttentionCuda uses it for few sequences only. Printed as "plain launch".
 bool g_plain_launch = false;
 
+// Copy bandwidth the single-case modes assume (bytes read + written per second).
+constexpr double kNominalCopyBandwidth = 4.27e12;
+
 double MedianMs(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -151,27 +154,58 @@ __global__ void ReadPoolsKernel(const uint4* __restrict__ x, int64_t n, const ui
   if (acc == 0x9e3779b9u) *sink = acc;
 }
 
-// Device-to-device copy through a plain vectorised kernel (bytes read + written per second).
+// Device-to-device copy bandwidth (bytes read + written per second) of a 2 GiB buffer, the best of
+// three ways, each printed: a grid-stride vectorised kernel (the only way measured before session
+// 22: 3.92 TB/s on the H200, 8% under the other two), one 16-byte word per thread, and
+// cudaMemcpyAsync outside a graph (torch's copy_ read 2.8 TB/s captured in a graph,
+// results/attn_v23/final_v23/sdpa.log). The floor is taken against the best, the card's copy
+// ceiling (4.26-4.30 TB/s in session 22, results/attn_v24/copybw.log and copybw.cu).
 double CopyBandwidth(cudaStream_t s) {
   const size_t bytes = size_t(2) << 30;
+  const int64_t words = static_cast<int64_t>(bytes / 16);
   void *x, *y;
   GPU_CHECK(cudaMalloc(&x, bytes));
   GPU_CHECK(cudaMalloc(&y, bytes));
   GPU_CHECK(cudaMemset(x, 1, bytes));
-  cudaGraph_t g;
-  cudaGraphExec_t e;
-  GPU_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  CopyKernel<<<132 * 8, 512, 0, s>>>(static_cast<const uint4*>(x), static_cast<uint4*>(y),
-                                     static_cast<int64_t>(bytes / 16));
-  GPU_CHECK(cudaGetLastError());
-  GPU_CHECK(cudaStreamEndCapture(s, &g));
-  GPU_CHECK(cudaGraphInstantiate(&e, g, 0));
-  const double us = TimeGraph(e, s, 1, 20);
-  GPU_CHECK(cudaGraphExecDestroy(e));
-  GPU_CHECK(cudaGraphDestroy(g));
+  auto time_kernel = [&](unsigned blocks, unsigned threads) {
+    cudaGraph_t g;
+    cudaGraphExec_t e;
+    GPU_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CopyKernel<<<blocks, threads, 0, s>>>(static_cast<const uint4*>(x), static_cast<uint4*>(y),
+                                          words);
+    GPU_CHECK(cudaGetLastError());
+    GPU_CHECK(cudaStreamEndCapture(s, &g));
+    GPU_CHECK(cudaGraphInstantiate(&e, g, 0));
+    const double us = TimeGraph(e, s, 1, 20);
+    GPU_CHECK(cudaGraphExecDestroy(e));
+    GPU_CHECK(cudaGraphDestroy(g));
+    return us;
+  };
+  const double us_stride = time_kernel(132 * 8, 512);
+  const double us_word = time_kernel(static_cast<unsigned>((words + 255) / 256), 256);
+  cudaEvent_t a, b;
+  GPU_CHECK(cudaEventCreate(&a));
+  GPU_CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < 23; ++i) {
+    GPU_CHECK(cudaEventRecord(a, s));
+    GPU_CHECK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, s));
+    GPU_CHECK(cudaEventRecord(b, s));
+    GPU_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    GPU_CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (i >= 3) t.push_back(ms);
+  }
+  const double us_memcpy = MedianMs(t) * 1000.0;
+  GPU_CHECK(cudaEventDestroy(a));
+  GPU_CHECK(cudaEventDestroy(b));
   GPU_CHECK(cudaFree(x));
   GPU_CHECK(cudaFree(y));
-  return 2.0 * bytes / (us * 1e-6);  // bytes/s, read + write
+  auto rate = [&](double us) { return 2.0 * bytes / (us * 1e-6); };
+  std::printf("copy bandwidth (read+write, 2 GiB): grid-stride kernel %.1f GB/s, one word per "
+              "thread %.1f GB/s, cudaMemcpyAsync %.1f GB/s\n",
+              rate(us_stride) / 1e9, rate(us_word) / 1e9, rate(us_memcpy) / 1e9);
+  return std::max({rate(us_stride), rate(us_word), rate(us_memcpy)});
 }
 
 // One decode case: B sequences of S tokens; int2 = three-tier (sink 64 + recent 256 BF16, the
@@ -501,7 +535,8 @@ int main(int argc, char** argv) {
   auto shape_of = [](const char* d) {
     return std::atoi(d) == 64 ? Shape{9, 3, 64} : Shape{32, 8, 128};
   };
-  // Single-case modes take the floor at a nominal 3.9 TB/s (no copy-bandwidth run).
+  // Single-case modes take the floor at a nominal 4.27 TB/s, the card's copy ceiling as measured
+  // by CopyBandwidth (no copy-bandwidth run).
   // --only D B S [CPS [CAP [FLIP]]]: one INT2 case (profilers, A/B runs), optionally with the
   // plan's ctas_per_sm, a cap on its splits per tier (0: none) and FLIP = 1 to flip its
   // fuse_bf16_into_int2. Environment: OSCARKV_BENCH_PLAIN_LAUNCH (no overlap with the kernel
@@ -512,7 +547,7 @@ int main(int argc, char** argv) {
     const int cps = argc >= 6 ? std::atoi(argv[5]) : 0;
     g_max_splits = argc >= 7 ? std::atoi(argv[6]) : 0;
     g_flip_fuse = argc == 8 && std::atoi(argv[7]) != 0;
-    RunDecode(shape_of(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), true, 3.9e12, cps, sms,
+    RunDecode(shape_of(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), true, kNominalCopyBandwidth, cps, sms,
               stream);
     return 0;
   }
@@ -525,7 +560,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "--demote: T must be a positive token count, got '%s'\n", argv[4]);
       return 2;
     }
-    RunDemote(tokens, sh.hkv, sh.d, false, static_cast<float>(std::atof(argv[3])), 3.9e12, sms,
+    RunDemote(tokens, sh.hkv, sh.d, false, static_cast<float>(std::atof(argv[3])), kNominalCopyBandwidth, sms,
               stream);
     return 0;
   }
@@ -533,13 +568,14 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::strcmp(argv[1], "--cap-sweep") == 0) {
     for (int cap : {0, 24, 32, 40, 44, 46, 48, 56, 64, 80, 96, 128}) {
       g_max_splits = cap;
-      RunDecode(shape_of(argv[2]), 1, std::atoi(argv[3]), true, 3.9e12, 0, sms, stream);
+      RunDecode(shape_of(argv[2]), 1, std::atoi(argv[3]), true, kNominalCopyBandwidth, 0, sms, stream);
     }
     g_max_splits = 0;
     return 0;
   }
   const double bw = CopyBandwidth(stream);
-  std::printf("copy bandwidth (read+write): %.1f GB/s, SMs %d\n", bw / 1e9, sms);
+  std::printf("copy bandwidth (read+write), the best of the three: %.1f GB/s, SMs %d\n", bw / 1e9,
+              sms);
   const Shape shapes[] = {{32, 8, 128}, {9, 3, 64}};
   // Warm-up, not printed: right after the copy-bandwidth run the first case read ~1.2 us high at
   // D=128 B=1 128k against the same plan later in the process and in a process of its own

@@ -44,11 +44,23 @@ def time_graph(fn, copies, reps=50):
 
 
 def copy_bandwidth():
+    # Timed outside a graph: captured, the copy ran at 2.8 TB/s against 4.25 eagerly (session 22,
+    # bench/kernels/results/attn_v24/copybw.log); decode_attention_bench takes the best of three.
     n = 2 << 30
     x = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(1)
     y = torch.empty_like(x)
-    us = time_graph(lambda: y.copy_(x), 1, reps=20)
-    return 2 * n / (us * 1e-6)
+    times = []
+    for i in range(23):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        y.copy_(x)
+        b.record()
+        b.synchronize()
+        if i >= 3:
+            times.append(a.elapsed_time(b))
+    times.sort()
+    return 2 * n / (times[len(times) // 2] * 1e-3)
 
 
 def main():
