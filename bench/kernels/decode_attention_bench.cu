@@ -2,10 +2,10 @@
 // Every case: fresh device-filled pools with shuffled pages, enough copies of the inputs that one
 // timed graph reads more than 4x the L2, a CUDA graph of `copies` calls replayed many times, the
 // median replay divided by `copies`. The HBM floor is (bytes that must be read) / (measured
-// device-to-device copy bandwidth, bytes read + written, the best of three ways: CopyBandwidth). Calls set overlap_prior_kernel (rows
-// marked "plain launch" do not; DecodeAttentionCuda uses it for few sequences only). Rows marked
-// "read only" time a kernel that only reads the same pools, one launch per call: the ceiling of a
-// single launch of that size, next to the floor.
+// device-to-device copy bandwidth, bytes read + written, the best of three ways: CopyBandwidth).
+// Calls set overlap_prior_kernel (rows marked "plain launch" do not; DecodeAttentionCuda uses it
+// for few sequences only). Rows marked "read only" time a kernel that only reads the same pools,
+// one launch per call: the ceiling of a single launch of that size, next to the floor.
 //   decode_attention_bench [--quick]     the grid (--quick: the four goal shapes) + variant rows
 //   decode_attention_bench --only D B S [CPS [CAP [FLIP]]]  one INT2 case (profilers, A/B runs;
 //                                           OSCARKV_BENCH_PLAIN_LAUNCH=1: overlap_prior_kernel
@@ -202,9 +202,10 @@ double CopyBandwidth(cudaStream_t s) {
   GPU_CHECK(cudaFree(x));
   GPU_CHECK(cudaFree(y));
   auto rate = [&](double us) { return 2.0 * bytes / (us * 1e-6); };
-  std::printf("copy bandwidth (read+write, 2 GiB): grid-stride kernel %.1f GB/s, one word per "
-              "thread %.1f GB/s, cudaMemcpyAsync %.1f GB/s\n",
-              rate(us_stride) / 1e9, rate(us_word) / 1e9, rate(us_memcpy) / 1e9);
+  std::printf(
+      "copy bandwidth (read+write, 2 GiB): grid-stride kernel %.1f GB/s, one word per "
+      "thread %.1f GB/s, cudaMemcpyAsync %.1f GB/s\n",
+      rate(us_stride) / 1e9, rate(us_word) / 1e9, rate(us_memcpy) / 1e9);
   return std::max({rate(us_stride), rate(us_word), rate(us_memcpy)});
 }
 
@@ -547,8 +548,8 @@ int main(int argc, char** argv) {
     const int cps = argc >= 6 ? std::atoi(argv[5]) : 0;
     g_max_splits = argc >= 7 ? std::atoi(argv[6]) : 0;
     g_flip_fuse = argc == 8 && std::atoi(argv[7]) != 0;
-    RunDecode(shape_of(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), true, kNominalCopyBandwidth, cps, sms,
-              stream);
+    RunDecode(shape_of(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), true,
+              kNominalCopyBandwidth, cps, sms, stream);
     return 0;
   }
   // --demote D CLIP [T]: one unrotated bf16 demotion case of the shape's KV heads, T tokens
@@ -560,15 +561,16 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "--demote: T must be a positive token count, got '%s'\n", argv[4]);
       return 2;
     }
-    RunDemote(tokens, sh.hkv, sh.d, false, static_cast<float>(std::atof(argv[3])), kNominalCopyBandwidth, sms,
-              stream);
+    RunDemote(tokens, sh.hkv, sh.d, false, static_cast<float>(std::atof(argv[3])),
+              kNominalCopyBandwidth, sms, stream);
     return 0;
   }
   // --cap-sweep D S: B=1 INT2 rows with the plan's splits capped at several values.
   if (argc == 4 && std::strcmp(argv[1], "--cap-sweep") == 0) {
     for (int cap : {0, 24, 32, 40, 44, 46, 48, 56, 64, 80, 96, 128}) {
       g_max_splits = cap;
-      RunDecode(shape_of(argv[2]), 1, std::atoi(argv[3]), true, kNominalCopyBandwidth, 0, sms, stream);
+      RunDecode(shape_of(argv[2]), 1, std::atoi(argv[3]), true, kNominalCopyBandwidth, 0, sms,
+                stream);
     }
     g_max_splits = 0;
     return 0;

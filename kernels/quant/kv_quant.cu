@@ -393,8 +393,8 @@ __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, in
 
 // ---- Kernel ----
 
-// Asks L2 for the lane's row of unit u (its 128-byte lines; the lane's pointer lies in the row's
-// first 64 bytes). No data comes back, so it may run before the wait for the kernel that writes
+// Asks L2 for the lane's row of unit u (its 128-byte lines; every lane's offset in the row is
+// under 128 bytes). No data comes back, so it may run before the wait for the kernel that writes
 // the rows: L2 is where those writes land. For the first unit only: the first load then no
 // longer starts at the release (H200, same run: D=64 K 7.92 -> 7.46 us, V 8.96 -> 8.71, D=128
 // within 0.6%; the next unit as well: D=128 K +3.2%; bench/NOTES.md "Session 22").
@@ -411,7 +411,6 @@ __device__ __forceinline__ void PrefetchRowL2(const RowsSource& src, Unit u,
 #pragma unroll
   for (int off = 0; off < D * static_cast<int>(sizeof(T)); off += 128) cuda::PrefetchL2(row + off);
 }
-
 
 // Zero, computed on the GPU from v (popc(v) >> 6 in inline PTX, which ptxas does not fold). A load
 // whose address adds it is issued only once v's own load has landed. The prefetch needs that: the
