@@ -177,18 +177,27 @@ __device__ __forceinline__ void LoadRowAt(const RowsSource& src, const T* row,
     }
   }
 }
+// The token of the lane's row of unit u, and that row's first channel of the lane.
+template <int D>
+__device__ __forceinline__ int LaneToken(Unit u, const rows::RowGroup<D>& rg) {
+  return u.group * kUnitTokens + rg.slot % kUnitTokens;
+}
+template <int D, bool kBf16>
+__device__ __forceinline__ const std::conditional_t<kBf16, uint16_t, float>* LaneRowStart(
+    const RowsSource& src, int t, Unit u, const rows::RowGroup<D>& rg) {
+  using T = std::conditional_t<kBf16, uint16_t, float>;
+  const T* base =
+      kBf16 ? reinterpret_cast<const T*>(src.bf16) : reinterpret_cast<const T*>(src.f32);
+  return base + t * src.token_stride + u.h * D + rows::RowLayout<D>::Channel(rg.gl, 0, 0);
+}
 template <int D, bool kBf16, int kVector = -1>
 __device__ __forceinline__ void LoadRow(const RowsSource& src, Unit u, const rows::RowGroup<D>& rg,
                                         LaneRaw<D, kBf16>& raw) {
-  using T = std::conditional_t<kBf16, uint16_t, float>;
-  const int t = u.group * kUnitTokens + rg.slot % kUnitTokens;
+  const int t = LaneToken(u, rg);
   // Past the last token the words stay as they were: such rows are never stored, and rows are
   // quantized independently (zeroing them cost 8 instructions per unit in the hot loop).
   if (t >= src.tokens) return;
-  const T* base =
-      kBf16 ? reinterpret_cast<const T*>(src.bf16) : reinterpret_cast<const T*>(src.f32);
-  LoadRowAt<D, kBf16, kVector>(
-      src, base + t * src.token_stride + u.h * D + rows::RowLayout<D>::Channel(rg.gl, 0, 0), raw);
+  LoadRowAt<D, kBf16, kVector>(src, LaneRowStart<D, kBf16>(src, t, u, rg), raw);
 }
 
 // The lane's values from its raw words: bf16 stays packed unless it is rotated, f32 as is.
@@ -401,15 +410,13 @@ __device__ __forceinline__ void StoreRow(const RowsTarget& tgt, uint8_t* seg, in
 template <int D, bool kBf16>
 __device__ __forceinline__ void PrefetchRowL2(const RowsSource& src, Unit u,
                                               const rows::RowGroup<D>& rg) {
-  using T = std::conditional_t<kBf16, uint16_t, float>;
-  const int t = u.group * kUnitTokens + rg.slot % kUnitTokens;
+  const int t = LaneToken(u, rg);
   if (t >= src.tokens) return;
-  const T* base =
-      kBf16 ? reinterpret_cast<const T*>(src.bf16) : reinterpret_cast<const T*>(src.f32);
-  const auto* row = reinterpret_cast<const unsigned char*>(
-      base + t * src.token_stride + u.h * D + rows::RowLayout<D>::Channel(rg.gl, 0, 0));
+  const auto* row = LaneRowStart<D, kBf16>(src, t, u, rg);
 #pragma unroll
-  for (int off = 0; off < D * static_cast<int>(sizeof(T)); off += 128) cuda::PrefetchL2(row + off);
+  for (int off = 0; off < D * static_cast<int>(sizeof(*row)); off += 128) {
+    cuda::PrefetchL2(reinterpret_cast<const unsigned char*>(row) + off);
+  }
 }
 
 // Zero, computed on the GPU from v (popc(v) >> 6 in inline PTX, which ptxas does not fold). A load
