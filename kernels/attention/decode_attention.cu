@@ -969,7 +969,7 @@ __device__ __forceinline__ bool MergeChunkWeights(float my_lse, float& m, float&
 // for the next call (which counts only after its wait for this grid). A sequence without work
 // items has no CTA: the first CTA of each (KV head, head group) writes its zeros. Not inlined, so
 // that the loops' register allocation never pays for it (152 is a cliff for the 2-per-SM kernel,
-// bench/NOTES.md "Session 20"; inlined it also came to 152 today). H200, same run, against the
+// bench/NOTES.md "Session 20"; inlined, v23 also compiled to 152). H200, same run, against the
 // merge kernel: D=128 B=2 64k 28.61 -> 27.35 us, B=2 32k 19.41 -> 18.26, B=3 64k -0.3%, B=4 32k
 // 30.12 -> 28.58, B=4 128k -2.4%; but B=1 128k +4.1% (32k +11.4%), and a D = 64 version
 // +5..22% (88 splits at B=1 in 3 rounds), so DecodeAttentionCuda uses it only at D = 128 with 2

@@ -785,7 +785,8 @@ absl::Status GpuModel::DecodeStep(std::span<const int64_t> ids, std::span<const 
   const int64_t need_counters = static_cast<int64_t>(b) * config_.num_heads * 4;
   if (static_cast<int64_t>(merge_counters_.bytes()) < need_counters) {
     OSCARKV_CUDA_OK(cudaStreamSynchronize(stream_));
-    OSCARKV_RETURN_IF_ERROR(merge_counters_.Allocate(need_counters * 2, "attention partials"));
+    OSCARKV_RETURN_IF_ERROR(
+        merge_counters_.Allocate(need_counters * 2, "attention merge counters"));
     OSCARKV_CUDA_OK(cudaMemsetAsync(merge_counters_.get(), 0, merge_counters_.bytes(), stream_));
   }
   meta_host_.clear();
