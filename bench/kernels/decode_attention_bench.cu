@@ -102,21 +102,21 @@ double MedianMs(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
-// Times `graph` (which holds `copies` calls): median over reps of kReplaysPerInterval replays
-// launched back to back between two events, in microseconds per call. One replay per event pair
-// from an idle GPU also timed the host's launch and the event boundary: per call +1.0...2.2% for
-// our kernels and +1.8...3.3% for cuDNN (fewer calls per graph) against 10 replays, same run
-// (results/attn_v24/timing/).
+// Median over reps of kReplaysPerInterval calls of enqueue() back to back between two events, in
+// microseconds per call (after 3 untimed calls). One call per event pair from an idle GPU also
+// timed the host's launch and the event boundary: per call +1.0...2.2% for our graphs and
+// +1.8...3.3% for cuDNN's (fewer calls per graph) against 10, same run (results/attn_v24/timing/).
 constexpr int kReplaysPerInterval = 10;
-double TimeGraph(cudaGraphExec_t exec, cudaStream_t s, int copies, int reps) {
+template <class Enqueue>
+double TimeIntervals(Enqueue enqueue, cudaStream_t s, int reps) {
   cudaEvent_t a, b;
   GPU_CHECK(cudaEventCreate(&a));
   GPU_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) GPU_CHECK(cudaGraphLaunch(exec, s));
+  for (int i = 0; i < 3; ++i) enqueue();
   std::vector<float> t;
   for (int i = 0; i < reps; ++i) {
     GPU_CHECK(cudaEventRecord(a, s));
-    for (int k = 0; k < kReplaysPerInterval; ++k) GPU_CHECK(cudaGraphLaunch(exec, s));
+    for (int k = 0; k < kReplaysPerInterval; ++k) enqueue();
     GPU_CHECK(cudaEventRecord(b, s));
     GPU_CHECK(cudaEventSynchronize(b));
     float ms = 0;
@@ -125,7 +125,12 @@ double TimeGraph(cudaGraphExec_t exec, cudaStream_t s, int copies, int reps) {
   }
   GPU_CHECK(cudaEventDestroy(a));
   GPU_CHECK(cudaEventDestroy(b));
-  return MedianMs(t) * 1000.0 / copies;
+  return MedianMs(t) * 1000.0;
+}
+
+// Times `graph` (which holds `copies` calls) with TimeIntervals, in microseconds per call.
+double TimeGraph(cudaGraphExec_t exec, cudaStream_t s, int copies, int reps) {
+  return TimeIntervals([&] { GPU_CHECK(cudaGraphLaunch(exec, s)); }, s, reps) / copies;
 }
 
 __global__ void CopyKernel(const uint4* __restrict__ x, uint4* __restrict__ y, int64_t n) {
@@ -189,22 +194,8 @@ double CopyBandwidth(cudaStream_t s) {
   };
   const double us_stride = time_kernel(132 * 8, 512);
   const double us_word = time_kernel(static_cast<unsigned>((words + 255) / 256), 256);
-  cudaEvent_t a, b;
-  GPU_CHECK(cudaEventCreate(&a));
-  GPU_CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int i = 0; i < 23; ++i) {
-    GPU_CHECK(cudaEventRecord(a, s));
-    GPU_CHECK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, s));
-    GPU_CHECK(cudaEventRecord(b, s));
-    GPU_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    GPU_CHECK(cudaEventElapsedTime(&ms, a, b));
-    if (i >= 3) t.push_back(ms);
-  }
-  const double us_memcpy = MedianMs(t) * 1000.0;
-  GPU_CHECK(cudaEventDestroy(a));
-  GPU_CHECK(cudaEventDestroy(b));
+  const double us_memcpy = TimeIntervals(
+      [&] { GPU_CHECK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, s)); }, s, 20);
   GPU_CHECK(cudaFree(x));
   GPU_CHECK(cudaFree(y));
   auto rate = [&](double us) { return 2.0 * bytes / (us * 1e-6); };

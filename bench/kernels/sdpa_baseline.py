@@ -18,6 +18,28 @@ BATCHES = [1, 8, 32]
 CONTEXTS = [8192, 32768, 131072]
 
 
+def time_intervals_us(run, reps):
+    """Median over reps of 10 run() calls back to back between two events, in us per call (after
+    3 untimed calls), as decode_attention_bench does: one call per event pair from an idle GPU
+    also timed the launch (cuDNN +1.8...3.3% per call, session 22,
+    bench/kernels/results/attn_v24/timing/)."""
+    replays = 10
+    for _ in range(3):
+        run()
+    times = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(replays):
+            run()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / replays)
+    times.sort()
+    return times[len(times) // 2] * 1000.0
+
+
 def time_graph(fn, copies, reps=50):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -28,24 +50,7 @@ def time_graph(fn, copies, reps=50):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()
-    for _ in range(3):
-        g.replay()
-    # 10 replays back to back per timed interval, as decode_attention_bench does: one replay per
-    # event pair from an idle GPU also timed the launch (cuDNN +1.8...3.3% per call, session 22,
-    # bench/kernels/results/attn_v24/timing/).
-    replays = 10
-    times = []
-    for _ in range(reps):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(replays):
-            g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / replays)
-    times.sort()
-    return times[len(times) // 2] * 1000.0 / copies
+    return time_intervals_us(g.replay, reps) / copies
 
 
 def copy_bandwidth():
@@ -54,18 +59,7 @@ def copy_bandwidth():
     n = 2 << 30
     x = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(1)
     y = torch.empty_like(x)
-    times = []
-    for i in range(23):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        y.copy_(x)
-        b.record()
-        b.synchronize()
-        if i >= 3:
-            times.append(a.elapsed_time(b))
-    times.sort()
-    return 2 * n / (times[len(times) // 2] * 1e-3)
+    return 2 * n / (time_intervals_us(lambda: y.copy_(x), 20) * 1e-6)
 
 
 def main():
