@@ -533,21 +533,27 @@ __device__ __forceinline__ float ClipThreshold(const Bf16Lane<D>& x, int k, cons
   // small (< 1% of rows at k = 6; never when k <= Rc), then long ones, then fully sorted lists.
   // D = 64, k <= 8 (both served ratios): the tournament over top-4 / top-6 lists (PopKth), which
   // measured faster there (the H200, bench/NOTES.md "Demotion v4"); then sorted lists.
+  // A group redoes its row when one of its lanes' lists may have run dry. `dry_lanes` (all
+  // groups' such lanes) is tested first, warp-wide: rows almost never redo, so the group's share
+  // (`redo`, through rg.mask) is worked out only on those paths (3 half-rate instructions a unit).
   constexpr bool kTournament = RowLayout<D>::kGroupLanes == 2;
   uint32_t bits = 0;
   bool redo = true;
+  uint32_t dry_lanes = kFullMask;  // no fast path: every row takes the sorted lists
   if (kTournament && k <= 8) {
     bool dry;
     const uint32_t key = k <= 4 ? FastKthKey<D, 4>(x, k, rg.gl, &dry)
                                 : FastKthKey<D, 6>(x, k, rg.gl, &dry);
     bits = (key >> 4) & 0x7fffu;
-    redo = (__ballot_sync(kFullMask, dry) & rg.mask) != 0u;
+    dry_lanes = __ballot_sync(kFullMask, dry);
   } else if (!kTournament && k <= 6) {
     bool dry;
     bits = MergedKthBits<D, 4, (kK >= 1 && kK <= 6 ? kK : 0)>(x, k, &dry);
-    redo = (__ballot_sync(kFullMask, dry) & rg.mask) != 0u;
+    dry_lanes = __ballot_sync(kFullMask, dry);
   }
-  if (k <= 16 && !(kTournament && k <= 8) && __any_sync(kFullMask, redo)) {
+  if (dry_lanes == 0u) return __uint_as_float(bits << 16);
+  redo = dry_lanes == kFullMask || (dry_lanes & rg.mask) != 0u;  // (true without a fast path)
+  if (k <= 16 && !(kTournament && k <= 8)) {
     bool dry;
     const uint32_t long_bits = MergedKthBits<D, 8, (kK >= 1 && kK <= 16 ? kK : 0)>(x, k, &dry);
     const bool long_dry = (__ballot_sync(kFullMask, dry) & rg.mask) != 0u;
@@ -679,7 +685,10 @@ __device__ __forceinline__ float BoundOperand(float bound, float) { return bound
 // group's lane (j - 1) % G in round (j - 1) / G (one round at D = 128, two at D = 64; the lanes
 // past bound 3 repeat it), already in the form PackCodeBytes compares with (a packed bf16 pair
 // for bf16 rows, T = uint32_t, else the float), then each lane fetches its row's three.
-template <int D, class T>
+// kGroupWidth: fetch by shuffles of width G (lane i % G of the group, no lane arithmetic in the
+// loop) instead of from lane - gl + i % G. Chosen per build by register pressure: the width form
+// saves ~4 half-rate instructions a unit, but made the D = 64 and no-clip builds spill.
+template <int D, bool kGroupWidth = false, class T>
 __device__ __forceinline__ void WarpCodeBounds(const RowStats& st, bool clip, int lane,
                                                const RowGroup<D>& rg, T (&b)[3]) {
   constexpr int G = RowLayout<D>::kGroupLanes;
@@ -692,7 +701,10 @@ __device__ __forceinline__ void WarpCodeBounds(const RowStats& st, bool clip, in
   }
   const int group_lane0 = lane - rg.gl;
 #pragma unroll
-  for (int i = 0; i < 3; ++i) b[i] = __shfl_sync(kFullMask, mine[i / G], group_lane0 + i % G);
+  for (int i = 0; i < 3; ++i) {
+    b[i] = kGroupWidth ? __shfl_sync(kFullMask, mine[i / G], i % G, G)
+                       : __shfl_sync(kFullMask, mine[i / G], group_lane0 + i % G);
+  }
 }
 
 // The lane's code bytes [8 gl, 8 gl + 8) of its row (byte j = codes of channels j, j + D/4,

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <numeric>
 #include <type_traits>
 
 #include "kernels/common/cuda_utils.cuh"
@@ -89,20 +90,19 @@ struct UnitWalk {
 // unit from (group, head): holding them made those spill or re-read their thread index in the
 // loop, which cost more than it saved (D = 64: +4...10%; bench/NOTES.md "Demotion v7").
 
-// The input pointer's changes along the walk (host-built: kernel parameters, not registers).
+// The input pointer's changes along the walk (host-built: kernel parameters, not registers). The
+// unrotated kernel's step is a multiple of the heads (LaunchRows), so a lane keeps its head.
 struct InputWalk {
   int64_t group_bytes;  // between token groups (8 tokens)
   int64_t head_bytes;   // between heads (D channels)
-  int64_t step_bytes;   // a step of the walk (Unit / UnitWalk), and its extra when the head wraps
-  int64_t wrap_bytes;
+  int64_t step_bytes;   // a step of the walk: step / heads token groups
 };
 InputWalk InputWalkFor(const RowsSource& src, int d, int step) {
   const int64_t elem = src.bf16 != nullptr ? 2 : 4;
   InputWalk w;
   w.group_bytes = kUnitTokens * src.token_stride * elem;
   w.head_bytes = d * elem;
-  w.step_bytes = step / src.heads * w.group_bytes + step % src.heads * w.head_bytes;
-  w.wrap_bytes = w.group_bytes - src.heads * w.head_bytes;
+  w.step_bytes = step / src.heads * w.group_bytes;
   return w;
 }
 // A lane's row r = slot % 8 in every unit.
@@ -457,9 +457,12 @@ __device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page
   const rows::RowStats st =
       rows::RowStatsOf<D, kClipK>(x, clip.on, kClipK != 0 ? kClipK : clip.k, rg);
   // Packed bf16 bound pairs for bf16 rows, floats otherwise.
-  using Bound = std::conditional_t<std::is_same_v<Lane, rows::Bf16Lane<D>>, uint32_t, float>;
+  constexpr bool kBf16Lane = std::is_same_v<Lane, rows::Bf16Lane<D>>;
+  using Bound = std::conditional_t<kBf16Lane, uint32_t, float>;
   Bound bounds[3];
-  rows::WarpCodeBounds<D>(st, clip.on, lane, rg, bounds);
+  // The held builds (KvInt2RowsKernel's kHold) have the registers for the width-G shuffles.
+  constexpr bool kHeld = kClipK != 0 && kBf16Lane && kVector == 1;
+  rows::WarpCodeBounds<D, kHeld>(st, clip.on, lane, rg, bounds);
   uint32_t w[2];
   rows::PackCodeBytes<D>(x, bounds, w);
   if (lr != nullptr) {
@@ -521,14 +524,17 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
   // store then never waits on the scoreboard that the loads in flight share (bench/NOTES.md
   // "Demotion v6"). Returns false when the warp is done.
   const auto step_unit = [&](const Raw& cur, int page_cur, Raw& next, int& page_next) {
-    Unit n = walk.Next(u);
     const int zero = ZeroAfter(cur.w[0]);
+    Unit n;
     if constexpr (kHold) {
-      // The head wrapped iff it fell below the step's heads.
-      in += in_walk.step_bytes + (n.h < walk.step_heads ? in_walk.wrap_bytes : 0);
-      n.group += zero;
+      // The step is a multiple of the heads (LaunchRows): the lane keeps its head (the general
+      // walk's wrap test and selects cost ~8 half-rate instructions a unit). The other builds
+      // keep the general walk: this one made them spill (D = 64, no clip).
+      n = {u.group + walk.step_groups + zero, u.h};
+      in += in_walk.step_bytes;
       LoadHeldRow<D, kBf16>(src, in + zero, n, lr, next);
     } else {
+      n = walk.Next(u);
       n.group += zero;
       LoadRow<D, kBf16, kVector>(src, n, rg, next);
     }
@@ -607,6 +613,17 @@ cudaError_t GridFor(Kernel kernel, size_t smem, int64_t units, int64_t units_per
   return cudaSuccess;
 }
 
+// The unrotated kernel's grid: its step (blocks x units per block) a multiple of the heads, so
+// that every lane keeps its head along the walk. A full wave rounds down (a few blocks fewer for
+// head counts that share no factor with the block's units), a smaller grid up (the extra blocks
+// find no unit and leave).
+int WholeHeadsGrid(int blocks, int64_t units, int heads, int64_t units_per_block) {
+  const int period = heads / std::gcd(heads, static_cast<int>(units_per_block));
+  const bool full_wave = static_cast<int64_t>(blocks) * units_per_block < units;
+  if (full_wave && blocks >= period) return blocks / period * period;
+  return (blocks + period - 1) / period * period;
+}
+
 // Clip k with a build of their own (D = 128, bf16 rows): 128 - ClipIndex(0.96 / 0.92, 128).
 constexpr int kClipKeyK = 6;
 constexpr int kClipValueK = 11;
@@ -632,6 +649,7 @@ cudaError_t LaunchRows(const RowsSource& src, const RowsTarget& tgt, const RowsC
       }
     }
     OSCARKV_CUDA_RETURN_IF_ERROR(GridFor(kernel, 0, units, kWarps * kWarpUnits, &blocks));
+    blocks = WholeHeadsGrid(blocks, units, src.heads, kWarps * kWarpUnits);
     // Overlapping the previous kernel's drain hides the launch latency (K then V of a layer run
     // back to back): -0.2...0.5 us a call (bench/NOTES.md "Demotion v7").
     const InputWalk in_walk = InputWalkFor(src, D, blocks * kWarps * static_cast<int>(kWarpUnits));

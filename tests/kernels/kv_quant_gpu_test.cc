@@ -403,6 +403,11 @@ int main() {
       {6340, 8, 128, 0.96f, true, false, false, 65},
       {6340, 8, 128, 0.92f, true, false, false, 66},
       {780, 8, 128, 0.96f, true, false, false, 67, Pattern::kHeavyTail, kPer, false, 8, 16},
+      // Head counts that share no factor with a block's 8 units: the grid is cut to a multiple
+      // of them (every lane keeps its head along the walk), with several units per warp.
+      {6343, 5, 128, 0.96f, true, false, true, 68},
+      {9004, 3, 128, 0.92f, true, false, false, 69},
+      {7001, 7, 64, 0.96f, true, false, true, 70},
       // Demotion into pages: the served shapes, bf16 without rotation (the model's call), K and V
       // ratios, many units, partial last pages.
       {64, 8, 128, 0.96f, true, true, true, 6},
