@@ -556,11 +556,10 @@ __device__ __forceinline__ float ClipThreshold(const Bf16Lane<D>& x, int k, cons
   if (k <= 16 && !(kTournament && k <= 8)) {
     bool dry;
     const uint32_t long_bits = MergedKthBits<D, 8, (kK >= 1 && kK <= 16 ? kK : 0)>(x, k, &dry);
-    const bool long_dry = (__ballot_sync(kFullMask, dry) & rg.mask) != 0u;
-    if (redo) {
-      bits = long_bits;
-      redo = long_dry;
-    }
+    const uint32_t long_dry_lanes = __ballot_sync(kFullMask, dry);
+    if (redo) bits = long_bits;
+    if (long_dry_lanes == 0u) return __uint_as_float(bits << 16);
+    if (redo) redo = (long_dry_lanes & rg.mask) != 0u;
   }
   if (__any_sync(kFullMask, redo)) {
     const uint32_t sorted_key = SortedKthKey<D>(x, k, rg.gl);
