@@ -742,7 +742,11 @@ __device__ __forceinline__ void PackCodeBytes(const Bf16Lane<D>& x, const uint32
     // Byte 0 of each half: the low nibble from chunks 0/1, the high one from chunks 2/3 (the
     // other bytes are not read below).
     constexpr uint32_t kLow = 0x000f000fu;
-    pairs[i] = (nibble[0] & kLow) | ((nibble[1] << 4) & ~kLow);
+    // (nibble[0] & kLow) | (nibble[1] << 4 & ~kLow) as one bit select: written as C++, ptxas
+    // masked both sides apart (2 LOP3 where one does).
+    asm("lop3.b32 %0, %1, %2, %3, 0xE4;"
+        : "=r"(pairs[i])
+        : "r"(nibble[0]), "r"(nibble[1] << 4), "n"(kLow));
   }
   // Byte 0 of each half holds the byte of positions 2i, 2i + 1.
 #pragma unroll
