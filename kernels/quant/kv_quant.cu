@@ -481,7 +481,8 @@ __device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page
 // registers. A fourth block (64 registers, the rows staged through a cp.async ring in shared
 // memory) measured no faster: the kernel is bound by the issue of its half-rate instructions, not
 // by loads in flight (bench/NOTES.md "Demotion v4"); nor were more blocks than fit at once, or
-// one-warp blocks at 28 warps per SM ("v6").
+// one-warp blocks at 28 warps per SM ("v6"). Two units in flight per warp (a 3-slot cp.async
+// ring, or L2 asked for the unit after next) measured 6-9% slower at D = 128 ("v9").
 // kVector: 1 when every input row and output segment is 16-byte aligned (vector loads and
 // stores), -1 to look at the flags. kClipK: the clip's k when the launcher has a build for it (the
 // served ratios' k at D = 128: the merges then keep only what the k-th entry needs), else 0.
