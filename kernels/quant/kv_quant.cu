@@ -84,11 +84,13 @@ struct UnitWalk {
   }
 };
 
-// Held addressing. The builds with registers to spare (the served ratios' k: kHold in
-// KvInt2RowsKernel) hold what a lane adds to every unit (LaneRows) and walk a pointer to its row
-// (InputWalk): ~20 instructions a unit less, K -0.8%, V -1.5%. The other builds recompute both per
-// unit from (group, head): holding them made those spill or re-read their thread index in the
+// Held addressing. The builds with registers to spare (kHeldBuild: bf16 rows, vector loads and
+// the served ratios' k) hold what a lane adds to every unit (LaneRows) and walk a pointer to its
+// row (InputWalk): ~20 instructions a unit less, K -0.8%, V -1.5%. The other builds recompute both
+// per unit from (group, head): holding them made those spill or re-read their thread index in the
 // loop, which cost more than it saved (D = 64: +4...10%; bench/NOTES.md "Demotion v7").
+template <bool kBf16, int kVector, int kClipK>
+inline constexpr bool kHeldBuild = (kClipK != 0) && (kVector == 1) && kBf16;
 
 // The input pointer's changes along the walk (host-built: kernel parameters, not registers). The
 // unrotated kernel's step is a multiple of the heads (LaunchRows), so a lane keeps its head.
@@ -460,9 +462,8 @@ __device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page
   constexpr bool kBf16Lane = std::is_same_v<Lane, rows::Bf16Lane<D>>;
   using Bound = std::conditional_t<kBf16Lane, uint32_t, float>;
   Bound bounds[3];
-  // The held builds (KvInt2RowsKernel's kHold) have the registers for the width-G shuffles.
-  constexpr bool kHeld = kClipK != 0 && kBf16Lane && kVector == 1;
-  rows::WarpCodeBounds<D, kHeld>(st, clip.on, lane, rg, bounds);
+  // The held builds have the registers for the width-G shuffles.
+  rows::WarpCodeBounds<D, kHeldBuild<kBf16Lane, kVector, kClipK>>(st, clip.on, lane, rg, bounds);
   uint32_t w[2];
   rows::PackCodeBytes<D>(x, bounds, w);
   if (lr != nullptr) {
@@ -503,7 +504,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
   const int first =
       (static_cast<int>(blockIdx.x) * kWarps + warp) * kUnitsPerWarp + rg.slot / kUnitTokens;
   Unit u{first / src.heads, first % src.heads};
-  constexpr bool kHold = kClipK != 0 && kBf16 && kVector == 1;  // see LaneRows
+  constexpr bool kHold = kHeldBuild<kBf16, kVector, kClipK>;
   const LaneRows<D> lr(src, tgt, rg);  // only the held builds keep it
   const unsigned char* in = kHold ? LaneRows<D>::Input(src, in_walk, u, rg) : nullptr;
   // Two raw buffers used in turn (the loop body twice), so the prefetched words are not copied.
