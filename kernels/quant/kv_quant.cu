@@ -52,10 +52,12 @@ struct RowsTarget {
   int64_t segment_offset;
   int segment_tokens;  // 8 when paged, tokens when linear
   bool vector_stores;  // segments 16-byte aligned (else only 2-byte)
-  // Linear: a unit's rows start these many bytes further into its head's codes / params per token
-  // group (0 when paged: a unit has its page's segment to itself). Set by Launch.
-  uint32_t group_codes;
-  uint32_t group_params;
+  // The held builds' store: a unit's codes / params are these many bytes further per unit index
+  // (UnitIndexOf: the page id when paged, the token group when linear). Set by Launch; held builds
+  // run only while both fit (LaunchRows).
+  uint32_t unit_codes;
+  uint32_t unit_params;
+  int linear_group_mask;  // ~0 when linear, 0 when paged (UnitIndexOf)
 };
 
 struct RowsClip {
@@ -107,20 +109,21 @@ InputWalk InputWalkFor(const RowsSource& src, int d, int step) {
   w.step_bytes = step / src.heads * w.group_bytes;
   return w;
 }
-// A lane's row r = slot % 8 in every unit.
+// A lane's row r = slot % 8 in every unit of its head h.
 template <int D>
 struct LaneRows {
   int valid_groups;  // row r of unit (g, h) is a token (8 g + r < tokens) iff g < this
-  uint32_t codes;    // the lane's code bytes in a unit's segment, from its page and head
-  uint32_t params;   // its row's params there (stored by lane gl = 0); Launch keeps both < 2^32
+  uint8_t* codes;    // the lane's code bytes at unit index 0 (UnitIndexOf) of head h
+  uint8_t* params;   // its row's params there (stored by lane gl = 0)
 
-  __device__ LaneRows(const RowsSource& src, const RowsTarget& tgt, const rows::RowGroup<D>& rg) {
+  __device__ LaneRows(const RowsSource& src, const RowsTarget& tgt, int h,
+                      const rows::RowGroup<D>& rg) {
     using L = rows::RowLayout<D>;
     const int r = rg.slot % kUnitTokens;
     valid_groups = (src.tokens - r + kUnitTokens - 1) / kUnitTokens;  // tokens - r > -8
-    codes = static_cast<uint32_t>(tgt.segment_offset) + r * L::kCodeBytes + L::kChunk * rg.gl;
-    params = static_cast<uint32_t>(tgt.segment_offset +
-                                   int64_t{tgt.segment_tokens} * L::kCodeBytes) + 4 * r;
+    uint8_t* seg = tgt.base + (h * tgt.head_stride + tgt.segment_offset);
+    codes = seg + (r * L::kCodeBytes + L::kChunk * rg.gl);
+    params = seg + (int64_t{tgt.segment_tokens} * L::kCodeBytes + 4 * r);
   }
   // The input at row r and the lane's first channel of unit u.
   __device__ static const unsigned char* Input(const RowsSource& src, const InputWalk& walk,
@@ -432,19 +435,27 @@ __device__ __forceinline__ int ZeroAfter(uint32_t v) {
   return static_cast<int>(bits >> 6);
 }
 
-// StoreRow for the held builds: paged, the segment of the unit's page at head h; linear (page 0),
-// the head's segment, in which the unit's rows start at row 8 group. One formula for both (a
-// branch was predicated both ways).
+// The held builds' unit index: the page id when paged (0 past the last unit), the token group
+// when linear. A unit's segment is then one 32 x 32-bit product past the lane's (StoreHeldRow).
+__device__ __forceinline__ int UnitIndexOf(const RowsTarget& tgt, Unit u, int groups) {
+  // PageOf is 0 when linear: one LOP3 with the mask, where a select made ptxas branch around the
+  // page id's load.
+  return PageOf(tgt, u, groups) | (u.group & tgt.linear_group_mask);
+}
+
+// StoreRow for the held builds: paged, the segment of the unit's page at the lane's head; linear,
+// the head's segment, in which the unit's rows start at row 8 group. One product each for the
+// codes and the params (IMAD.WIDE.U32 with the 64-bit add): the 64-bit sum of head, page and
+// group terms it replaced took ~17 instructions a unit.
 template <int D, int kVector>
-__device__ __forceinline__ void StoreHeldRow(const RowsTarget& tgt, Unit u, int page,
+__device__ __forceinline__ void StoreHeldRow(const RowsTarget& tgt, int unit_index,
                                              const LaneRows<D>& lr, const uint32_t (&w)[2],
                                              const quant_device::GroupParams& gp,
                                              const rows::RowGroup<D>& rg) {
-  const uint64_t unit_at = Times(u.h, tgt.head_stride) + Times(page, tgt.page_stride);
-  const uint64_t group = static_cast<uint32_t>(u.group);
+  const uint32_t at = static_cast<uint32_t>(unit_index);
   StoreWords<D, kVector>(
-      tgt, tgt.base + (unit_at + (group * tgt.group_codes + lr.codes)),
-      [&] { return tgt.base + (unit_at + (group * tgt.group_params + lr.params)); }, w, gp, rg);
+      tgt, lr.codes + uint64_t{at} * tgt.unit_codes,
+      [&] { return lr.params + uint64_t{at} * tgt.unit_params; }, w, gp, rg);
 }
 
 // The row pipeline for one pass of a warp's rows (its units u) and the stores.
@@ -467,7 +478,7 @@ __device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page
   uint32_t w[2];
   rows::PackCodeBytes<D>(x, bounds, w);
   if (lr != nullptr) {
-    if (u.group < lr->valid_groups) StoreHeldRow<D, kVector>(tgt, u, page, *lr, w, st.gp, rg);
+    if (u.group < lr->valid_groups) StoreHeldRow<D, kVector>(tgt, page, *lr, w, st.gp, rg);
     return;
   }
   const int r = rg.slot % kUnitTokens;
@@ -505,7 +516,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
       (static_cast<int>(blockIdx.x) * kWarps + warp) * kUnitsPerWarp + rg.slot / kUnitTokens;
   Unit u{first / src.heads, first % src.heads};
   constexpr bool kHold = kHeldBuild<kBf16, kVector, kClipK>;
-  const LaneRows<D> lr(src, tgt, rg);  // only the held builds keep it
+  const LaneRows<D> lr(src, tgt, u.h, rg);  // only the held builds keep it
   const unsigned char* in = kHold ? LaneRows<D>::Input(src, in_walk, u, rg) : nullptr;
   // Two raw buffers used in turn (the loop body twice), so the prefetched words are not copied.
   Raw raw[2] = {};
@@ -520,7 +531,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
   } else {
     LoadRow<D, kBf16, kVector>(src, u, rg, raw[0]);
   }
-  page[0] = PageOf(tgt, u, groups);
+  // Held builds: the unit index (UnitIndexOf) instead of the page id.
+  page[0] = kHold ? UnitIndexOf(tgt, u, groups) : PageOf(tgt, u, groups);
   // The next unit's rows and page id stay in flight while this one is processed. They are issued
   // after the current unit's words have landed (ZeroAfter), which also covers its page id: the
   // store then never waits on the scoreboard that the loads in flight share (bench/NOTES.md
@@ -540,7 +552,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
       n.group += zero;
       LoadRow<D, kBf16, kVector>(src, n, rg, next);
     }
-    page_next = PageOf(tgt, n, groups);
+    page_next = kHold ? UnitIndexOf(tgt, n, groups) : PageOf(tgt, n, groups);
     Lane x;
     ToLane(cur, x);
     QuantizeAndStore<D, kVector, kClipK>(x, u, page_cur, src, tgt, clip, lane, rg,
@@ -641,13 +653,15 @@ cudaError_t LaunchRows(const RowsSource& src, const RowsTarget& tgt, const RowsC
     const bool vector = src.vector_loads && tgt.vector_stores;
     auto kernel = vector ? KvInt2RowsKernel<D, kBf16, 1> : KvInt2RowsKernel<D, kBf16, -1>;
     if constexpr (D == 128 && kBf16) {
-      // The model's K and V ratios (0.96, 0.92): k = 6 and 11.
+      // The model's K and V ratios (0.96, 0.92): k = 6 and 11. The vector builds of these are the
+      // held builds, whose unit strides are 32-bit (RowsTarget::unit_codes).
+      const bool held = vector && tgt.page_stride <= int64_t{UINT32_MAX};
       if (clip.on && clip.k == kClipKeyK) {
-        kernel = vector ? KvInt2RowsKernel<D, kBf16, 1, kClipKeyK>
-                        : KvInt2RowsKernel<D, kBf16, -1, kClipKeyK>;
+        kernel = held ? KvInt2RowsKernel<D, kBf16, 1, kClipKeyK>
+                      : KvInt2RowsKernel<D, kBf16, -1, kClipKeyK>;
       } else if (clip.on && clip.k == kClipValueK) {
-        kernel = vector ? KvInt2RowsKernel<D, kBf16, 1, kClipValueK>
-                        : KvInt2RowsKernel<D, kBf16, -1, kClipValueK>;
+        kernel = held ? KvInt2RowsKernel<D, kBf16, 1, kClipValueK>
+                      : KvInt2RowsKernel<D, kBf16, -1, kClipValueK>;
       }
     }
     OSCARKV_CUDA_RETURN_IF_ERROR(GridFor(kernel, 0, units, kWarps * kWarpUnits, &blocks));
@@ -703,8 +717,11 @@ cudaError_t Launch(const KvQuantParams& p, RowsTarget tgt, cudaStream_t stream) 
   if (tgt.segment_offset + int64_t{tgt.segment_tokens} * (code_bytes + 4) > int64_t{UINT32_MAX}) {
     return cudaErrorInvalidValue;
   }
-  tgt.group_codes = tgt.page_ids != nullptr ? 0u : static_cast<uint32_t>(kUnitTokens * code_bytes);
-  tgt.group_params = tgt.page_ids != nullptr ? 0u : static_cast<uint32_t>(kUnitTokens * 4);
+  // Held builds only (LaunchRows checks that the page stride fits).
+  const bool paged = tgt.page_ids != nullptr;
+  tgt.unit_codes = static_cast<uint32_t>(paged ? tgt.page_stride : kUnitTokens * code_bytes);
+  tgt.unit_params = static_cast<uint32_t>(paged ? tgt.page_stride : kUnitTokens * 4);
+  tgt.linear_group_mask = paged ? 0 : ~0;
   RowsSource src{p.input_bf16, p.input_f32, in_stride, p.tokens, p.heads, false};
   const uintptr_t in_ptr = p.input_bf16 != nullptr ? reinterpret_cast<uintptr_t>(p.input_bf16)
                                                    : reinterpret_cast<uintptr_t>(p.input_f32);

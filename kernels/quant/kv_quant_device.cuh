@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/quant/third_rn.h"
+
 namespace oscarkv::kernels::quant_device {
 
 // y[k] (channel lane + 32k of a row of D) = sum_i x[i] * R[i][j], accumulated in double in
@@ -63,8 +65,12 @@ struct GroupParams {
   __half s16, m16;
   float s, m;
 };
+// The range is clamped to ThirdRn's: above 1e30 (mx - mn may overflow to inf in the reference)
+// the scale rounds to an fp16 inf either way.
 __device__ __forceinline__ GroupParams ParamsOf(float mn, float mx) {
-  const float scale = __fdiv_rn(fmaxf(__fsub_rn(mx, mn), 1e-8f), 3.0f);
+  const float range = fminf(fmaxf(__fsub_rn(mx, mn), int2_bounds::kThirdRnMin),
+                            int2_bounds::kThirdRnMax);
+  const float scale = int2_bounds::ThirdRn(range);
   GroupParams p;
   p.s16 = __float2half_rn(scale);
   p.m16 = __float2half_rn(mn);
