@@ -68,8 +68,8 @@ struct GroupParams {
 // The range is clamped to ThirdRn's: above 1e30 (mx - mn may overflow to inf in the reference)
 // the scale rounds to an fp16 inf either way.
 __device__ __forceinline__ GroupParams ParamsOf(float mn, float mx) {
-  const float range = fminf(fmaxf(__fsub_rn(mx, mn), int2_bounds::kThirdRnMin),
-                            int2_bounds::kThirdRnMax);
+  const float range =
+      fminf(fmaxf(__fsub_rn(mx, mn), int2_bounds::kThirdRnMin), int2_bounds::kThirdRnMax);
   const float scale = int2_bounds::ThirdRn(range);
   GroupParams p;
   p.s16 = __float2half_rn(scale);
