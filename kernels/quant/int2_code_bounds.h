@@ -13,6 +13,10 @@
 
 #include <cstdint>
 
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#endif
+
 #include "lib/kvformat/float16.h"
 
 // `#pragma unroll 1` for nvcc; host compilers do not know it.
@@ -186,6 +190,57 @@ OSCARKV_HOST_DEVICE inline float RowCodeBound(int j, float s, float m, bool clip
   float y;
   if (!FastCodeLowerBound(CodeStepMin(j, s), m, &y)) y = CodeLowerBound(j, s, m);
   return ClippedBound(y, clip, tau);
+}
+
+// ---- Bounds for bf16 values ----
+// A bf16 y is >= a float bound b iff it is >= the smallest bf16 value >= b, so bf16 rows compare
+// with that one; it can be found and proven at bf16 granularity directly, which is cheaper than
+// proving the float bound first (FastCodeLowerBound checks two float neighbours).
+
+// Bits of the smallest bf16 value >= x, as float bits (low 16 bits zero); NaN stays NaN.
+OSCARKV_HOST_DEVICE inline uint32_t CeilToBf16Bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_ru(x))) << 16;
+#else
+  const uint32_t u = FloatBits(x);
+  if (x != x || (u & 0xffffu) == 0u) return u;
+  return (u >> 31) != 0u ? u & 0xffff0000u : (u & 0xffff0000u) + 0x10000u;  // to +inf
+#endif
+}
+
+// Whether the bf16 value c (float bits, not +0: see below) is the smallest with fl(c - m) >= d:
+// the reference's subtraction says c passes and the bf16 value below it does not (the test is
+// non-decreasing in the value, so no smaller one passes).
+OSCARKV_HOST_DEVICE inline bool IsSmallestPassingBf16(uint32_t c, float d, float m) {
+  const uint32_t below = static_cast<int32_t>(c) > 0 ? c - 0x10000u : c + 0x10000u;
+  return SubRn(BitsFloat(c), m) >= d && !(SubRn(BitsFloat(below), m) >= d);
+}
+
+// The smallest bf16 value c with fl(c - m) >= d, as float bits, from the float guess y0 of
+// FastCodeLowerBound: c = the bf16 ceiling of y0, when IsSmallestPassingBf16 proves it; returns
+// false otherwise. +0 is taken as -0 (equal values), whose value below is the negative subnormal.
+OSCARKV_HOST_DEVICE inline bool FastBf16CodeLowerBound(float d, float m, uint32_t* bits) {
+  const uint32_t hb = (FloatBits(d) & 0x7f800000u) - (24u << 23);
+  const float y0 = SubRn(AddFloatRn(m, d), BitsFloat(hb));
+  const uint32_t c = CeilToBf16Bits(y0);
+  *bits = c == 0u ? 0x80000000u : c;
+  return IsSmallestPassingBf16(*bits, d, m);
+}
+
+// The smallest bf16 value with code >= j (j = 1..3) against params s (> 0, finite) and m, as a
+// float: the bf16 ceiling of CodeLowerBound, by FastBf16CodeLowerBound where it answers.
+OSCARKV_HOST_DEVICE inline float Bf16CodeLowerBound(int j, float s, float m) {
+  uint32_t c;
+  if (!FastBf16CodeLowerBound(CodeStepMin(j, s), m, &c))
+    c = CeilToBf16Bits(CodeLowerBound(j, s, m));
+  return BitsFloat(c);
+}
+
+// RowCodeBound for bf16 values: a bf16-valued float (or +-inf), [y >= it] = [y >= RowCodeBound]
+// for every bf16 y. The clip commutes with the ceiling: tau is a bf16 value.
+OSCARKV_HOST_DEVICE inline float RowCodeBoundBf16(int j, float s, float m, bool clip, float tau) {
+  if (!(s > 0.0f) || !(s < kInf)) return kInf;
+  return ClippedBound(Bf16CodeLowerBound(j, s, m), clip, tau);
 }
 
 }  // namespace oscarkv::kernels::int2_bounds

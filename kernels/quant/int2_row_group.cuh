@@ -668,16 +668,16 @@ __device__ __forceinline__ RowStats RowStatsOf(const Lane& x, bool clip, int k,
 
 // ---- Codes ----
 
-// A bf16 value is >= a float bound iff it is >= the bound rounded up to bf16: the bound as a packed
-// bf16 pair, for two compares per instruction.
-__device__ __forceinline__ uint32_t Bf16PairAtLeast(float bound) {
-  const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_ru(bound));
-  return h | h << 16;
+// Bound j of the row in the form PackCodeBytes compares with: for bf16 rows (T = uint32_t) the
+// bf16-valued bound (RowCodeBoundBf16) as a packed pair, for two compares per instruction; for
+// float rows the float bound.
+__device__ __forceinline__ uint32_t BoundOperand(int j, const RowStats& st, bool clip, uint32_t) {
+  const float b = int2_bounds::RowCodeBoundBf16(j, st.gp.s, st.gp.m, clip, st.tau);
+  return __byte_perm(__float_as_uint(b), 0u, 0x3232);  // its high half, twice
 }
-__device__ __forceinline__ uint32_t BoundOperand(float bound, uint32_t) {
-  return Bf16PairAtLeast(bound);
+__device__ __forceinline__ float BoundOperand(int j, const RowStats& st, bool clip, float) {
+  return int2_bounds::RowCodeBound(j, st.gp.s, st.gp.m, clip, st.tau);
 }
-__device__ __forceinline__ float BoundOperand(float bound, float) { return bound; }
 
 // The three code bounds of the lane's row, each computed once: every lane of a group holds its
 // row's stats (the group reductions leave them in all G lanes), so bound j is computed by the
@@ -696,7 +696,7 @@ __device__ __forceinline__ void WarpCodeBounds(const RowStats& st, bool clip, in
 #pragma unroll
   for (int round = 0; round < kRounds; ++round) {
     const int j = min(round * G + rg.gl, 2) + 1;
-    mine[round] = BoundOperand(int2_bounds::RowCodeBound(j, st.gp.s, st.gp.m, clip, st.tau), T{});
+    mine[round] = BoundOperand(j, st, clip, T{});
   }
   const int group_lane0 = lane - rg.gl;
 #pragma unroll
@@ -708,7 +708,7 @@ __device__ __forceinline__ void WarpCodeBounds(const RowStats& st, bool clip, in
 
 // The lane's code bytes [8 gl, 8 gl + 8) of its row (byte j = codes of channels j, j + D/4,
 // j + D/2, j + 3D/4 in bits 1:0, 3:2, 5:4, 7:6), little-endian in w. Codes:
-// code(y) = sum_j [y >= bound j], bounds as packed bf16 pairs (Bf16PairAtLeast).
+// code(y) = sum_j [y >= bound j], bounds as packed bf16 pairs (BoundOperand).
 // The three compares per two values give bf16 1.0 or 0.0 (HSET2, integer ALU), and the sums run
 // on the FMA pipe (HFMA2), which the rest of the row pipeline leaves mostly idle: chunks 0 and 1
 // add up to 128 + c0 + 4 c1, chunks 2 and 3 to 128 + c2 + 4 c3, integers up to 143 (exact in
