@@ -712,8 +712,9 @@ cudaError_t Launch(const KvQuantParams& p, RowsTarget tgt, cudaStream_t stream) 
   if (!Aligned(out_bits, 2)) return cudaErrorInvalidValue;
   tgt.vector_stores = Aligned(out_bits, 16);
   const int64_t code_bytes = p.head_dim / 4;
-  // A lane's offsets into a segment are 32-bit (LaneRows): linear segments of over 100M tokens
-  // are refused (kv_quant_cuda.h).
+  // Linear segments of 4 GiB or more (over 100M tokens) are refused (kv_quant_cuda.h): the
+  // per-token kernels are not tested past 32-bit offsets into a segment (their offsets were
+  // 32-bit until demotion v10).
   if (tgt.segment_offset + int64_t{tgt.segment_tokens} * (code_bytes + 4) > int64_t{UINT32_MAX}) {
     return cudaErrorInvalidValue;
   }

@@ -22,7 +22,7 @@ namespace oscarkv::kernels {
 
 // Same contract as KvQuantRef (kInt2PerToken): output segment of head h at
 // output + h * output_head_stride. cudaErrorInvalidValue on bad params, and for a per-token
-// segment of 4 GiB or more (over 100M tokens: the kernel's offsets into a segment are 32-bit).
+// segment of 4 GiB or more (over 100M tokens: not tested past 32-bit offsets into a segment).
 cudaError_t KvQuantCuda(const KvQuantParams& params, cudaStream_t stream);
 
 // Demotion straight into paged INT2 history (decode_attention.h pool layout): token t of `params`

@@ -58,8 +58,8 @@ TEST(KvQuantCudaLaunch, RefusesBadArgumentsBeforeLaunching) {
 }
 
 TEST(KvQuantCudaLaunch, RefusesALinearSegmentOf4GiBOrMore) {
-  // 2^27 tokens x (32 code bytes + 4 param bytes) per head at D = 128: the kernel's offsets into
-  // a segment are 32-bit.
+  // 2^27 tokens x (32 code bytes + 4 param bytes) per head at D = 128: past the 32-bit offsets
+  // into a segment that the kernels are tested with.
   const KvQuantParams p = K128(1 << 27);
   ASSERT_GE(kvformat::SegmentBytes(p.kind, p.tokens, p.head_dim), size_t{1} << 32);
   EXPECT_EQ(KvQuantCuda(p, nullptr), cudaErrorInvalidValue);
