@@ -106,15 +106,15 @@ TEST(Bf16CodeBounds, FastPathProvesItsAnswers) {
       case 0:  // anywhere near the step's scale
         m = d * (static_cast<float>(static_cast<int32_t>(bits(rng))) * 0x1p-28f);
         break;
-      case 1: {  // a bf16 value v that passes with nothing to spare: the guess may land a float
-                 // step above v, whose bf16 ceiling is then the bf16 value above v
+      case 1: {  // a bf16 value v that passes with nothing to spare: were the guess a float
+                 // step above v, its bf16 ceiling would be the bf16 value above v
         const float v =
             BitsFloat((0x3c00u + bits(rng) % 0x0800u) << 16 | (bits(rng) & 0x80000000u));
         m = v - std::fabs(v) * static_cast<float>(1 + bits(rng) % 1000) * 0x1p-6f;
         const float step = SubRn(v, m);
         if (!(step > 0.0f)) continue;
-        if ((FloatBits(step) & 0x7fffffu) == 0u)
-          continue;  // d is never a power of two (CodeStepMin)
+        // CodeStepMin's d is never a power of two.
+        if ((FloatBits(step) & 0x7fffffu) == 0u) continue;
         uint32_t got = 0;
         if (FastBf16CodeLowerBound(step, m, &got)) {
           ++answered;
@@ -162,7 +162,7 @@ TEST(Bf16CodeBounds, ProofAcceptsOnlyTheSmallestPassingValue) {
     const uint32_t up = static_cast<int32_t>(w) > 0 ? w + 0x10000u : w - 0x10000u;
     const uint32_t down = static_cast<int32_t>(w) > 0 ? w - 0x10000u : w + 0x10000u;
     EXPECT_TRUE(IsSmallestPassingBf16(w, d, m)) << d << " " << m;
-    EXPECT_FALSE(IsSmallestPassingBf16(up == 0x80000000u ? 0u : up, d, m)) << d << " " << m;
+    EXPECT_FALSE(IsSmallestPassingBf16(up, d, m)) << d << " " << m;  // -0 stays -0
     EXPECT_FALSE(IsSmallestPassingBf16(down, d, m)) << d << " " << m;
     ++checked;
   }
