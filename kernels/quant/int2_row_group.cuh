@@ -199,6 +199,32 @@ __device__ __forceinline__ void BitonicClean(uint32_t (&x)[N], int n2) {
     }
   }
 }
+// BitonicClean of x[0..n2) where some entries are pads: above every key (kTop) or below every key
+// (kBottom). Pads are tracked at compile time, not stored: a compare-exchange with one of them
+// is a move or nothing, and the pads end up on top or at the bottom.
+enum class Pad { kNone, kTop, kBottom };
+template <class O, int N2>
+__device__ __forceinline__ void PaddedBitonicClean(uint32_t (&x)[N2], Pad (&pad)[N2]) {
+#pragma unroll
+  for (int stride = N2 / 2; stride > 0; stride /= 2) {
+#pragma unroll
+    for (int i = 0; i < N2; ++i) {
+      if ((i & stride) != 0) continue;
+      const int j = i + stride;
+      if (pad[i] == Pad::kTop || pad[j] == Pad::kBottom) continue;  // in order already
+      if (pad[i] == Pad::kBottom || pad[j] == Pad::kTop) {          // out of order: swap
+        const uint32_t xi = x[i];
+        const Pad pi = pad[i];
+        x[i] = x[j];
+        pad[i] = pad[j];
+        x[j] = xi;
+        pad[j] = pi;
+        continue;
+      }
+      Cas<O>(x[i], x[j]);
+    }
+  }
+}
 // The 4 largest of k[at .. at + 8) in t, descending (k is scrambled).
 template <class O, int N>
 __device__ __forceinline__ void Top4Of8(uint32_t (&k)[N], int at, uint32_t (&t)[4]) {
@@ -265,38 +291,21 @@ __device__ __forceinline__ void SortAll(uint32_t (&k)[N]) {
 }
 
 // Merges of descending lists: m = a and b sorted together; a = the N largest of a and b.
-// MergeAll: a, then P - N entries below every key, then as many again, then b reversed is bitonic
-// (P = N rounded up to a power of two), and the half cleaners sort it with those entries last.
-// They are tracked at compile time, not stored: a compare-exchange with one of them is a move or
-// nothing. For N a power of two this is the plain bitonic merge.
+// MergeAll: a, then P - N bottom pads, then as many again, then b reversed is bitonic (P = N
+// rounded up to a power of two; for N a power of two this is the plain bitonic merge).
 template <class O, int N>
 __device__ __forceinline__ void MergeAll(const uint32_t (&a)[N], const uint32_t (&b)[N],
                                          uint32_t (&m)[2 * N]) {
   constexpr int P = N <= 1 ? 1 : N <= 2 ? 2 : N <= 4 ? 4 : N <= 8 ? 8 : 16;
   static_assert(N <= P && P <= 16);
   uint32_t x[2 * P];
-  bool bottom[2 * P];  // constants once unrolled
+  Pad pad[2 * P];  // constants once unrolled
 #pragma unroll
   for (int i = 0; i < 2 * P; ++i) {
-    bottom[i] = i >= N && i < 2 * P - N;
+    pad[i] = i >= N && i < 2 * P - N ? Pad::kBottom : Pad::kNone;
     x[i] = i < N ? a[i] : i >= 2 * P - N ? b[2 * P - 1 - i] : 0u;
   }
-#pragma unroll
-  for (int stride = P; stride > 0; stride /= 2) {
-#pragma unroll
-    for (int i = 0; i < 2 * P; ++i) {
-      if ((i & stride) != 0) continue;
-      const int j = i + stride;
-      if (bottom[j]) continue;  // in order already (or both at the bottom)
-      if (bottom[i]) {
-        x[i] = x[j];
-        bottom[i] = false;
-        bottom[j] = true;
-        continue;
-      }
-      Cas<O>(x[i], x[j]);
-    }
-  }
+  PaddedBitonicClean<O>(x, pad);
 #pragma unroll
   for (int i = 0; i < 2 * N; ++i) m[i] = x[i];
 }
@@ -309,9 +318,8 @@ __device__ __forceinline__ void MergeTop(uint32_t (&a)[N], const uint32_t (&b)[N
 
 // The K largest of two descending lists a and b (K <= N), descending, into t: x_i = max(a_i,
 // b_{K-1-i}) holds them as a bitonic sequence (falling, then rising), and stays bitonic with
-// N2 - K entries above every key appended (N2 = K rounded up to a power of two), so the half
-// cleaners sort it with those on top. The appended entries are tracked at compile time, not
-// stored: a compare-exchange with one of them is a move, two of them nothing.
+// N2 - K top pads appended (N2 = K rounded up to a power of two), so the half cleaners sort it
+// with those on top.
 template <class O, int K, int NA, int NB>
 __device__ __forceinline__ void MergeTopK(const uint32_t (&a)[NA], const uint32_t (&b)[NB],
                                           uint32_t (&t)[K]) {
@@ -319,28 +327,13 @@ __device__ __forceinline__ void MergeTopK(const uint32_t (&a)[NA], const uint32_
   constexpr int N2 = K <= 1 ? 1 : K <= 2 ? 2 : K <= 4 ? 4 : K <= 8 ? 8 : 16;
   static_assert(K <= N2 && N2 <= 16);
   uint32_t x[N2];
-  bool top[N2];  // constants once unrolled
+  Pad pad[N2];  // constants once unrolled
 #pragma unroll
   for (int i = 0; i < N2; ++i) {
-    top[i] = i >= K;
+    pad[i] = i >= K ? Pad::kTop : Pad::kNone;
     x[i] = i < K ? O::Max(a[i], b[K - 1 - i]) : 0u;
   }
-#pragma unroll
-  for (int stride = N2 / 2; stride > 0; stride /= 2) {
-#pragma unroll
-    for (int i = 0; i < N2; ++i) {
-      if ((i & stride) != 0) continue;
-      const int j = i + stride;
-      if (top[i]) continue;  // in order already (or both on top)
-      if (top[j]) {
-        x[j] = x[i];
-        top[i] = true;
-        top[j] = false;
-        continue;
-      }
-      Cas<O>(x[i], x[j]);
-    }
-  }
+  PaddedBitonicClean<O>(x, pad);
 #pragma unroll
   for (int i = 0; i < K; ++i) t[i] = x[N2 - K + i];
 }
