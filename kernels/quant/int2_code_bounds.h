@@ -151,16 +151,22 @@ OSCARKV_HOST_DEVICE inline float CodeStepMin(int j, float s) {
   return j == 1 && (f == 0u || f > 0x2aaaaau) ? BitsFloat(FloatBits(d) - 1u) : d;
 }
 
-// CodeLowerBound's final step in float arithmetic, checked on the spot: y0 = fl(fl(m + d) - h),
-// h = half the gap below d (so m + d - h is the rounding midpoint the bound sits on; d is never a
-// power of two, whose gap below is half as wide), and the answer is y0 or the float above it when
+// The float guess of the smallest y with fl(y - m) >= d: y0 = fl(fl(m + d) - h), h = half the gap
+// below d (so m + d - h is the rounding midpoint the bound sits on; d is never a power of two,
+// whose gap below is half as wide). The fast bounds below prove or reject it.
+OSCARKV_HOST_DEVICE inline float CodeLowerBoundGuess(float d, float m) {
+  const uint32_t hb = (FloatBits(d) & 0x7f800000u) - (24u << 23);
+  return SubRn(AddFloatRn(m, d), BitsFloat(hb));
+}
+
+// CodeLowerBound's final step in float arithmetic, checked on the spot: the answer is the guess
+// y0 (CodeLowerBoundGuess) or the float above it when
 // the reference's own subtraction says so: fl(y - m) >= d holds for y and not for the float below
 // y (it is non-decreasing in y, so y is the smallest). The check is what makes it exact: a poor
 // y0 only costs the fallback. Returns false (and the caller takes CodeLowerBound) when neither is
 // proven, or y0 is zero or not finite. d is a positive normal float (CodeStepMin), m any float.
 OSCARKV_HOST_DEVICE inline bool FastCodeLowerBound(float d, float m, float* y) {
-  const uint32_t hb = (FloatBits(d) & 0x7f800000u) - (24u << 23);
-  const float y0 = SubRn(AddFloatRn(m, d), BitsFloat(hb));
+  const float y0 = CodeLowerBoundGuess(d, m);
   const uint32_t u = FloatBits(y0);
   const uint32_t toward_up = (u >> 31) != 0u ? 0xffffffffu : 1u;  // +1 ulp in bits
   const float up = BitsFloat(u + toward_up);
@@ -216,13 +222,11 @@ OSCARKV_HOST_DEVICE inline bool IsSmallestPassingBf16(uint32_t c, float d, float
   return SubRn(BitsFloat(c), m) >= d && !(SubRn(BitsFloat(below), m) >= d);
 }
 
-// The smallest bf16 value c with fl(c - m) >= d, as float bits, from the float guess y0 of
-// FastCodeLowerBound: c = the bf16 ceiling of y0, when IsSmallestPassingBf16 proves it; returns
-// false otherwise. +0 is taken as -0 (equal values), whose value below is the negative subnormal.
+// The smallest bf16 value c with fl(c - m) >= d, as float bits: c = the bf16 ceiling of
+// CodeLowerBoundGuess, when IsSmallestPassingBf16 proves it; returns false otherwise. +0 is taken
+// as -0 (equal values), whose value below is the negative subnormal.
 OSCARKV_HOST_DEVICE inline bool FastBf16CodeLowerBound(float d, float m, uint32_t* bits) {
-  const uint32_t hb = (FloatBits(d) & 0x7f800000u) - (24u << 23);
-  const float y0 = SubRn(AddFloatRn(m, d), BitsFloat(hb));
-  const uint32_t c = CeilToBf16Bits(y0);
+  const uint32_t c = CeilToBf16Bits(CodeLowerBoundGuess(d, m));
   *bits = c == 0u ? 0x80000000u : c;
   return IsSmallestPassingBf16(*bits, d, m);
 }

@@ -199,6 +199,11 @@ __device__ __forceinline__ void BitonicClean(uint32_t (&x)[N], int n2) {
     }
   }
 }
+// The smallest power of two >= n, for the networks' padded lengths (n <= 16).
+constexpr int PowerOfTwoAtLeast(int n) {
+  return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : n <= 8 ? 8 : 16;
+}
+
 // BitonicClean of x[0..n2) where some entries are pads: above every key (kTop) or below every key
 // (kBottom). Pads are tracked at compile time, not stored: a compare-exchange with one of them
 // is a move or nothing, and the pads end up on top or at the bottom.
@@ -296,8 +301,8 @@ __device__ __forceinline__ void SortAll(uint32_t (&k)[N]) {
 template <class O, int N>
 __device__ __forceinline__ void MergeAll(const uint32_t (&a)[N], const uint32_t (&b)[N],
                                          uint32_t (&m)[2 * N]) {
-  constexpr int P = N <= 1 ? 1 : N <= 2 ? 2 : N <= 4 ? 4 : N <= 8 ? 8 : 16;
-  static_assert(N <= P && P <= 16);
+  constexpr int P = PowerOfTwoAtLeast(N);
+  static_assert(N <= P);
   uint32_t x[2 * P];
   Pad pad[2 * P];  // constants once unrolled
 #pragma unroll
@@ -324,8 +329,8 @@ template <class O, int K, int NA, int NB>
 __device__ __forceinline__ void MergeTopK(const uint32_t (&a)[NA], const uint32_t (&b)[NB],
                                           uint32_t (&t)[K]) {
   static_assert(1 <= K && K <= NA && K <= NB);
-  constexpr int N2 = K <= 1 ? 1 : K <= 2 ? 2 : K <= 4 ? 4 : K <= 8 ? 8 : 16;
-  static_assert(K <= N2 && N2 <= 16);
+  constexpr int N2 = PowerOfTwoAtLeast(K);
+  static_assert(K <= N2);
   uint32_t x[N2];
   Pad pad[N2];  // constants once unrolled
 #pragma unroll
