@@ -623,6 +623,22 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   constexpr int kUnit = static_cast<int>(Int2PageUnitBytes(D));
   constexpr int kIw = C::kInt2Warps;
   const bool int2_warp = kRing && (!C::kBf16Warp || warp < kIw);  // the BF16 warp: no INT2 tiles
+  // The BF16 share of a fused INT2 split (Tier::kInt2WithBf16), tokens [fb, fe) of the BF16 tier.
+  int fb = 0, fe = 0;
+  auto share_bounds = [&] {
+    const int w0 = p.seq_work_indptr[item.seq];
+    FusedBf16Range(blockIdx.x - w0, p.seq_work_indptr[item.seq + 1] - w0,
+                   p.bf16.seq_tokens != nullptr ? p.bf16.seq_tokens[item.seq] : 0, &fb, &fe);
+  };
+  // 3-per-SM waves (many sequences, short splits): the BF16 warp's share can outlast the INT2
+  // warps' tiles, so that warp loads its bounds before anything else and the INT2 warps never do.
+  // H200, same run: D=64 B=32 8k 17.56 -> 16.53 us, D=128 B=24 8k +0.2%. In 2-per-SM waves the
+  // same change read D=128 B=8 32k -1.3% but B=1 128k +2.9%, not understood, so they keep the
+  // order below (bench/NOTES.md "Session 25").
+  constexpr bool kShareBoundsFirst = C::kBf16Warp && C::kCtasPerSm == 3;
+  if constexpr (kRing && kShareBoundsFirst) {
+    if (warp == kIw && item.tier == static_cast<int32_t>(Tier::kInt2WithBf16)) share_bounds();
+  }
   const int t_begin = int2_warp ? warp * ntiles / kIw : 0;
   const int t_end = int2_warp ? (warp + 1) * ntiles / kIw : 0;
   const int nmy = t_end - t_begin;
@@ -676,8 +692,6 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
     }
     CpAsyncCommit();
   };
-  // The BF16 share of a fused INT2 split (Tier::kInt2WithBf16), tokens [fb, fe) of the BF16 tier.
-  int fb = 0, fe = 0;
   if constexpr (kRing) {
     pb_cur = load_batch(0);
     if constexpr (kOverlap) {
@@ -693,10 +707,8 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
 #pragma unroll
       for (int t = 0; t < kStages; t += kTiles) issue(t);  // tiles 0..7: batch 0 only
     }
-    if (item.tier == static_cast<int32_t>(Tier::kInt2WithBf16)) {
-      const int w0 = p.seq_work_indptr[item.seq];
-      FusedBf16Range(blockIdx.x - w0, p.seq_work_indptr[item.seq + 1] - w0,
-                     p.bf16.seq_tokens != nullptr ? p.bf16.seq_tokens[item.seq] : 0, &fb, &fe);
+    if (!kShareBoundsFirst && item.tier == static_cast<int32_t>(Tier::kInt2WithBf16)) {
+      share_bounds();
       // Plain layout: ask L2 for the share's pages now (at most a few tiles), like a BF16 split
       // does, since every warp attends the share first. Not with the BF16 warp: its share runs
       // alongside the INT2 tiles, and the prefetch burst only competed with their ring fill
