@@ -633,8 +633,9 @@ __device__ __forceinline__ void RunSplit(const DecodeAttentionParams& p, const D
   // 3-per-SM waves (many sequences, short splits): the BF16 warp's share can outlast the INT2
   // warps' tiles, so that warp loads its bounds before anything else and the INT2 warps never do.
   // H200, same run: D=64 B=32 8k 17.66 -> 16.58 us, D=64 B=48 8k -0.6%, D=128 B=24 8k +0.3%.
-  // In 2-per-SM waves the same change read D=128 B=8 32k -1.3% but B=1 128k +2.9%, not
-  // understood, so they keep the order below (bench/NOTES.md "Session 25").
+  // In 2-per-SM waves the same change read D=128 B=8 32k -1.3% but B=1 128k +2.9%, so they keep
+  // the order below. At B=1 128k every edit measured just before the wait, dead code included,
+  // cost 2.5-6%, as did most others in this prologue (bench/NOTES.md "Session 25", "Session 26").
   constexpr bool kShareBoundsFirst = C::kBf16Warp && C::kCtasPerSm == 3;
   if constexpr (kRing && kShareBoundsFirst) {
     if (warp == kIw && item.tier == static_cast<int32_t>(Tier::kInt2WithBf16)) share_bounds();
