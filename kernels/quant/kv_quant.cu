@@ -460,9 +460,9 @@ __device__ __forceinline__ void StoreHeldRow(const RowsTarget& tgt, int unit_ind
 
 // The row pipeline for one pass of a warp's rows (its units u) and the stores.
 // kClipK: clip.k as a compile-time constant (0: read clip.k). `lr` (non-null): the held builds'
-// store (StoreHeldRow).
+// store (StoreHeldRow), and page_or_index is the unit index (UnitIndexOf); else the page id.
 template <int D, int kVector = -1, int kClipK = 0, class Lane>
-__device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page,
+__device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page_or_index,
                                                  const RowsSource& src, const RowsTarget& tgt,
                                                  const RowsClip& clip, int lane,
                                                  const rows::RowGroup<D>& rg,
@@ -478,13 +478,15 @@ __device__ __forceinline__ void QuantizeAndStore(const Lane& x, Unit u, int page
   uint32_t w[2];
   rows::PackCodeBytes<D>(x, bounds, w);
   if (lr != nullptr) {
-    if (u.group < lr->valid_groups) StoreHeldRow<D, kVector>(tgt, page, *lr, w, st.gp, rg);
+    if (u.group < lr->valid_groups) {
+      StoreHeldRow<D, kVector>(tgt, page_or_index, *lr, w, st.gp, rg);
+    }
     return;
   }
   const int r = rg.slot % kUnitTokens;
   if (u.group * kUnitTokens + r < src.tokens) {  // a row of this unit (the unit exists)
     int first_row;
-    uint8_t* seg = SegmentOf(tgt, u, page, &first_row);
+    uint8_t* seg = SegmentOf(tgt, u, page_or_index, &first_row);
     StoreRow<D, kVector>(tgt, seg, first_row + r, w, st.gp, rg);
   }
 }
@@ -520,7 +522,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBf16 ? 3 : 1)
   const unsigned char* in = kHold ? LaneRows<D>::Input(src, in_walk, u, rg) : nullptr;
   // Two raw buffers used in turn (the loop body twice), so the prefetched words are not copied.
   Raw raw[2] = {};
-  int page[2];  // each unit's page id, loaded with its rows
+  int page[2];  // each unit's page id (held builds: its UnitIndexOf), loaded with its rows
   // Launched overlapping the kernel before it (LaunchRows): no memory access before the wait,
   // only L2 asked for the first rows.
   PrefetchRowL2<D, kBf16>(src, u, rg);
