@@ -1,7 +1,10 @@
 // Causal prefill attention (PrefillAttentionCuda) timings on the GPU: q/k/v as one fused f32 QKV
 // buffer ([T][(Hq + 2 Hkv) D], as the QKV GEMM writes it), filled on the device; 3 warm-up runs,
 // then the median of 20 runs timed with CUDA events. TFLOP/s counts the causal FLOPs
-// 2 * 2 * T * T / 2 * D * Hq (QK^T and PV over the lower triangle).
+// 2 * 2 * T * T / 2 * D * Hq (QK^T and PV over the lower triangle). Each shape runs the mma.sync
+// kernel (no workspace) and, at D = 128, the Hopper kernel (with its workspace; the time includes
+// its bf16 staging pre-pass), in the same process; the sm90 row gives its speedup over mma.
+// bench/kernels/prefill_sdpa_baseline.py times PyTorch's cuDNN and flash SDPA on the same shapes.
 //   prefill_attention_bench [--quick]   (--quick: T = 8192 only)
 #include <cuda_runtime.h>
 
@@ -21,9 +24,36 @@ __global__ void FillUniform(float* p, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     uint64_t x = seed + static_cast<uint64_t>(i);
-    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
     p[i] = (static_cast<uint32_t>(x) & 0xffffff) * (4.0f / 16777216.0f) - 2.0f;
   }
+}
+
+// Median ms of 20 timed calls after 3 warm-up calls.
+double MedianMs(const oscarkv::kernels::PrefillAttentionParams& p) {
+  for (int i = 0; i < 3; ++i) GPU_CHECK(oscarkv::kernels::PrefillAttentionCuda(p, nullptr));
+  GPU_CHECK(cudaDeviceSynchronize());
+  cudaEvent_t start, stop;
+  GPU_CHECK(cudaEventCreate(&start));
+  GPU_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int i = 0; i < 20; ++i) {
+    GPU_CHECK(cudaEventRecord(start));
+    GPU_CHECK(oscarkv::kernels::PrefillAttentionCuda(p, nullptr));
+    GPU_CHECK(cudaEventRecord(stop));
+    GPU_CHECK(cudaEventSynchronize(stop));
+    float m = 0;
+    GPU_CHECK(cudaEventElapsedTime(&m, start, stop));
+    ms.push_back(m);
+  }
+  GPU_CHECK(cudaEventDestroy(start));
+  GPU_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
 }
 
 void Run(int64_t t, int hq, int hkv, int d) {
@@ -45,28 +75,21 @@ void Run(int64_t t, int hq, int hkv, int d) {
   p.head_dim = d;
   p.sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
   p.out_bf16 = out;
-  for (int i = 0; i < 3; ++i) GPU_CHECK(oscarkv::kernels::PrefillAttentionCuda(p, nullptr));
-  GPU_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t start, stop;
-  GPU_CHECK(cudaEventCreate(&start));
-  GPU_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int i = 0; i < 20; ++i) {
-    GPU_CHECK(cudaEventRecord(start));
-    GPU_CHECK(oscarkv::kernels::PrefillAttentionCuda(p, nullptr));
-    GPU_CHECK(cudaEventRecord(stop));
-    GPU_CHECK(cudaEventSynchronize(stop));
-    float m = 0;
-    GPU_CHECK(cudaEventElapsedTime(&m, start, stop));
-    ms.push_back(m);
-  }
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
   const double flops = 2.0 * 2.0 * static_cast<double>(t) * t / 2.0 * d * hq;
-  std::printf("prefill_attention T=%-6lld Hq=%-2d Hkv=%-2d D=%-3d  median %9.3f ms  %7.1f TFLOP/s\n",
-              static_cast<long long>(t), hq, hkv, d, med, flops / (med * 1e-3) / 1e12);
-  GPU_CHECK(cudaEventDestroy(start));
-  GPU_CHECK(cudaEventDestroy(stop));
+  const double mma_ms = MedianMs(p);
+  std::printf(
+      "prefill_attention T=%-6lld Hq=%-2d Hkv=%-2d D=%-3d mma   median %9.3f ms  %7.1f TFLOP/s\n",
+      static_cast<long long>(t), hq, hkv, d, mma_ms, flops / (mma_ms * 1e-3) / 1e12);
+  p.workspace_bytes = oscarkv::kernels::PrefillAttentionWorkspaceBytes(p);
+  if (p.workspace_bytes > 0) {
+    GPU_CHECK(cudaMalloc(&p.workspace, static_cast<size_t>(p.workspace_bytes)));
+    const double ms = MedianMs(p);
+    std::printf(
+        "prefill_attention T=%-6lld Hq=%-2d Hkv=%-2d D=%-3d sm90  median %9.3f ms  %7.1f TFLOP/s"
+        "  %.2fx mma\n",
+        static_cast<long long>(t), hq, hkv, d, ms, flops / (ms * 1e-3) / 1e12, mma_ms / ms);
+    GPU_CHECK(cudaFree(p.workspace));
+  }
   GPU_CHECK(cudaFree(qkv));
   GPU_CHECK(cudaFree(out));
 }

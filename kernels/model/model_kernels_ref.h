@@ -61,6 +61,11 @@ struct PrefillAttentionParams {
   int head_dim = 0;        // 64 or 128
   float sm_scale = 0.0f;   // 1/sqrt(D) normally
   uint16_t* out_bf16 = nullptr;  // [T][Hq*D] bf16, contiguous (the T query rows)
+  // GPU only (the reference ignores them): scratch for the head_dim-128 Hopper kernel, which
+  // stages K and V in bf16 there; with at least PrefillAttentionWorkspaceBytes(params) bytes
+  // (model_kernels_cuda.h) PrefillAttentionCuda runs that kernel, otherwise the mma.sync one.
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
 };
 
 // Writes `tokens` rows of [heads][D] f32 (rounded to bf16) into BF16 page units

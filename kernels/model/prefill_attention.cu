@@ -25,6 +25,7 @@
 
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/model/model_kernels_cuda.h"
+#include "kernels/model/prefill_attention_sm90.h"
 
 namespace oscarkv::kernels {
 namespace {
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kNTiles = kBlockN / 8;    // n-tiles of S
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* s_q = smem;
-  uint16_t* s_k = s_q + kBlockM * kHeadDim;   // [2][kBlockN][kHeadDim]
+  uint16_t* s_k = s_q + kBlockM * kHeadDim;  // [2][kBlockN][kHeadDim]
   uint16_t* s_v = s_k + 2 * kBlockN * kHeadDim;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float row_sum[2] = {0.f, 0.f};
   const float scale_log2 = p.sm_scale * 1.4426950408889634f;
   const int my_row[2] = {warp_row0 + g, warp_row0 + g + 8};  // query rows (output rows)
-  const int warp_pos0 = q_offset + warp_row0;                 // key position of warp_row0
+  const int warp_pos0 = q_offset + warp_row0;                // key position of warp_row0
   const int my_pos[2] = {q_offset + my_row[0], q_offset + my_row[1]};
   const bool warp_has_rows = warp_row0 < num_tokens;
 
@@ -295,6 +296,10 @@ bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 }  // namespace
 
+int64_t PrefillAttentionWorkspaceBytes(const PrefillAttentionParams& params) {
+  return PrefillAttentionSm90WorkspaceBytes(params);
+}
+
 cudaError_t PrefillAttentionCuda(const PrefillAttentionParams& params, cudaStream_t stream) {
   const PrefillAttentionParams& p = params;
   // The kernel indexes key rows (q_offset + num_tokens, plus one tile's slack) in int.
@@ -318,6 +323,10 @@ cudaError_t PrefillAttentionCuda(const PrefillAttentionParams& params, cudaStrea
     case 64:
       return LaunchPrefillAttention<64>(p, stream);
     case 128:
+      if (p.workspace != nullptr && Aligned16(p.workspace) &&
+          p.workspace_bytes >= PrefillAttentionSm90WorkspaceBytes(p)) {
+        return PrefillAttentionSm90(p, stream);
+      }
       return LaunchPrefillAttention<128>(p, stream);
     default:
       return cudaErrorInvalidValue;

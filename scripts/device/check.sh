@@ -33,4 +33,5 @@ build-dev/bench/kernels/decode_attention_bench $QUICK 2>&1 | tee "$OUT/bench.log
 build-dev/bench/kernels/prefill_attention_bench $QUICK 2>&1 | tee "$OUT/prefill_bench.log" || status=1
 echo "== PyTorch SDPA baselines"
 PYTHONUNBUFFERED=1 python3 bench/kernels/sdpa_baseline.py $QUICK 2>&1 | tee "$OUT/sdpa.log" || status=1
+PYTHONUNBUFFERED=1 python3 bench/kernels/prefill_sdpa_baseline.py $QUICK 2>&1 | tee "$OUT/prefill_sdpa.log" || status=1
 exit $status

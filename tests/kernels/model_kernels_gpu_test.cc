@@ -229,15 +229,14 @@ void TestQkvPost(bool small) {
     char buf[160];
     std::snprintf(buf, sizeof(buf), "rel_err=%.3g bit_exact=%zu/%zu", err, exact, ref.size());
     Report(err <= kMaxQkvPostRelErr,
-           "QkvPost hq=" + std::to_string(c.hq) + " d=" + std::to_string(c.d) +
-               " rope=" + std::to_string(c.rope_dim) + (c.bias ? " bias" : "") +
-               (c.qk_norm ? " qknorm" : "") +
+           "QkvPost hq=" + std::to_string(c.hq) + " d=" + std::to_string(c.d) + " rope=" +
+               std::to_string(c.rope_dim) + (c.bias ? " bias" : "") + (c.qk_norm ? " qknorm" : "") +
                (c.pairing == RopePairing::kNeox ? " neox" : " adjacent"),
            buf);
-    for (void* ptr : {static_cast<void*>(d_qkv), static_cast<void*>(d_pos),
-                      static_cast<void*>(d_bq), static_cast<void*>(d_bk), static_cast<void*>(d_bv),
-                      static_cast<void*>(d_qnw), static_cast<void*>(d_knw),
-                      static_cast<void*>(d_fdiv)}) {
+    for (void* ptr :
+         {static_cast<void*>(d_qkv), static_cast<void*>(d_pos), static_cast<void*>(d_bq),
+          static_cast<void*>(d_bk), static_cast<void*>(d_bv), static_cast<void*>(d_qnw),
+          static_cast<void*>(d_knw), static_cast<void*>(d_fdiv)}) {
       GPU_CHECK(cudaFree(ptr));
     }
   }
@@ -380,13 +379,14 @@ void TestPages(bool small) {
       GPU_CHECK(GatherBf16PageRowsCuda(gp, nullptr));
       GPU_CHECK(cudaDeviceSynchronize());
       const auto all = ToHost(d_out, n + 1);
-      std::vector<uint16_t> got(all.begin() + (seg == 1 ? 1 : 0), all.begin() + (seg == 1 ? 1 : 0) + n);
+      std::vector<uint16_t> got(all.begin() + (seg == 1 ? 1 : 0),
+                                all.begin() + (seg == 1 ? 1 : 0) + n);
       CheckExact("GatherBf16PageRows d=" + std::to_string(d) + (seg == 0 ? " K" : " V"), got, ref);
       GPU_CHECK(cudaFree(d_out));
     }
-    for (void* ptr : {static_cast<void*>(d_pool), static_cast<void*>(d_rows),
-                      static_cast<void*>(d_ids), static_cast<void*>(d_rip),
-                      static_cast<void*>(d_order)}) {
+    for (void* ptr :
+         {static_cast<void*>(d_pool), static_cast<void*>(d_rows), static_cast<void*>(d_ids),
+          static_cast<void*>(d_rip), static_cast<void*>(d_order)}) {
       GPU_CHECK(cudaFree(ptr));
     }
   }
@@ -430,6 +430,24 @@ struct AttnCase {
   int t, hq, hkv, d;
 };
 
+// The kernels PrefillAttentionCuda can take: mma.sync (no workspace) and, at head_dim 128, the
+// Hopper one (a workspace of PrefillAttentionWorkspaceBytes, poisoned with NaN bf16 so that keys
+// the staging fails to write or zero-pad would show). Returns the name for the report; `owned`
+// gets the allocation.
+std::string SelectPrefillKernel(bool hopper, PrefillAttentionParams& p, std::vector<void*>& owned) {
+  p.workspace = nullptr;
+  p.workspace_bytes = 0;
+  if (!hopper) return " kernel=mma";
+  p.workspace_bytes = PrefillAttentionWorkspaceBytes(p);
+  GPU_CHECK(cudaMalloc(&p.workspace, static_cast<size_t>(p.workspace_bytes)));
+  GPU_CHECK(cudaMemset(p.workspace, 0xff, static_cast<size_t>(p.workspace_bytes)));
+  owned.push_back(p.workspace);
+  return " kernel=sm90";
+}
+std::vector<bool> PrefillKernelsFor(int head_dim) {
+  return head_dim == 128 ? std::vector<bool>{false, true} : std::vector<bool>{false};
+}
+
 void TestPrefillAttention(bool small) {
   std::vector<AttnCase> cases;
   if (small) {
@@ -439,52 +457,58 @@ void TestPrefillAttention(bool small) {
              {1, 2, 1, 128},   {65, 2, 1, 64},    {300, 6, 1, 128}};
   }
   for (const AttnCase& c : cases) {
-    // Rows of a fused QKV GEMM output: [q | k | v] per token.
-    const int qn = c.hq * c.d, kn = c.hkv * c.d;
-    const int64_t stride = qn + 2 * kn;
-    const auto qkv = Normal(static_cast<size_t>(c.t) * stride, 17 + c.t, 1.5f);
-    PrefillAttentionParams p;
-    p.q_row_stride = p.k_row_stride = p.v_row_stride = stride;
-    p.num_tokens = c.t;
-    p.num_q_heads = c.hq;
-    p.num_kv_heads = c.hkv;
-    p.head_dim = c.d;
-    p.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-    const size_t out_n = static_cast<size_t>(c.t) * qn;
-    std::vector<uint16_t> ref(out_n);
-    PrefillAttentionParams hp = p;
-    hp.q = qkv.data();
-    hp.k = qkv.data() + qn;
-    hp.v = qkv.data() + qn + kn;
-    hp.out_bf16 = ref.data();
-    PrefillAttentionRef(hp);
-    float* d_qkv = ToDevice(qkv);
-    uint16_t* d_out = DeviceAlloc<uint16_t>(out_n);
-    PrefillAttentionParams dp = p;
-    dp.q = d_qkv;
-    dp.k = d_qkv + qn;
-    dp.v = d_qkv + qn + kn;
-    dp.out_bf16 = d_out;
-    GPU_CHECK(PrefillAttentionCuda(dp, nullptr));
-    GPU_CHECK(cudaDeviceSynchronize());
-    const auto got16 = ToHost(d_out, out_n + 32);  // + guard (must stay 0xffff)
-    std::vector<float> got(out_n);
-    std::vector<double> ref64(out_n);
-    for (size_t i = 0; i < out_n; ++i) {
-      got[i] = kvformat::Bf16BitsToFloat(got16[i]);
-      ref64[i] = kvformat::Bf16BitsToFloat(ref[i]);
+    for (const bool hopper : PrefillKernelsFor(c.d)) {
+      // Rows of a fused QKV GEMM output: [q | k | v] per token.
+      const int qn = c.hq * c.d, kn = c.hkv * c.d;
+      const int64_t stride = qn + 2 * kn;
+      const auto qkv = Normal(static_cast<size_t>(c.t) * stride, 17 + c.t, 1.5f);
+      PrefillAttentionParams p;
+      p.q_row_stride = p.k_row_stride = p.v_row_stride = stride;
+      p.num_tokens = c.t;
+      p.num_q_heads = c.hq;
+      p.num_kv_heads = c.hkv;
+      p.head_dim = c.d;
+      p.sm_scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+      const size_t out_n = static_cast<size_t>(c.t) * qn;
+      std::vector<uint16_t> ref(out_n);
+      PrefillAttentionParams hp = p;
+      hp.q = qkv.data();
+      hp.k = qkv.data() + qn;
+      hp.v = qkv.data() + qn + kn;
+      hp.out_bf16 = ref.data();
+      PrefillAttentionRef(hp);
+      float* d_qkv = ToDevice(qkv);
+      uint16_t* d_out = DeviceAlloc<uint16_t>(out_n);
+      PrefillAttentionParams dp = p;
+      dp.q = d_qkv;
+      dp.k = d_qkv + qn;
+      dp.v = d_qkv + qn + kn;
+      dp.out_bf16 = d_out;
+      std::vector<void*> workspaces;
+      const std::string kernel = SelectPrefillKernel(hopper, dp, workspaces);
+      GPU_CHECK(PrefillAttentionCuda(dp, nullptr));
+      GPU_CHECK(cudaDeviceSynchronize());
+      const auto got16 = ToHost(d_out, out_n + 32);  // + guard (must stay 0xffff)
+      std::vector<float> got(out_n);
+      std::vector<double> ref64(out_n);
+      for (size_t i = 0; i < out_n; ++i) {
+        got[i] = kvformat::Bf16BitsToFloat(got16[i]);
+        ref64[i] = kvformat::Bf16BitsToFloat(ref[i]);
+      }
+      bool guard_ok = true;
+      for (size_t i = out_n; i < out_n + 32; ++i) guard_ok &= got16[i] == 0xffff;
+      const double err = RelErr(got.data(), ref64.data(), out_n);
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "rel_err=%.3g guard=%s", err,
+                    guard_ok ? "ok" : "OVERWRITTEN");
+      Report(err <= kMaxPrefillAttentionRelErr && guard_ok,
+             "PrefillAttention T=" + std::to_string(c.t) + " hq=" + std::to_string(c.hq) +
+                 " hkv=" + std::to_string(c.hkv) + " d=" + std::to_string(c.d) + kernel,
+             buf);
+      GPU_CHECK(cudaFree(d_qkv));
+      GPU_CHECK(cudaFree(d_out));
+      for (void* ptr : workspaces) GPU_CHECK(cudaFree(ptr));
     }
-    bool guard_ok = true;
-    for (size_t i = out_n; i < out_n + 32; ++i) guard_ok &= got16[i] == 0xffff;
-    const double err = RelErr(got.data(), ref64.data(), out_n);
-    char buf[160];
-    std::snprintf(buf, sizeof(buf), "rel_err=%.3g guard=%s", err, guard_ok ? "ok" : "OVERWRITTEN");
-    Report(err <= kMaxPrefillAttentionRelErr && guard_ok,
-           "PrefillAttention T=" + std::to_string(c.t) + " hq=" + std::to_string(c.hq) +
-               " hkv=" + std::to_string(c.hkv) + " d=" + std::to_string(c.d),
-           buf);
-    GPU_CHECK(cudaFree(d_qkv));
-    GPU_CHECK(cudaFree(d_out));
   }
 }
 
@@ -547,108 +571,114 @@ void TestPrefillAttentionOffset(bool small) {
   for (size_t io = 0; io < offsets.size(); ++io) {
     for (size_t it = 0; it < lengths.size(); ++it) {
       for (const int d : {64, 128}) {
-        for (const Heads& hh : heads) {
-          const int q_offset = offsets[io], t = lengths[it];
-          const bool fused = (io + it) % 2 == 0;
-          const int64_t n = q_offset + t;
-          const int qn = hh.hq * d, kn = hh.hkv * d;
-          const uint64_t seed = 7000 + 31 * q_offset + t + d + hh.hq;
-          // Host inputs: all n rows of q, k and v (q rows before q_offset feed the whole run).
-          std::vector<float> qkv, q_sep, k_sep, v_sep;
-          int64_t qs, ks, vs;
-          if (fused) {
-            qs = ks = vs = qn + 2 * kn;
-            qkv = Normal(static_cast<size_t>(n) * qs, seed, 1.5f);
-          } else {
-            qs = qn + 4;
-            ks = kn + 8;
-            vs = kn + 12;
-            q_sep = Normal(static_cast<size_t>(n) * qs, seed, 1.5f);
-            k_sep = Normal(static_cast<size_t>(n) * ks, seed + 1, 1.5f);
-            v_sep = Normal(static_cast<size_t>(n) * vs, seed + 2);
-          }
-          const float* hq_ptr = fused ? qkv.data() : q_sep.data();
-          const float* hk_ptr = fused ? qkv.data() + qn : k_sep.data();
-          const float* hv_ptr = fused ? qkv.data() + qn + kn : v_sep.data();
+        for (const bool hopper : PrefillKernelsFor(d)) {
+          for (const Heads& hh : heads) {
+            const int q_offset = offsets[io], t = lengths[it];
+            const bool fused = (io + it) % 2 == 0;
+            const int64_t n = q_offset + t;
+            const int qn = hh.hq * d, kn = hh.hkv * d;
+            const uint64_t seed = 7000 + 31 * q_offset + t + d + hh.hq;
+            // Host inputs: all n rows of q, k and v (q rows before q_offset feed the whole run).
+            std::vector<float> qkv, q_sep, k_sep, v_sep;
+            int64_t qs, ks, vs;
+            if (fused) {
+              qs = ks = vs = qn + 2 * kn;
+              qkv = Normal(static_cast<size_t>(n) * qs, seed, 1.5f);
+            } else {
+              qs = qn + 4;
+              ks = kn + 8;
+              vs = kn + 12;
+              q_sep = Normal(static_cast<size_t>(n) * qs, seed, 1.5f);
+              k_sep = Normal(static_cast<size_t>(n) * ks, seed + 1, 1.5f);
+              v_sep = Normal(static_cast<size_t>(n) * vs, seed + 2);
+            }
+            const float* hq_ptr = fused ? qkv.data() : q_sep.data();
+            const float* hk_ptr = fused ? qkv.data() + qn : k_sep.data();
+            const float* hv_ptr = fused ? qkv.data() + qn + kn : v_sep.data();
 
-          PrefillAttentionParams p;
-          p.q_row_stride = qs;
-          p.k_row_stride = ks;
-          p.v_row_stride = vs;
-          p.num_tokens = t;
-          p.q_offset = q_offset;
-          p.num_q_heads = hh.hq;
-          p.num_kv_heads = hh.hkv;
-          p.head_dim = d;
-          p.sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
-          const size_t out_n = static_cast<size_t>(t) * qn;
-          std::vector<uint16_t> ref(out_n);
-          PrefillAttentionParams hp = p;
-          hp.q = hq_ptr + static_cast<int64_t>(q_offset) * qs;
-          hp.k = hk_ptr;
-          hp.v = hv_ptr;
-          hp.out_bf16 = ref.data();
-          PrefillAttentionRef(hp);
-          const std::vector<double> ref64 = PrefillAttentionF64(hp);
+            PrefillAttentionParams p;
+            p.q_row_stride = qs;
+            p.k_row_stride = ks;
+            p.v_row_stride = vs;
+            p.num_tokens = t;
+            p.q_offset = q_offset;
+            p.num_q_heads = hh.hq;
+            p.num_kv_heads = hh.hkv;
+            p.head_dim = d;
+            p.sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
+            const size_t out_n = static_cast<size_t>(t) * qn;
+            std::vector<uint16_t> ref(out_n);
+            PrefillAttentionParams hp = p;
+            hp.q = hq_ptr + static_cast<int64_t>(q_offset) * qs;
+            hp.k = hk_ptr;
+            hp.v = hv_ptr;
+            hp.out_bf16 = ref.data();
+            PrefillAttentionRef(hp);
+            const std::vector<double> ref64 = PrefillAttentionF64(hp);
 
-          float *d_q, *d_k, *d_v;
-          std::vector<float*> owned;
-          if (fused) {
-            float* d_qkv = ToDevice(qkv);
-            owned = {d_qkv};
-            d_q = d_qkv;
-            d_k = d_qkv + qn;
-            d_v = d_qkv + qn + kn;
-          } else {
-            d_q = ToDevice(q_sep);
-            d_k = ToDevice(k_sep);
-            d_v = ToDevice(v_sep);
-            owned = {d_q, d_k, d_v};
-          }
-          uint16_t* d_out = DeviceAlloc<uint16_t>(out_n);
-          uint16_t* d_whole = DeviceAlloc<uint16_t>(static_cast<size_t>(n) * qn);
-          PrefillAttentionParams dp = p;
-          dp.q = d_q + static_cast<int64_t>(q_offset) * qs;
-          dp.k = d_k;
-          dp.v = d_v;
-          dp.out_bf16 = d_out;
-          GPU_CHECK(PrefillAttentionCuda(dp, nullptr));
-          PrefillAttentionParams whole = dp;
-          whole.q = d_q;
-          whole.num_tokens = n;
-          whole.q_offset = 0;
-          whole.out_bf16 = d_whole;
-          GPU_CHECK(PrefillAttentionCuda(whole, nullptr));
-          GPU_CHECK(cudaDeviceSynchronize());
+            float *d_q, *d_k, *d_v;
+            std::vector<float*> owned;
+            if (fused) {
+              float* d_qkv = ToDevice(qkv);
+              owned = {d_qkv};
+              d_q = d_qkv;
+              d_k = d_qkv + qn;
+              d_v = d_qkv + qn + kn;
+            } else {
+              d_q = ToDevice(q_sep);
+              d_k = ToDevice(k_sep);
+              d_v = ToDevice(v_sep);
+              owned = {d_q, d_k, d_v};
+            }
+            uint16_t* d_out = DeviceAlloc<uint16_t>(out_n);
+            uint16_t* d_whole = DeviceAlloc<uint16_t>(static_cast<size_t>(n) * qn);
+            PrefillAttentionParams dp = p;
+            dp.q = d_q + static_cast<int64_t>(q_offset) * qs;
+            dp.k = d_k;
+            dp.v = d_v;
+            dp.out_bf16 = d_out;
+            std::vector<void*> workspaces;
+            // Sized for the whole run's keys, which are the chunk's keys too.
+            const std::string kernel = SelectPrefillKernel(hopper, dp, workspaces);
+            GPU_CHECK(PrefillAttentionCuda(dp, nullptr));
+            PrefillAttentionParams whole = dp;
+            whole.q = d_q;
+            whole.num_tokens = n;
+            whole.q_offset = 0;
+            whole.out_bf16 = d_whole;
+            GPU_CHECK(PrefillAttentionCuda(whole, nullptr));
+            GPU_CHECK(cudaDeviceSynchronize());
 
-          const auto got16 = ToHost(d_out, out_n + 32);  // + guard (must stay 0xffff)
-          const auto whole16 = ToHost(d_whole, static_cast<size_t>(n) * qn);
-          std::vector<float> got(out_n);
-          std::vector<double> ref_d(out_n);
-          size_t tail_mismatches = 0;
-          for (size_t i = 0; i < out_n; ++i) {
-            got[i] = kvformat::Bf16BitsToFloat(got16[i]);
-            ref_d[i] = kvformat::Bf16BitsToFloat(ref[i]);
-            tail_mismatches += got16[i] != whole16[static_cast<size_t>(q_offset) * qn + i];
+            const auto got16 = ToHost(d_out, out_n + 32);  // + guard (must stay 0xffff)
+            const auto whole16 = ToHost(d_whole, static_cast<size_t>(n) * qn);
+            std::vector<float> got(out_n);
+            std::vector<double> ref_d(out_n);
+            size_t tail_mismatches = 0;
+            for (size_t i = 0; i < out_n; ++i) {
+              got[i] = kvformat::Bf16BitsToFloat(got16[i]);
+              ref_d[i] = kvformat::Bf16BitsToFloat(ref[i]);
+              tail_mismatches += got16[i] != whole16[static_cast<size_t>(q_offset) * qn + i];
+            }
+            bool guard_ok = true;
+            for (size_t i = out_n; i < out_n + 32; ++i) guard_ok &= got16[i] == 0xffff;
+            const double err_ref = RelErr(got.data(), ref_d.data(), out_n);
+            const double err_f64 = RelErr(got.data(), ref64.data(), out_n);
+            char buf[200];
+            std::snprintf(buf, sizeof(buf),
+                          "rel_err(ref)=%.3g rel_err(f64)=%.3g tail_mismatches=%zu guard=%s",
+                          err_ref, err_f64, tail_mismatches, guard_ok ? "ok" : "OVERWRITTEN");
+            Report(err_ref <= kMaxPrefillAttentionRelErr && err_f64 <= kMaxPrefillAttentionRelErr &&
+                       tail_mismatches == 0 && guard_ok,
+                   "PrefillAttentionOffset q_offset=" + std::to_string(q_offset) +
+                       " T=" + std::to_string(t) + " hq=" + std::to_string(hh.hq) +
+                       " hkv=" + std::to_string(hh.hkv) + " d=" + std::to_string(d) +
+                       (fused ? " fused" : " separate") + kernel,
+                   buf);
+            for (float* ptr : owned) GPU_CHECK(cudaFree(ptr));
+            for (void* ptr : workspaces) GPU_CHECK(cudaFree(ptr));
+            GPU_CHECK(cudaFree(d_out));
+            GPU_CHECK(cudaFree(d_whole));
           }
-          bool guard_ok = true;
-          for (size_t i = out_n; i < out_n + 32; ++i) guard_ok &= got16[i] == 0xffff;
-          const double err_ref = RelErr(got.data(), ref_d.data(), out_n);
-          const double err_f64 = RelErr(got.data(), ref64.data(), out_n);
-          char buf[200];
-          std::snprintf(buf, sizeof(buf),
-                        "rel_err(ref)=%.3g rel_err(f64)=%.3g tail_mismatches=%zu guard=%s", err_ref,
-                        err_f64, tail_mismatches, guard_ok ? "ok" : "OVERWRITTEN");
-          Report(err_ref <= kMaxPrefillAttentionRelErr && err_f64 <= kMaxPrefillAttentionRelErr &&
-                     tail_mismatches == 0 && guard_ok,
-                 "PrefillAttentionOffset q_offset=" + std::to_string(q_offset) +
-                     " T=" + std::to_string(t) + " hq=" + std::to_string(hh.hq) +
-                     " hkv=" + std::to_string(hh.hkv) + " d=" + std::to_string(d) +
-                     (fused ? " fused" : " separate"),
-                 buf);
-          for (float* ptr : owned) GPU_CHECK(cudaFree(ptr));
-          GPU_CHECK(cudaFree(d_out));
-          GPU_CHECK(cudaFree(d_whole));
         }
       }
     }

@@ -1,0 +1,313 @@
+// Causal BF16 prefill attention at head_dim 128 on Hopper's warpgroup MMAs (wgmma), the path
+// PrefillAttentionCuda takes when the caller passes a workspace (prefill_attention_sm90.h).
+//
+// Why a second kernel: the mma.sync kernel (prefill_attention.cu) ran at ~208 TFLOP/s on the H200,
+// so at 32k tokens the causal attention was 1.53 s of a 2.31 s Qwen3-8B-like prefill
+// (bench/e2e/RESULTS.md). It loads f32 rows through registers every key tile and issues the
+// products warp by warp.
+//
+// Shape: a block of two warpgroups owns 128 query rows of one query head (64 rows each) and walks
+// the key tiles of 128 from 0 to its diagonal with an online softmax:
+//   S = Q K^T   m64n128k16 wgmma, Q and K from shared memory (8 k-steps over D);
+//   O += P V    m64n128k16 wgmma, P from registers (the S accumulators rounded to bf16, in the
+//               mma.sync A-fragment layout, which is wgmma's register-A layout), V^T from shared
+//               memory (8 k-steps over the tile's keys).
+// A pre-pass (StageKvKernel) rounds K and V to bf16 once per call into the workspace: K as
+// [Hkv][keys][D] and V transposed as [Hkv][D][keys], keys padded with zeros to a multiple of 128,
+// so that both B operands are K-major and every tile arrives by 16-byte cp.async into the
+// 128-byte-swizzled layout of wgmma.cuh (double-buffered: the next tile's copies fly while the
+// current one is used). Q is rounded to bf16 through registers once per block. The arithmetic per
+// row (masking, the online softmax and its -inf rules, bf16 rounding of q, K, V and P, f32
+// accumulation) is that of the mma.sync kernel; only the summation order inside the products
+// differs.
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/model/prefill_attention_sm90.h"
+#include "kernels/model/wgmma.cuh"
+
+namespace oscarkv::kernels {
+namespace {
+
+using cuda::PackBf16x2;
+
+constexpr int kD = 128;
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kBlockM = 64 * kWarpgroups;  // query rows per block
+constexpr int kBlockN = 128;               // keys per tile
+constexpr int kStages = 2;
+constexpr uint32_t kTileBytes = 128 * kD * 2;        // Q, one K tile or one V^T tile (bf16)
+constexpr uint32_t kHalfTileBytes = kTileBytes / 2;  // one 64-column block of a tile
+constexpr int kSmemBytes = (1 + 2 * kStages) * kTileBytes + 1024;  // + slack for 1024 alignment
+constexpr int kStageKeys = 64;                                     // keys per pre-pass block
+
+int64_t PaddedKeys(int64_t kv_len) { return (kv_len + kBlockN - 1) / kBlockN * kBlockN; }
+
+// K and V of keys [key0, key0 + 64) of KV head blockIdx.y, rounded to bf16: K rows straight to
+// k_ws, V through shared memory to vt_ws transposed. Keys >= kv_len are written as zeros.
+__global__ void __launch_bounds__(256)
+    StageKvKernel(const __grid_constant__ PrefillAttentionParams p, int kv_len, int kv_pad,
+                  uint16_t* k_ws, uint16_t* vt_ws) {
+  __shared__ __align__(16) uint16_t sv[kD][kStageKeys + 8];
+  const int key0 = blockIdx.x * kStageKeys, h = blockIdx.y;
+  for (int i = threadIdx.x; i < kStageKeys * kD / 4; i += blockDim.x) {
+    const int r = i / (kD / 4), c4 = i % (kD / 4);
+    const int key = key0 + r;
+    float4 kf = make_float4(0.f, 0.f, 0.f, 0.f), vf = kf;
+    if (key < kv_len) {
+      kf = __ldg(reinterpret_cast<const float4*>(p.k + key * p.k_row_stride + h * kD) + c4);
+      vf = __ldg(reinterpret_cast<const float4*>(p.v + key * p.v_row_stride + h * kD) + c4);
+    }
+    *reinterpret_cast<uint2*>(k_ws + (static_cast<int64_t>(h) * kv_pad + key) * kD + 4 * c4) =
+        make_uint2(PackBf16x2(kf.x, kf.y), PackBf16x2(kf.z, kf.w));
+    const uint32_t lo = PackBf16x2(vf.x, vf.y), hi = PackBf16x2(vf.z, vf.w);
+    sv[4 * c4 + 0][r] = static_cast<uint16_t>(lo);
+    sv[4 * c4 + 1][r] = static_cast<uint16_t>(lo >> 16);
+    sv[4 * c4 + 2][r] = static_cast<uint16_t>(hi);
+    sv[4 * c4 + 3][r] = static_cast<uint16_t>(hi >> 16);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kD * (kStageKeys / 8); i += blockDim.x) {
+    const int d = i / (kStageKeys / 8), c = i % (kStageKeys / 8);
+    *reinterpret_cast<uint4*>(vt_ws + (static_cast<int64_t>(h) * kD + d) * kv_pad + key0 + 8 * c) =
+        *reinterpret_cast<const uint4*>(&sv[d][8 * c]);
+  }
+}
+
+__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+// Pins the accumulators at this point of the program: the compiler may not move their reads or
+// writes across it (wgmma writes them asynchronously, behind the asm's back).
+__device__ __forceinline__ void PinRegisters(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    PrefillAttentionSm90Kernel(const __grid_constant__ PrefillAttentionParams p,
+                               const uint16_t* __restrict__ k_ws,
+                               const uint16_t* __restrict__ vt_ws, int kv_pad) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t base = (raw_base + 1023u) & ~1023u;  // swizzle atoms are 1024-aligned
+  uint8_t* const smem = smem_raw + (base - raw_base);
+  const uint32_t s_q = base;
+  auto s_k = [&](int stage) { return base + (1 + 2 * stage) * kTileBytes; };
+  auto s_v = [&](int stage) { return base + (2 + 2 * stage) * kTileBytes; };
+
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int num_tokens = static_cast<int>(p.num_tokens);
+  const int num_q_tiles = (num_tokens + kBlockM - 1) / kBlockM;
+  const int q_tile = num_q_tiles - 1 - static_cast<int>(blockIdx.x);  // heaviest first
+  const int head = blockIdx.y;
+  const int kv_head = head / (p.num_q_heads / p.num_kv_heads);
+  const int q_offset = static_cast<int>(p.q_offset);
+  const int kv_len = q_offset + num_tokens;
+  const int q0 = q_tile * kBlockM;
+  const int kv_end = min(kv_len, q_offset + q0 + kBlockM);
+  const int num_kv_tiles = (kv_end + kBlockN - 1) / kBlockN;
+
+  const uint16_t* k_head = k_ws + static_cast<int64_t>(kv_head) * kv_pad * kD;
+  const uint16_t* vt_head = vt_ws + static_cast<int64_t>(kv_head) * kD * kv_pad;
+  // Tile j's K ([keys][D]) and V^T ([D][keys]) into a stage: 8 + 8 16-byte copies per thread;
+  // 16 consecutive threads read one 256-byte row.
+  auto load_tile = [&](int j, int stage) {
+    const uint16_t* kt = k_head + static_cast<int64_t>(j) * kBlockN * kD;
+    const uint16_t* vt = vt_head + static_cast<int64_t>(j) * kBlockN;
+#pragma unroll
+    for (int i = 0; i < (kBlockN * kD / 8) / kThreads; ++i) {
+      const int idx = tid + i * kThreads;
+      const int row = idx >> 4, col = (idx & 15) * 8;
+      CpAsync16(s_k(stage) + wgmma::SwizzledOffset(kBlockN, row, col), kt + row * kD + col);
+      CpAsync16(s_v(stage) + wgmma::SwizzledOffset(kD, row, col),
+                vt + static_cast<int64_t>(row) * kv_pad + col);
+    }
+    CpAsyncCommit();
+  };
+  load_tile(0, 0);
+
+  // Q rows q0 .. q0 + 127 of this head, rounded to bf16 (rows past the end are zeros).
+  {
+    const float* q_src = p.q + static_cast<int64_t>(head) * kD;
+#pragma unroll 4
+    for (int i = 0; i < kBlockM * kD / 4 / kThreads; ++i) {
+      const int idx = tid + i * kThreads;
+      const int row = idx / (kD / 4), c4 = idx % (kD / 4);
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (q0 + row < num_tokens) {
+        v = __ldg(reinterpret_cast<const float4*>(q_src + (q0 + row) * p.q_row_stride) + c4);
+      }
+      *reinterpret_cast<uint2*>(smem + wgmma::SwizzledOffset(kBlockM, row, 4 * c4)) =
+          make_uint2(PackBf16x2(v.x, v.y), PackBf16x2(v.z, v.w));
+    }
+    wgmma::FenceSharedForAsyncProxy();
+  }
+
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.f, 0.f};
+  const float scale_log2 = p.sm_scale * 1.4426950408889634f;
+  const int wg_row0 = q0 + 64 * wg;  // the warpgroup's first query row
+  const int my_row[2] = {wg_row0 + 16 * warp + g, wg_row0 + 16 * warp + g + 8};
+  const int my_pos[2] = {q_offset + my_row[0], q_offset + my_row[1]};
+  const int wg_pos0 = q_offset + wg_row0;  // key position of the warpgroup's first row
+  const bool wg_has_rows = wg_row0 < num_tokens;
+  const uint32_t q_rows = s_q + static_cast<uint32_t>(wg) * 64 * 128;  // this warpgroup's rows
+
+  float s[64];
+  for (int j = 0; j < num_kv_tiles; ++j) {
+    const int stage = j & 1;
+    if (j + 1 < num_kv_tiles) {
+      load_tile(j + 1, stage ^ 1);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    wgmma::FenceSharedForAsyncProxy();
+    __syncthreads();  // tile j (and Q) in shared memory, from every thread's copies
+
+    const int kv0 = j * kBlockN;
+    // Warpgroup-uniform: some key of this tile is visible to some row of this warpgroup.
+    if (wg_has_rows && kv0 <= wg_pos0 + 63) {
+      wgmma::Fence();
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        const uint32_t off = (ks >> 2) * kHalfTileBytes + (ks & 3) * 32;
+        wgmma::MmaSS(s, wgmma::SmemDescriptor(q_rows + off),
+                     wgmma::SmemDescriptor(s_k(stage) + off), ks > 0);
+      }
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      PinRegisters(s);
+
+      // Causal and length mask, only on tiles that reach past the warpgroup's first row or the end.
+      if (kv0 + kBlockN - 1 > wg_pos0 || kv0 + kBlockN > kv_len) {
+#pragma unroll
+        for (int n = 0; n < kBlockN / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = kv0 + 8 * n + 2 * t4 + (e & 1);
+            if (col > my_pos[e >> 1] || col >= kv_len) s[4 * n + e] = -INFINITY;
+          }
+        }
+      }
+      // Online softmax over the two rows this thread holds (row g: e = 0, 1; row g + 8: e = 2, 3),
+      // with the mma.sync kernel's rules for rows that see nothing yet.
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kBlockN / 8; ++n) {
+          mx = fmaxf(mx, fmaxf(s[4 * n + 2 * rr], s[4 * n + 2 * rr + 1]));
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(row_max[rr], mx);
+        const float base_e = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+        const float alpha = mx == -INFINITY ? 1.f : exp2f(row_max[rr] * scale_log2 - base_e);
+        row_max[rr] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < kBlockN / 8; ++n) {
+          s[4 * n + 2 * rr] = exp2f(fmaf(s[4 * n + 2 * rr], scale_log2, -base_e));
+          s[4 * n + 2 * rr + 1] = exp2f(fmaf(s[4 * n + 2 * rr + 1], scale_log2, -base_e));
+          sum += s[4 * n + 2 * rr] + s[4 * n + 2 * rr + 1];
+        }
+        row_sum[rr] = row_sum[rr] * alpha + sum;
+#pragma unroll
+        for (int n = 0; n < kD / 8; ++n) {
+          o[4 * n + 2 * rr] *= alpha;
+          o[4 * n + 2 * rr + 1] *= alpha;
+        }
+      }
+      // O += P V: P (bf16) as the register A operand, 16 keys per k-step.
+      uint32_t pa[kBlockN / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        pa[kk][0] = PackBf16x2(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = PackBf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = PackBf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = PackBf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+      PinRegisters(o);
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        wgmma::MmaRS(
+            o, pa[kk],
+            wgmma::SmemDescriptor(s_v(stage) + (kk >> 2) * kHalfTileBytes + (kk & 3) * 32));
+      }
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      PinRegisters(o);
+    }
+    __syncthreads();  // every warpgroup is done with this stage before it is refilled
+  }
+
+  // Normalise and write bf16: thread holds rows g and g + 8 of its warp, columns 8n + 2 t4 (+1).
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float sum = row_sum[rr];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int row = my_row[rr];
+    if (row >= num_tokens) continue;
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    uint16_t* out = p.out_bf16 + (static_cast<int64_t>(row) * p.num_q_heads + head) * kD;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(out + 8 * n + 2 * t4) =
+          PackBf16x2(o[4 * n + 2 * rr] * inv, o[4 * n + 2 * rr + 1] * inv);
+    }
+  }
+}
+
+}  // namespace
+
+int64_t PrefillAttentionSm90WorkspaceBytes(const PrefillAttentionParams& p) {
+  if (p.head_dim != kD || p.num_kv_heads <= 0 || p.num_tokens < 0 || p.q_offset < 0) return 0;
+  return 2 * static_cast<int64_t>(p.num_kv_heads) * PaddedKeys(p.q_offset + p.num_tokens) * kD *
+         static_cast<int64_t>(sizeof(uint16_t));
+}
+
+cudaError_t PrefillAttentionSm90(const PrefillAttentionParams& p, cudaStream_t stream) {
+  const int64_t kv_len = p.q_offset + p.num_tokens;
+  const int64_t kv_pad = PaddedKeys(kv_len);
+  if (p.head_dim != kD || p.workspace == nullptr ||
+      p.workspace_bytes < PrefillAttentionSm90WorkspaceBytes(p) ||
+      (reinterpret_cast<uintptr_t>(p.workspace) & 15u) != 0 || kv_pad > INT_MAX) {
+    return cudaErrorInvalidValue;
+  }
+  auto* k_ws = static_cast<uint16_t*>(p.workspace);
+  uint16_t* vt_ws = k_ws + p.num_kv_heads * kv_pad * kD;
+  const dim3 stage_grid(static_cast<unsigned>(kv_pad / kStageKeys),
+                        static_cast<unsigned>(p.num_kv_heads));
+  StageKvKernel<<<stage_grid, 256, 0, stream>>>(p, static_cast<int>(kv_len),
+                                                static_cast<int>(kv_pad), k_ws, vt_ws);
+  OSCARKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  OSCARKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      PrefillAttentionSm90Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  const int64_t q_tiles = (p.num_tokens + kBlockM - 1) / kBlockM;
+  const dim3 grid(static_cast<unsigned>(q_tiles), static_cast<unsigned>(p.num_q_heads));
+  PrefillAttentionSm90Kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, k_ws, vt_ws,
+                                                                     static_cast<int>(kv_pad));
+  return cudaGetLastError();
+}
+
+}  // namespace oscarkv::kernels
