@@ -12,14 +12,16 @@
 //   O += P V    m64n128k16 wgmma, P from registers (the S accumulators rounded to bf16, in the
 //               mma.sync A-fragment layout, which is wgmma's register-A layout), V^T from shared
 //               memory (8 k-steps over the tile's keys).
-// A pre-pass (StageKvKernel) rounds K and V to bf16 once per call into the workspace: K as
-// [Hkv][keys][D] and V transposed as [Hkv][D][keys], keys padded with zeros to a multiple of 128,
-// so that both B operands are K-major and every tile arrives by 16-byte cp.async into the
-// 128-byte-swizzled layout of wgmma.cuh (double-buffered: the next tile's copies fly while the
-// current one is used). Q is rounded to bf16 through registers once per block. The arithmetic per
-// row (masking, the online softmax and its -inf rules, bf16 rounding of q, K, V and P, f32
-// accumulation) is that of the mma.sync kernel; only the summation order inside the products
-// differs.
+// A pre-pass (StageKvKernel) rounds K and V to bf16 once per call into the workspace, K as
+// [keys][D] and V transposed as [D][keys], keys padded with zeros to a multiple of 128, each
+// tile of 128 keys already in the 128-byte-swizzled layout of wgmma.cuh (32 KB per operand), so
+// both B operands are K-major and a tile arrives in shared memory by two bulk copies. A producer
+// warp issues them into a ring of 3 stages (full / empty mbarriers per stage); the two consumer
+// warpgroups wait for a stage, use it and release it on their own, so one warpgroup's softmax can
+// run while the other's products use the tensor cores. Q is rounded to bf16 through registers
+// once per block. The arithmetic per row (masking, the online softmax and its -inf rules, bf16
+// rounding of q, K, V and P, f32 accumulation) is that of the mma.sync kernel; only the
+// summation order inside the products differs.
 #include <cuda_bf16.h>
 
 #include <climits>
@@ -27,6 +29,7 @@
 #include <cstdint>
 
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/model/mbarrier.cuh"
 #include "kernels/model/prefill_attention_sm90.h"
 #include "kernels/model/wgmma.cuh"
 
@@ -36,25 +39,35 @@ namespace {
 using cuda::PackBf16x2;
 
 constexpr int kD = 128;
-constexpr int kWarpgroups = 2;
-constexpr int kThreads = 128 * kWarpgroups;
-constexpr int kBlockM = 64 * kWarpgroups;  // query rows per block
-constexpr int kBlockN = 128;               // keys per tile
-constexpr int kStages = 2;
+constexpr int kWarpgroups = 2;  // consumers
+constexpr int kConsumerThreads = 128 * kWarpgroups;
+constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
+constexpr int kBlockM = 64 * kWarpgroups;        // query rows per block
+constexpr int kBlockN = 128;                     // keys per tile
+constexpr int kStages = 3;
 constexpr uint32_t kTileBytes = 128 * kD * 2;        // Q, one K tile or one V^T tile (bf16)
 constexpr uint32_t kHalfTileBytes = kTileBytes / 2;  // one 64-column block of a tile
-constexpr int kSmemBytes = (1 + 2 * kStages) * kTileBytes + 1024;  // + slack for 1024 alignment
-constexpr int kStageKeys = 64;                                     // keys per pre-pass block
+// Q, the stages' K and V^T, the barriers; + slack for the 1024-byte alignment of the tiles.
+constexpr int kSmemBytes = (1 + 2 * kStages) * kTileBytes + 2 * kStages * 8 + 1024;
+constexpr int kStageKeys = 64;       // keys per pre-pass block
+constexpr int kConsumerBarrier = 1;  // named barrier of the consumer threads (0: __syncthreads)
 
 int64_t PaddedKeys(int64_t kv_len) { return (kv_len + kBlockN - 1) / kBlockN * kBlockN; }
 
-// K and V of keys [key0, key0 + 64) of KV head blockIdx.y, rounded to bf16: K rows straight to
-// k_ws, V through shared memory to vt_ws transposed. Keys >= kv_len are written as zeros.
+// K and V of keys [key0, key0 + 64) of KV head blockIdx.y, rounded to bf16, into the
+// workspace's tiles: tile (h, j) of K at k_ws + (h * tiles + j) * kTileBytes holds key 128 j + r,
+// channel c at SwizzledOffset(128, r, c); V^T's tile holds channel c, key 128 j + r at
+// SwizzledOffset(128, c, r) (V goes through shared memory to be transposed). Keys >= kv_len are
+// written as zeros.
 __global__ void __launch_bounds__(256)
-    StageKvKernel(const __grid_constant__ PrefillAttentionParams p, int kv_len, int kv_pad,
-                  uint16_t* k_ws, uint16_t* vt_ws) {
+    StageKvKernel(const __grid_constant__ PrefillAttentionParams p, int kv_len, int tiles,
+                  uint8_t* k_ws, uint8_t* vt_ws) {
   __shared__ __align__(16) uint16_t sv[kD][kStageKeys + 8];
   const int key0 = blockIdx.x * kStageKeys, h = blockIdx.y;
+  const int64_t tile = static_cast<int64_t>(h) * tiles + key0 / kBlockN;
+  uint8_t* k_tile = k_ws + tile * kTileBytes;
+  uint8_t* vt_tile = vt_ws + tile * kTileBytes;
+  const int r0 = key0 % kBlockN;
   for (int i = threadIdx.x; i < kStageKeys * kD / 4; i += blockDim.x) {
     const int r = i / (kD / 4), c4 = i % (kD / 4);
     const int key = key0 + r;
@@ -63,7 +76,7 @@ __global__ void __launch_bounds__(256)
       kf = __ldg(reinterpret_cast<const float4*>(p.k + key * p.k_row_stride + h * kD) + c4);
       vf = __ldg(reinterpret_cast<const float4*>(p.v + key * p.v_row_stride + h * kD) + c4);
     }
-    *reinterpret_cast<uint2*>(k_ws + (static_cast<int64_t>(h) * kv_pad + key) * kD + 4 * c4) =
+    *reinterpret_cast<uint2*>(k_tile + wgmma::SwizzledOffset(kBlockN, r0 + r, 4 * c4)) =
         make_uint2(PackBf16x2(kf.x, kf.y), PackBf16x2(kf.z, kf.w));
     const uint32_t lo = PackBf16x2(vf.x, vf.y), hi = PackBf16x2(vf.z, vf.w);
     sv[4 * c4 + 0][r] = static_cast<uint16_t>(lo);
@@ -74,21 +87,11 @@ __global__ void __launch_bounds__(256)
   __syncthreads();
   for (int i = threadIdx.x; i < kD * (kStageKeys / 8); i += blockDim.x) {
     const int d = i / (kStageKeys / 8), c = i % (kStageKeys / 8);
-    *reinterpret_cast<uint4*>(vt_ws + (static_cast<int64_t>(h) * kD + d) * kv_pad + key0 + 8 * c) =
+    *reinterpret_cast<uint4*>(vt_tile + wgmma::SwizzledOffset(kD, d, r0 + 8 * c)) =
         *reinterpret_cast<const uint4*>(&sv[d][8 * c]);
   }
 }
 
-__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 // Pins the accumulators at this point of the program: the compiler may not move their reads or
 // writes across it (wgmma writes them asynchronously, behind the asm's back).
 __device__ __forceinline__ void PinRegisters(float (&d)[64]) {
@@ -98,8 +101,8 @@ __device__ __forceinline__ void PinRegisters(float (&d)[64]) {
 
 __global__ void __launch_bounds__(kThreads, 1)
     PrefillAttentionSm90Kernel(const __grid_constant__ PrefillAttentionParams p,
-                               const uint16_t* __restrict__ k_ws,
-                               const uint16_t* __restrict__ vt_ws, int kv_pad) {
+                               const uint8_t* __restrict__ k_ws, const uint8_t* __restrict__ vt_ws,
+                               int tiles) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t base = (raw_base + 1023u) & ~1023u;  // swizzle atoms are 1024-aligned
@@ -107,6 +110,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t s_q = base;
   auto s_k = [&](int stage) { return base + (1 + 2 * stage) * kTileBytes; };
   auto s_v = [&](int stage) { return base + (2 + 2 * stage) * kTileBytes; };
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + (1 + 2 * kStages) * kTileBytes);
+  uint64_t* empty = full + kStages;
 
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
@@ -121,31 +126,36 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int kv_end = min(kv_len, q_offset + q0 + kBlockM);
   const int num_kv_tiles = (kv_end + kBlockN - 1) / kBlockN;
 
-  const uint16_t* k_head = k_ws + static_cast<int64_t>(kv_head) * kv_pad * kD;
-  const uint16_t* vt_head = vt_ws + static_cast<int64_t>(kv_head) * kD * kv_pad;
-  // Tile j's K ([keys][D]) and V^T ([D][keys]) into a stage: 8 + 8 16-byte copies per thread;
-  // 16 consecutive threads read one 256-byte row.
-  auto load_tile = [&](int j, int stage) {
-    const uint16_t* kt = k_head + static_cast<int64_t>(j) * kBlockN * kD;
-    const uint16_t* vt = vt_head + static_cast<int64_t>(j) * kBlockN;
+  if (tid == 0) {
 #pragma unroll
-    for (int i = 0; i < (kBlockN * kD / 8) / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      const int row = idx >> 4, col = (idx & 15) * 8;
-      CpAsync16(s_k(stage) + wgmma::SwizzledOffset(kBlockN, row, col), kt + row * kD + col);
-      CpAsync16(s_v(stage) + wgmma::SwizzledOffset(kD, row, col),
-                vt + static_cast<int64_t>(row) * kv_pad + col);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier::Init(&full[s], 1);                 // the producer's arrive + the copies' bytes
+      mbarrier::Init(&empty[s], 4 * kWarpgroups);  // one arrive per consumer warp
     }
-    CpAsyncCommit();
-  };
-  load_tile(0, 0);
+    mbarrier::FenceInit();
+  }
+  __syncthreads();
+
+  if (wg == kWarpgroups) {  // the producer warp: one thread issues every tile's two copies
+    if (lane == 0) {
+      const int64_t first = static_cast<int64_t>(kv_head) * tiles;
+      for (int j = 0; j < num_kv_tiles; ++j) {
+        const int stage = j % kStages;
+        if (j >= kStages) mbarrier::Wait(&empty[stage], ((j / kStages) & 1) ^ 1);
+        mbarrier::ArriveExpectBytes(&full[stage], 2 * kTileBytes);
+        mbarrier::BulkCopy(s_k(stage), k_ws + (first + j) * kTileBytes, kTileBytes, &full[stage]);
+        mbarrier::BulkCopy(s_v(stage), vt_ws + (first + j) * kTileBytes, kTileBytes, &full[stage]);
+      }
+    }
+    return;
+  }
 
   // Q rows q0 .. q0 + 127 of this head, rounded to bf16 (rows past the end are zeros).
   {
     const float* q_src = p.q + static_cast<int64_t>(head) * kD;
 #pragma unroll 4
-    for (int i = 0; i < kBlockM * kD / 4 / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
+    for (int i = 0; i < kBlockM * kD / 4 / kConsumerThreads; ++i) {
+      const int idx = tid + i * kConsumerThreads;
       const int row = idx / (kD / 4), c4 = idx % (kD / 4);
       float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
       if (q0 + row < num_tokens) {
@@ -155,6 +165,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           make_uint2(PackBf16x2(v.x, v.y), PackBf16x2(v.z, v.w));
     }
     wgmma::FenceSharedForAsyncProxy();
+    asm volatile("bar.sync %0, %1;\n" ::"n"(kConsumerBarrier), "n"(kConsumerThreads) : "memory");
   }
 
   float o[64];
@@ -172,15 +183,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   float s[64];
   for (int j = 0; j < num_kv_tiles; ++j) {
-    const int stage = j & 1;
-    if (j + 1 < num_kv_tiles) {
-      load_tile(j + 1, stage ^ 1);
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    wgmma::FenceSharedForAsyncProxy();
-    __syncthreads();  // tile j (and Q) in shared memory, from every thread's copies
+    const int stage = j % kStages;
+    mbarrier::Wait(&full[stage], (j / kStages) & 1);  // tile j's K and V^T have landed
 
     const int kv0 = j * kBlockN;
     // Warpgroup-uniform: some key of this tile is visible to some row of this warpgroup.
@@ -257,7 +261,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::Wait<0>();
       PinRegisters(o);
     }
-    __syncthreads();  // every warpgroup is done with this stage before it is refilled
+    __syncwarp();
+    if (lane == 0) mbarrier::Arrive(&empty[stage]);  // this warp is done with the stage
   }
 
   // Normalise and write bf16: thread holds rows g and g + 8 of its warp, columns 8n + 2 t4 (+1).
@@ -294,19 +299,18 @@ cudaError_t PrefillAttentionSm90(const PrefillAttentionParams& p, cudaStream_t s
       (reinterpret_cast<uintptr_t>(p.workspace) & 15u) != 0 || kv_pad > INT_MAX) {
     return cudaErrorInvalidValue;
   }
-  auto* k_ws = static_cast<uint16_t*>(p.workspace);
-  uint16_t* vt_ws = k_ws + p.num_kv_heads * kv_pad * kD;
+  const int tiles = static_cast<int>(kv_pad / kBlockN);  // per KV head
+  auto* k_ws = static_cast<uint8_t*>(p.workspace);
+  uint8_t* vt_ws = k_ws + static_cast<int64_t>(p.num_kv_heads) * tiles * kTileBytes;
   const dim3 stage_grid(static_cast<unsigned>(kv_pad / kStageKeys),
                         static_cast<unsigned>(p.num_kv_heads));
-  StageKvKernel<<<stage_grid, 256, 0, stream>>>(p, static_cast<int>(kv_len),
-                                                static_cast<int>(kv_pad), k_ws, vt_ws);
+  StageKvKernel<<<stage_grid, 256, 0, stream>>>(p, static_cast<int>(kv_len), tiles, k_ws, vt_ws);
   OSCARKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   OSCARKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
       PrefillAttentionSm90Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   const int64_t q_tiles = (p.num_tokens + kBlockM - 1) / kBlockM;
   const dim3 grid(static_cast<unsigned>(q_tiles), static_cast<unsigned>(p.num_q_heads));
-  PrefillAttentionSm90Kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, k_ws, vt_ws,
-                                                                     static_cast<int>(kv_pad));
+  PrefillAttentionSm90Kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, k_ws, vt_ws, tiles);
   return cudaGetLastError();
 }
 

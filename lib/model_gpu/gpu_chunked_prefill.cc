@@ -252,6 +252,8 @@ absl::StatusOr<ChunkedPrefillResult> GpuModel::PrefillChunked(
       pa.head_dim = d;
       pa.sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
       pa.out_bf16 = attn_bf16_.as<uint16_t>();
+      pa.workspace = prefill_attn_workspace_.get();
+      pa.workspace_bytes = static_cast<int64_t>(prefill_attn_workspace_.bytes());
       OSCARKV_CUDA_OK(k::PrefillAttentionCuda(pa, stream_));
 
       // Record the chunk: bf16 rows in the tier basis, block payloads, stored form.

@@ -169,6 +169,14 @@ absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
   OSCARKV_RETURN_IF_ERROR(h_.Allocate(rows * dm * 2, "activations"));
   OSCARKV_RETURN_IF_ERROR(qkv_.Allocate(rows * qkvdim * 4, "QKV"));
   OSCARKV_RETURN_IF_ERROR(attn_bf16_.Allocate(rows * qdim * 2, "attention output"));
+  {
+    k::PrefillAttentionParams longest;  // a prompt of `rows` keys, one pass or chunked
+    longest.num_tokens = rows;
+    longest.num_kv_heads = c.num_kv_heads;
+    longest.head_dim = d;
+    OSCARKV_RETURN_IF_ERROR(prefill_attn_workspace_.Allocate(
+        static_cast<size_t>(k::PrefillAttentionWorkspaceBytes(longest)), "prefill attention"));
+  }
   // Rotated rows; without a rotation, packed copies of K/V rows (demotion input, TailRows).
   OSCARKV_RETURN_IF_ERROR(k_rot_.Allocate(rows * kvdim * 4, "rotated K"));
   OSCARKV_RETURN_IF_ERROR(v_rot_.Allocate(rows * kvdim * 4, "rotated V"));
@@ -427,6 +435,8 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
       pa.head_dim = d;
       pa.sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
       pa.out_bf16 = attn_bf16;
+      pa.workspace = prefill_attn_workspace_.get();
+      pa.workspace_bytes = static_cast<int64_t>(prefill_attn_workspace_.bytes());
       OSCARKV_CUDA_OK(k::PrefillAttentionCuda(pa, stream_));
     } else {
       const float* q = qkv;

@@ -200,6 +200,8 @@ class GpuModel {
   DeviceBuffer bf16_pool_, int2_pool_;
   // Scratch (rows = max(max_prompt_tokens, max_batch)).
   DeviceBuffer x_, h_, qkv_, attn_bf16_, k_rot_, v_rot_, kv_tmp_bf16_, gate_up_, act_bf16_;
+  // bf16 K/V staging of the head_dim-128 Hopper prefill attention (empty at other head dims).
+  DeviceBuffer prefill_attn_workspace_;
   DeviceBuffer q_rot_, attn_out_, attn_out_rot_, partial_out_, partial_lse_, logits_, argmax_;
   DeviceBuffer merge_counters_;  // DecodeAttentionParams::merge_counters, zero between calls
   DeviceBuffer meta_;  // per-step int32 metadata
