@@ -15,13 +15,15 @@
 // A pre-pass (StageKvKernel) rounds K and V to bf16 once per call into the workspace, K as
 // [keys][D] and V transposed as [D][keys], keys padded with zeros to a multiple of 128, each
 // tile of 128 keys already in the 128-byte-swizzled layout of wgmma.cuh (32 KB per operand), so
-// both B operands are K-major and a tile arrives in shared memory by two bulk copies. A producer
-// warp issues them into a ring of 3 stages (full / empty mbarriers per stage); the two consumer
-// warpgroups wait for a stage, use it and release it on their own, so one warpgroup's softmax can
-// run while the other's products use the tensor cores. Q is rounded to bf16 through registers
-// once per block. The arithmetic per row (masking, the online softmax and its -inf rules, bf16
-// rounding of q, K, V and P, f32 accumulation) is that of the mma.sync kernel; only the
-// summation order inside the products differs.
+// both B operands are K-major and a tile arrives in shared memory by two bulk copies into a ring
+// of 3 stages (full / empty mbarriers per stage), issued by one thread of a producer warpgroup
+// that hands most of its registers to the two consumer warpgroups (setmaxnreg).
+// The two warpgroups take turns at the tensor cores (FlashAttention-3's ping-pong): in its turn a
+// warpgroup issues S of tile j together with P V of tile j - 1, passes the turn, and runs the
+// softmax of tile j while the other warpgroup's products run. Q is rounded to bf16 through
+// registers once per block. The arithmetic per row (masking, the online softmax and its -inf
+// rules, bf16 rounding of q, K, V and P, f32 accumulation, and the order of O's rescale and P V
+// additions) is that of the mma.sync kernel; only the summation order inside the products differs.
 #include <cuda_bf16.h>
 
 #include <climits>
@@ -41,9 +43,9 @@ using cuda::PackBf16x2;
 constexpr int kD = 128;
 constexpr int kWarpgroups = 2;  // consumers
 constexpr int kConsumerThreads = 128 * kWarpgroups;
-constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
-constexpr int kBlockM = 64 * kWarpgroups;        // query rows per block
-constexpr int kBlockN = 128;                     // keys per tile
+constexpr int kThreads = kConsumerThreads + 128;  // + the producer warpgroup
+constexpr int kBlockM = 64 * kWarpgroups;         // query rows per block
+constexpr int kBlockN = 128;                      // keys per tile
 constexpr int kStages = 3;
 constexpr uint32_t kTileBytes = 128 * kD * 2;        // Q, one K tile or one V^T tile (bf16)
 constexpr uint32_t kHalfTileBytes = kTileBytes / 2;  // one 64-column block of a tile
@@ -99,6 +101,33 @@ __device__ __forceinline__ void PinRegisters(float (&d)[64]) {
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// 2^x by the MUFU alone: exp2f adds a range fix-up (3 instructions) so that results below 2^-126
+// stay subnormal; for P they are 0 against a row sum >= 1, so flushing them changes nothing
+// that the bf16 rounding of P keeps.
+__device__ __forceinline__ float Exp2Ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ void PinRegisters(uint32_t (&a)[kBlockN / 16][4]) {
+#pragma unroll
+  for (int i = 0; i < kBlockN / 16; ++i) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(a[i][k])::"memory");
+  }
+}
+
+// O += P V over one tile: 8 k-steps of 16 keys, P from registers, V^T K-major at v_tile.
+__device__ __forceinline__ void IssuePv(float (&o)[64], const uint32_t (&pa)[kBlockN / 16][4],
+                                        uint32_t v_tile) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    wgmma::MmaRS(o, pa[kk],
+                 wgmma::SmemDescriptor(v_tile + (kk >> 2) * kHalfTileBytes + (kk & 3) * 32));
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     PrefillAttentionSm90Kernel(const __grid_constant__ PrefillAttentionParams p,
                                const uint8_t* __restrict__ k_ws, const uint8_t* __restrict__ vt_ws,
@@ -129,26 +158,36 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      mbarrier::Init(&full[s], 1);                 // the producer's arrive + the copies' bytes
+      mbarrier::Init(&full[s], 1);                 // the loader's arrive + the copies' bytes
       mbarrier::Init(&empty[s], 4 * kWarpgroups);  // one arrive per consumer warp
     }
     mbarrier::FenceInit();
   }
   __syncthreads();
 
-  if (wg == kWarpgroups) {  // the producer warp: one thread issues every tile's two copies
-    if (lane == 0) {
-      const int64_t first = static_cast<int64_t>(kv_head) * tiles;
+  // Tile j's K and V^T into its stage by the copy engine; full[stage] completes when both land.
+  const int64_t first_tile = static_cast<int64_t>(kv_head) * tiles;
+  auto load_tile = [&](int j) {
+    const int stage = j % kStages;
+    mbarrier::ArriveExpectBytes(&full[stage], 2 * kTileBytes);
+    mbarrier::BulkCopy(s_k(stage), k_ws + (first_tile + j) * kTileBytes, kTileBytes, &full[stage]);
+    mbarrier::BulkCopy(s_v(stage), vt_ws + (first_tile + j) * kTileBytes, kTileBytes, &full[stage]);
+  };
+  if (wg == kWarpgroups) {
+    // The producer warpgroup: one thread issues every tile's copies once its stage is free. It
+    // gives its registers to the consumers (FlashAttention-3's split): 12 warps share the 64K
+    // registers, and a scheduler's 2 consumer warps and 1 producer warp fit its 16K only as
+    // 2 x 240 + 24 a thread.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (tid == kConsumerThreads) {
       for (int j = 0; j < num_kv_tiles; ++j) {
-        const int stage = j % kStages;
-        if (j >= kStages) mbarrier::Wait(&empty[stage], ((j / kStages) & 1) ^ 1);
-        mbarrier::ArriveExpectBytes(&full[stage], 2 * kTileBytes);
-        mbarrier::BulkCopy(s_k(stage), k_ws + (first + j) * kTileBytes, kTileBytes, &full[stage]);
-        mbarrier::BulkCopy(s_v(stage), vt_ws + (first + j) * kTileBytes, kTileBytes, &full[stage]);
+        if (j >= kStages) mbarrier::Wait(&empty[j % kStages], ((j / kStages) & 1) ^ 1);
+        load_tile(j);
       }
     }
     return;
   }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
 
   // Q rows q0 .. q0 + 127 of this head, rounded to bf16 (rows past the end are zeros).
   {
@@ -181,89 +220,128 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool wg_has_rows = wg_row0 < num_tokens;
   const uint32_t q_rows = s_q + static_cast<uint32_t>(wg) * 64 * 128;  // this warpgroup's rows
 
+  // Turns: a warpgroup issues its products for a tile (S of tile j with P V of tile j - 1) only in
+  // its turn, then hands the turn to the other warpgroup and runs the softmax of tile j while the
+  // other's products use the tensor cores (named barriers 2 + wg: 128 threads wait, the other
+  // warpgroup's 128 arrive). Warpgroup 0 takes the first turn.
+  auto wait_turn = [&] {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(2 + wg), "n"(kConsumerThreads) : "memory");
+  };
+  auto pass_turn = [&] {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(3 - wg), "n"(kConsumerThreads) : "memory");
+  };
+  // Stage release: each consumer warp arrives once per tile, after its last product on the tile.
+  auto release = [&](int stage) {
+    __syncwarp();
+    if (lane == 0) mbarrier::Arrive(&empty[stage]);
+  };
+
   float s[64];
+  // P of the previous tile, the A operand of its P V; zero before the first tile, so that the
+  // first turn's P V adds exact zeros (no branch around a product: see below).
+  uint32_t pa[kBlockN / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+  int prev_stage = 0;
+  if (wg == 1) pass_turn();
   for (int j = 0; j < num_kv_tiles; ++j) {
     const int stage = j % kStages;
     mbarrier::Wait(&full[stage], (j / kStages) & 1);  // tile j's K and V^T have landed
-
     const int kv0 = j * kBlockN;
     // Warpgroup-uniform: some key of this tile is visible to some row of this warpgroup.
-    if (wg_has_rows && kv0 <= wg_pos0 + 63) {
-      wgmma::Fence();
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        const uint32_t off = (ks >> 2) * kHalfTileBytes + (ks & 3) * 32;
-        wgmma::MmaSS(s, wgmma::SmemDescriptor(q_rows + off),
-                     wgmma::SmemDescriptor(s_k(stage) + off), ks > 0);
-      }
-      wgmma::Commit();
-      wgmma::Wait<0>();
-      PinRegisters(s);
+    const bool active = wg_has_rows && kv0 <= wg_pos0 + 63;
 
-      // Causal and length mask, only on tiles that reach past the warpgroup's first row or the end.
-      if (kv0 + kBlockN - 1 > wg_pos0 || kv0 + kBlockN > kv_len) {
+    // The products are issued whatever `active` says and on every tile: a product under a branch
+    // made ptxas serialise all of them (wgmma wants control flow it can see is warpgroup-uniform).
+    // An inactive tile's S is masked whole below.
+    PinRegisters(pa);
+    PinRegisters(o);
+    wait_turn();
+    wgmma::Fence();
 #pragma unroll
-        for (int n = 0; n < kBlockN / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = kv0 + 8 * n + 2 * t4 + (e & 1);
-            if (col > my_pos[e >> 1] || col >= kv_len) s[4 * n + e] = -INFINITY;
-          }
-        }
-      }
-      // Online softmax over the two rows this thread holds (row g: e = 0, 1; row g + 8: e = 2, 3),
-      // with the mma.sync kernel's rules for rows that see nothing yet.
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < kBlockN / 8; ++n) {
-          mx = fmaxf(mx, fmaxf(s[4 * n + 2 * rr], s[4 * n + 2 * rr + 1]));
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(row_max[rr], mx);
-        const float base_e = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-        const float alpha = mx == -INFINITY ? 1.f : exp2f(row_max[rr] * scale_log2 - base_e);
-        row_max[rr] = m_new;
-        float sum = 0.f;
-#pragma unroll
-        for (int n = 0; n < kBlockN / 8; ++n) {
-          s[4 * n + 2 * rr] = exp2f(fmaf(s[4 * n + 2 * rr], scale_log2, -base_e));
-          s[4 * n + 2 * rr + 1] = exp2f(fmaf(s[4 * n + 2 * rr + 1], scale_log2, -base_e));
-          sum += s[4 * n + 2 * rr] + s[4 * n + 2 * rr + 1];
-        }
-        row_sum[rr] = row_sum[rr] * alpha + sum;
-#pragma unroll
-        for (int n = 0; n < kD / 8; ++n) {
-          o[4 * n + 2 * rr] *= alpha;
-          o[4 * n + 2 * rr + 1] *= alpha;
-        }
-      }
-      // O += P V: P (bf16) as the register A operand, 16 keys per k-step.
-      uint32_t pa[kBlockN / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        pa[kk][0] = PackBf16x2(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = PackBf16x2(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = PackBf16x2(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = PackBf16x2(s[8 * kk + 6], s[8 * kk + 7]);
-      }
-      PinRegisters(o);
-      wgmma::Fence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        wgmma::MmaRS(
-            o, pa[kk],
-            wgmma::SmemDescriptor(s_v(stage) + (kk >> 2) * kHalfTileBytes + (kk & 3) * 32));
-      }
-      wgmma::Commit();
-      wgmma::Wait<0>();
-      PinRegisters(o);
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      const uint32_t off = (ks >> 2) * kHalfTileBytes + (ks & 3) * 32;
+      wgmma::MmaSS(s, wgmma::SmemDescriptor(q_rows + off), wgmma::SmemDescriptor(s_k(stage) + off),
+                   ks > 0);
     }
-    __syncwarp();
-    if (lane == 0) mbarrier::Arrive(&empty[stage]);  // this warp is done with the stage
+    wgmma::Commit();
+    IssuePv(o, pa, s_v(prev_stage));
+    wgmma::Commit();
+    // Warpgroup 1 keeps its last turn: every turn taken is then matched by one passed to it.
+    if (wg == 0 || j + 1 < num_kv_tiles) pass_turn();
+    wgmma::Wait<1>();  // S (the older group) is done; P V of tile j - 1 may still run
+    PinRegisters(s);
+
+    // Causal and length mask, only on tiles that reach past the warpgroup's first row or the end;
+    // a tile the warpgroup does not see at all is masked whole, which makes the softmax below an
+    // exact no-op for it (alpha 1, P 0).
+    if (!active || kv0 + kBlockN - 1 > wg_pos0 || kv0 + kBlockN > kv_len) {
+#pragma unroll
+      for (int n = 0; n < kBlockN / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = kv0 + 8 * n + 2 * t4 + (e & 1);
+          if (!active || col > my_pos[e >> 1] || col >= kv_len) s[4 * n + e] = -INFINITY;
+        }
+      }
+    }
+    // Online softmax over the two rows this thread holds (row g: e = 0, 1; row g + 8: e = 2, 3),
+    // with the mma.sync kernel's rules for rows that see nothing yet. O already holds P V of the
+    // tiles before j, so rescaling it here and adding P V of tile j in the next turn is the
+    // mma.sync kernel's order of operations.
+    float alpha[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kBlockN / 8; ++n) {
+        mx = fmaxf(mx, fmaxf(s[4 * n + 2 * rr], s[4 * n + 2 * rr + 1]));
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[rr], mx);
+      const float base_e = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+      alpha[rr] = mx == -INFINITY ? 1.f : exp2f(row_max[rr] * scale_log2 - base_e);
+      row_max[rr] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < kBlockN / 8; ++n) {
+        s[4 * n + 2 * rr] = Exp2Ftz(fmaf(s[4 * n + 2 * rr], scale_log2, -base_e));
+        s[4 * n + 2 * rr + 1] = Exp2Ftz(fmaf(s[4 * n + 2 * rr + 1], scale_log2, -base_e));
+        sum += s[4 * n + 2 * rr] + s[4 * n + 2 * rr + 1];
+      }
+      row_sum[rr] = row_sum[rr] * alpha[rr] + sum;
+    }
+    wgmma::Wait<0>();  // P V of tile j - 1: O is complete up to tile j - 1, and pa and the stage
+                       // free
+    PinRegisters(o);
+    if (j > 0) release(prev_stage);
+    prev_stage = stage;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      o[4 * n + 0] *= alpha[0];
+      o[4 * n + 1] *= alpha[0];
+      o[4 * n + 2] *= alpha[1];
+      o[4 * n + 3] *= alpha[1];
+    }
+    // P (bf16) as the register A operand of the next turn's P V, 16 keys per k-step.
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      pa[kk][0] = PackBf16x2(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = PackBf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = PackBf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = PackBf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+    }
   }
+  // P V of the last tile (num_kv_tiles >= 1: the launcher runs only with num_tokens >= 1).
+  PinRegisters(pa);
+  PinRegisters(o);
+  wgmma::Fence();
+  IssuePv(o, pa, s_v(prev_stage));
+  wgmma::Commit();
+  wgmma::Wait<0>();
+  PinRegisters(o);
+  release(prev_stage);
 
   // Normalise and write bf16: thread holds rows g and g + 8 of its warp, columns 8n + 2 t4 (+1).
 #pragma unroll
