@@ -67,6 +67,7 @@ struct Flags {
   std::string depths = "10,30,50,70,90";  // niah: needle depths in percent
   int trials = 3;                          // niah: haystacks per (context, depth)
   uint64_t seed = eval::kDefaultEvalSeed;  // niah: the eval seed (same prompts as oscarkv eval)
+  std::string prefill_kernels = "sm90,mma";  // ttft: prefill attention kernels, in one run
 };
 
 // Median seconds per decode step over `steps` steps of all `ids` together.
@@ -160,33 +161,44 @@ absl::Status Throughput(const Flags& f) {
 }
 
 absl::Status Ttft(const Flags& f) {
-  std::printf("| config | codec | prompt tokens | TTFT s (prefill + demotion + first token) |"
-              " prefill tok/s |\n|---|---|---|---|---|\n");
+  std::printf("| config | codec | prefill attention | prompt tokens | TTFT s (prefill + demotion +"
+              " first token) | prefill tok/s |\n|---|---|---|---|---|---|\n");
   const std::vector<int64_t> contexts = ParseInts(f.contexts);
   const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
+  std::vector<std::string> kernels = absl::StrSplit(f.prefill_kernels, ',');
+  for (const std::string& kernel : kernels) {
+    if (kernel != "sm90" && kernel != "mma") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prefill-kernels: unknown '", kernel, "' (sm90 or mma)"));
+    }
+  }
   for (absl::string_view codec : absl::StrSplit(f.codecs, ',')) {
-    OSCARKV_ASSIGN_OR_RETURN(GpuBenchSetup s, MakeGpuBenchSetup(f.config, std::string(codec)));
-    model_gpu::GpuModelOptions o;
-    o.max_batch = 1;
-    o.max_prompt_tokens = longest;
-    o.kv_budget_bytes = int64_t{24} << 30;
-    OSCARKV_ASSIGN_OR_RETURN(auto m, MakeGpuBenchModel(s, o));
-    std::mt19937 rng(5);
-    std::uniform_int_distribution<int32_t> tok(10, s.config.vocab_size - 1);
-    int64_t id = 0;
-    for (int64_t n : contexts) {
-      std::vector<int32_t> prompt(n);
-      for (auto& t : prompt) t = tok(rng);
-      int32_t next = 0;
-      // One warm-up run (cuBLAS heuristics, first-touch), then the measured one.
-      for (int rep = 0; rep < 2; ++rep) {
-        OSCARKV_RETURN_IF_ERROR(m->AddSequence(++id, prompt, n + 1, &next));
-        m->RemoveSequence(id);
+    for (const std::string& kernel : kernels) {
+      OSCARKV_ASSIGN_OR_RETURN(GpuBenchSetup s, MakeGpuBenchSetup(f.config, std::string(codec)));
+      model_gpu::GpuModelOptions o;
+      o.max_batch = 1;
+      o.max_prompt_tokens = longest;
+      o.kv_budget_bytes = int64_t{24} << 30;
+      o.hopper_prefill_attention = kernel == "sm90";  // (used at head_dim 128 only)
+      OSCARKV_ASSIGN_OR_RETURN(auto m, MakeGpuBenchModel(s, o));
+      std::mt19937 rng(5);
+      std::uniform_int_distribution<int32_t> tok(10, s.config.vocab_size - 1);
+      int64_t id = 0;
+      for (int64_t n : contexts) {
+        std::vector<int32_t> prompt(n);
+        for (auto& t : prompt) t = tok(rng);
+        int32_t next = 0;
+        // One warm-up run (cuBLAS heuristics, first-touch), then the measured one.
+        for (int rep = 0; rep < 2; ++rep) {
+          OSCARKV_RETURN_IF_ERROR(m->AddSequence(++id, prompt, n + 1, &next));
+          m->RemoveSequence(id);
+        }
+        const double sec = m->last_prefill().forward_seconds;
+        std::printf("| %s | %s | %s | %lld | %.3f | %.0f |\n", f.config.c_str(),
+                    std::string(codec).c_str(), kernel.c_str(), static_cast<long long>(n), sec,
+                    n / sec);
+        std::fflush(stdout);
       }
-      const double sec = m->last_prefill().forward_seconds;
-      std::printf("| %s | %s | %lld | %.3f | %.0f |\n", f.config.c_str(),
-                  std::string(codec).c_str(), static_cast<long long>(n), sec, n / sec);
-      std::fflush(stdout);
     }
   }
   return absl::OkStatus();
@@ -721,6 +733,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", f.seed,
                  "niah: the eval seed; the same as `oscarkv eval --seed` gives the same prompts "
                  "(default 20261129)");
+  app.add_option("--prefill-kernels", f.prefill_kernels,
+                 "ttft: prefill attention kernels compared in one run: sm90 (Hopper wgmma, "
+                 "head_dim 128) and/or mma (default sm90,mma)");
   CLI11_PARSE(app, argc, argv);
   if (f.mode == "niah" && app.count("--contexts") == 0) f.contexts = "2048,4096,8192";
   int n = 0;

@@ -169,7 +169,7 @@ absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
   OSCARKV_RETURN_IF_ERROR(h_.Allocate(rows * dm * 2, "activations"));
   OSCARKV_RETURN_IF_ERROR(qkv_.Allocate(rows * qkvdim * 4, "QKV"));
   OSCARKV_RETURN_IF_ERROR(attn_bf16_.Allocate(rows * qdim * 2, "attention output"));
-  {
+  if (options_.hopper_prefill_attention) {
     k::PrefillAttentionParams longest;  // a prompt of `rows` keys, one pass or chunked
     longest.num_tokens = rows;
     longest.num_kv_heads = c.num_kv_heads;

@@ -51,6 +51,10 @@ struct GpuModelOptions {
   int64_t kv_budget_bytes = int64_t{4} << 30;
   // Rows of the FFN computed at once during prefill (bounds its scratch). Default: 4096.
   int ffn_chunk_tokens = 4096;
+  // Prefill attention at head_dim 128 on the Hopper (wgmma) kernel, which needs a workspace of
+  // 4 * Hkv * 128 * max_prompt_tokens bytes; false: the mma.sync kernel, no workspace (the
+  // benchmarks' baseline). Other head dims always take the mma.sync kernel. Default: true.
+  bool hopper_prefill_attention = true;
 };
 
 // Timings of the last AddSequence (host wall clock around synchronised GPU work).

@@ -7,8 +7,10 @@
 #        binaries; run the GPU-vs-CPU tests (model_gpu_test, model_kernels_gpu_test,
 #        int2_dequant_gpu_test) and `oscarkv
 #        generate --device cuda` (unless --skip-tests: a second run on a still-warm machine);
-#        with --bench also the end-to-end benchmarks; with --quality the true-decode quality grid
-#        (20 windows at 2k and 8k, held-out text); with --clip the M5 calibration and the
+#        with --bench also the end-to-end benchmarks (--ttft: only the time to first token,
+#        with the Hopper and the mma.sync prefill attention in the same run); with --quality
+#        the true-decode quality grid (20 windows at 2k and 8k, held-out text); with --clip the
+#        M5 calibration and the
 #        clipping lever at 8k and greedy agreement (50 prompts x 128 tokens); with --niah the
 #        needle in a haystack at 2k/4k/8k (5 depths x 3 trials, true decode); with --multigpu
 #        (two GPUs) the prefill-GPU -> decode-GPU run of bench/multigpu over NCCL and the CUDA
@@ -46,9 +48,9 @@ export LD_LIBRARY_PATH="$SCRATCH/lib:$cublas:${LD_LIBRARY_PATH:-}"
 export OSCARKV_DEFAULT_MODEL="$SCRATCH/model.gguf"
 BIN="$SCRATCH/bin"
 status=0
-bench=0; quality=0; clip=0; niah=0; multigpu=0; services=0; cpu_eval=0; tests=1
+bench=0; ttft=0; quality=0; clip=0; niah=0; multigpu=0; services=0; cpu_eval=0; tests=1
 for a in "${@:3}"; do
-  case "$a" in --bench) bench=1 ;; --quality) quality=1 ;; --clip) clip=1 ;; --niah) niah=1 ;;
+  case "$a" in --bench) bench=1 ;; --ttft) ttft=1 ;; --quality) quality=1 ;; --clip) clip=1 ;; --niah) niah=1 ;;
     --multigpu) multigpu=1 ;; --services) services=1 ;; --cpu-eval) cpu_eval=1 ;;
     --skip-tests) tests=0 ;;
     *) echo "unknown $a" >&2; exit 2 ;; esac
@@ -192,9 +194,11 @@ if [ $niah = 1 ]; then
     --codecs bf16,oscar,oscar-hadamard,oscar@0.90/0.84 --contexts 2048,4096,8192 \
     --depths 10,30,50,70,90 --trials 3 2>&1 | tee "$OUT/niah.log" || status=1
 fi
-if [ $bench = 1 ]; then
-  E="$BIN"/gpu_e2e_bench
+E="$BIN"/gpu_e2e_bench
+if [ $bench = 1 ] || [ $ttft = 1 ]; then
   echo "== TTFT"; $E --mode ttft --contexts 8192,32768 2>&1 | tee "$OUT/ttft.log"
+fi
+if [ $bench = 1 ]; then
   echo "== latency"; $E --mode latency --steps 32 2>&1 | tee "$OUT/latency.log"
   echo "== latency (default model shape, real weights)"
   $E --mode latency --config default --contexts 8192,32768,131072 --steps 32 2>&1 \
