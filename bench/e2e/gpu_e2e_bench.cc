@@ -179,7 +179,7 @@ absl::Status Ttft(const Flags& f) {
       o.max_batch = 1;
       o.max_prompt_tokens = longest;
       o.kv_budget_bytes = int64_t{24} << 30;
-      o.hopper_prefill_attention = kernel == "sm90";  // (used at head_dim 128 only)
+      o.hopper_prefill_attention = kernel == "sm90";
       OSCARKV_ASSIGN_OR_RETURN(auto m, MakeGpuBenchModel(s, o));
       std::mt19937 rng(5);
       std::uniform_int_distribution<int32_t> tok(10, s.config.vocab_size - 1);
@@ -734,8 +734,8 @@ int main(int argc, char** argv) {
                  "niah: the eval seed; the same as `oscarkv eval --seed` gives the same prompts "
                  "(default 20261129)");
   app.add_option("--prefill-kernels", f.prefill_kernels,
-                 "ttft: prefill attention kernels compared in one run: sm90 (Hopper wgmma, "
-                 "head_dim 128) and/or mma (default sm90,mma)");
+                 "ttft: prefill attention kernels compared in one run: sm90 (Hopper wgmma) "
+                 "and/or mma (default sm90,mma)");
   CLI11_PARSE(app, argc, argv);
   if (f.mode == "niah" && app.count("--contexts") == 0) f.contexts = "2048,4096,8192";
   int n = 0;

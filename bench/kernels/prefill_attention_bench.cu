@@ -2,7 +2,7 @@
 // buffer ([T][(Hq + 2 Hkv) D], as the QKV GEMM writes it), filled on the device; 3 warm-up runs,
 // then the median of 20 runs timed with CUDA events. TFLOP/s counts the causal FLOPs
 // 2 * 2 * T * T / 2 * D * Hq (QK^T and PV over the lower triangle). Each shape runs the mma.sync
-// kernel (no workspace) and, at D = 128, the Hopper kernel (with its workspace; the time includes
+// kernel (no workspace) and the Hopper kernel (with its workspace; the time includes
 // its bf16 staging pre-pass), in the same process; the sm90 row gives its speedup over mma.
 // bench/kernels/prefill_sdpa_baseline.py times PyTorch's cuDNN and flash SDPA on the same shapes.
 //   prefill_attention_bench [--quick]   (--quick: T = 8192 only)

@@ -46,11 +46,11 @@ cudaError_t ArgmaxRowsCuda(const float* logits, int rows, int vocab, int32_t* ou
 // with row strides that are multiples of 4 floats, out_bf16 4-byte aligned (else
 // cudaErrorInvalidValue).
 // q is rounded to bf16 for the MMAs; P is rounded to bf16 before P V.
-// At head_dim 128 with a 16-byte-aligned workspace of PrefillAttentionWorkspaceBytes(params) it
+// With a 16-byte-aligned workspace of PrefillAttentionWorkspaceBytes(params) it
 // runs the Hopper (wgmma) kernel, prefill_attention_sm90.cu; otherwise the mma.sync kernel.
 cudaError_t PrefillAttentionCuda(const PrefillAttentionParams& params, cudaStream_t stream);
 // Workspace that selects the Hopper kernel: 4 * Hkv * D * (q_offset + num_tokens rounded up to
-// 128) bytes at head_dim 128; 0 (none used) otherwise.
+// 128) bytes at head_dim 64 or 128.
 int64_t PrefillAttentionWorkspaceBytes(const PrefillAttentionParams& params);
 
 // Writes rows into BF16 page units (PageRowsParams in model_kernels_ref.h).

@@ -61,7 +61,7 @@ struct PrefillAttentionParams {
   int head_dim = 0;        // 64 or 128
   float sm_scale = 0.0f;   // 1/sqrt(D) normally
   uint16_t* out_bf16 = nullptr;  // [T][Hq*D] bf16, contiguous (the T query rows)
-  // GPU only (the reference ignores them): scratch for the head_dim-128 Hopper kernel, which
+  // GPU only (the reference ignores them): scratch for the Hopper kernel, which
   // stages K and V in bf16 there; with at least PrefillAttentionWorkspaceBytes(params) bytes
   // (model_kernels_cuda.h) PrefillAttentionCuda runs that kernel, otherwise the mma.sync one.
   void* workspace = nullptr;

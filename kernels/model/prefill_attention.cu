@@ -321,13 +321,13 @@ cudaError_t PrefillAttentionCuda(const PrefillAttentionParams& params, cudaStrea
   }
   switch (p.head_dim) {
     case 64:
-      return LaunchPrefillAttention<64>(p, stream);
     case 128:
       if (p.workspace != nullptr && Aligned16(p.workspace) &&
           p.workspace_bytes >= PrefillAttentionSm90WorkspaceBytes(p)) {
         return PrefillAttentionSm90(p, stream);
       }
-      return LaunchPrefillAttention<128>(p, stream);
+      return p.head_dim == 64 ? LaunchPrefillAttention<64>(p, stream)
+                              : LaunchPrefillAttention<128>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }

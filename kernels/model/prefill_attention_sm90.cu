@@ -1,5 +1,5 @@
-// Causal BF16 prefill attention at head_dim 128 on Hopper's warpgroup MMAs (wgmma), the path
-// PrefillAttentionCuda takes when the caller passes a workspace (prefill_attention_sm90.h).
+// Causal BF16 prefill attention at head_dim 64 and 128 on Hopper's warpgroup MMAs (wgmma), the
+// path PrefillAttentionCuda takes when the caller passes a workspace (prefill_attention_sm90.h).
 //
 // Why a second kernel: the mma.sync kernel (prefill_attention.cu) ran at ~208 TFLOP/s on the H200,
 // so at 32k tokens the causal attention was 1.53 s of a 2.31 s Qwen3-8B-like prefill
@@ -8,8 +8,8 @@
 //
 // Shape: a block of two warpgroups owns 128 query rows of one query head (64 rows each) and walks
 // the key tiles of 128 from 0 to its diagonal with an online softmax:
-//   S = Q K^T   m64n128k16 wgmma, Q and K from shared memory (8 k-steps over D);
-//   O += P V    m64n128k16 wgmma, P from registers (the S accumulators rounded to bf16, in the
+//   S = Q K^T   m64n128k16 wgmma, Q and K from shared memory (D / 16 k-steps);
+//   O += P V    m64nDk16 wgmma, P from registers (the S accumulators rounded to bf16, in the
 //               mma.sync A-fragment layout, which is wgmma's register-A layout), V^T from shared
 //               memory (8 k-steps over the tile's keys).
 // A pre-pass (StageKvKernel) rounds K and V to bf16 once per call into the workspace, K as
@@ -40,17 +40,22 @@ namespace {
 
 using cuda::PackBf16x2;
 
-constexpr int kD = 128;
 constexpr int kWarpgroups = 2;  // consumers
 constexpr int kConsumerThreads = 128 * kWarpgroups;
 constexpr int kThreads = kConsumerThreads + 128;  // + the producer warpgroup
 constexpr int kBlockM = 64 * kWarpgroups;         // query rows per block
 constexpr int kBlockN = 128;                      // keys per tile
 constexpr int kStages = 3;
-constexpr uint32_t kTileBytes = 128 * kD * 2;        // Q, one K tile or one V^T tile (bf16)
-constexpr uint32_t kHalfTileBytes = kTileBytes / 2;  // one 64-column block of a tile
+// Q (128 rows), one K tile (128 keys) or one V^T tile (kD rows of 128 keys), bf16.
+template <int kD>
+constexpr uint32_t kTileBytes = 128 * kD * 2;
+// From one 64-column block of a tile to the next: Q and K tiles have 128 rows, V^T tiles kD.
+constexpr uint32_t kQkBlockBytes = 128 * 128;
+template <int kD>
+constexpr uint32_t kVtBlockBytes = kD * 128;
 // Q, the stages' K and V^T, the barriers; + slack for the 1024-byte alignment of the tiles.
-constexpr int kSmemBytes = (1 + 2 * kStages) * kTileBytes + 2 * kStages * 8 + 1024;
+template <int kD>
+constexpr int kSmemBytes = (1 + 2 * kStages) * kTileBytes<kD> + 2 * kStages * 8 + 1024;
 constexpr int kStageKeys = 64;       // keys per pre-pass block
 constexpr int kConsumerBarrier = 1;  // named barrier of the consumer threads (0: __syncthreads)
 
@@ -61,14 +66,15 @@ int64_t PaddedKeys(int64_t kv_len) { return (kv_len + kBlockN - 1) / kBlockN * k
 // channel c at SwizzledOffset(128, r, c); V^T's tile holds channel c, key 128 j + r at
 // SwizzledOffset(128, c, r) (V goes through shared memory to be transposed). Keys >= kv_len are
 // written as zeros.
+template <int kD>
 __global__ void __launch_bounds__(256)
     StageKvKernel(const __grid_constant__ PrefillAttentionParams p, int kv_len, int tiles,
                   uint8_t* k_ws, uint8_t* vt_ws) {
   __shared__ __align__(16) uint16_t sv[kD][kStageKeys + 8];
   const int key0 = blockIdx.x * kStageKeys, h = blockIdx.y;
   const int64_t tile = static_cast<int64_t>(h) * tiles + key0 / kBlockN;
-  uint8_t* k_tile = k_ws + tile * kTileBytes;
-  uint8_t* vt_tile = vt_ws + tile * kTileBytes;
+  uint8_t* k_tile = k_ws + tile * kTileBytes<kD>;
+  uint8_t* vt_tile = vt_ws + tile * kTileBytes<kD>;
   const int r0 = key0 % kBlockN;
   for (int i = threadIdx.x; i < kStageKeys * kD / 4; i += blockDim.x) {
     const int r = i / (kD / 4), c4 = i % (kD / 4);
@@ -96,9 +102,10 @@ __global__ void __launch_bounds__(256)
 
 // Pins the accumulators at this point of the program: the compiler may not move their reads or
 // writes across it (wgmma writes them asynchronously, behind the asm's back).
-__device__ __forceinline__ void PinRegisters(float (&d)[64]) {
+template <int N>
+__device__ __forceinline__ void PinRegisters(float (&d)[N]) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // 2^x by the MUFU alone: exp2f adds a range fix-up (3 instructions) so that results below 2^-126
@@ -119,15 +126,17 @@ __device__ __forceinline__ void PinRegisters(uint32_t (&a)[kBlockN / 16][4]) {
 }
 
 // O += P V over one tile: 8 k-steps of 16 keys, P from registers, V^T K-major at v_tile.
-__device__ __forceinline__ void IssuePv(float (&o)[64], const uint32_t (&pa)[kBlockN / 16][4],
+template <int kD>
+__device__ __forceinline__ void IssuePv(float (&o)[kD / 2], const uint32_t (&pa)[kBlockN / 16][4],
                                         uint32_t v_tile) {
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) {
     wgmma::MmaRS(o, pa[kk],
-                 wgmma::SmemDescriptor(v_tile + (kk >> 2) * kHalfTileBytes + (kk & 3) * 32));
+                 wgmma::SmemDescriptor(v_tile + (kk >> 2) * kVtBlockBytes<kD> + (kk & 3) * 32));
   }
 }
 
+template <int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     PrefillAttentionSm90Kernel(const __grid_constant__ PrefillAttentionParams p,
                                const uint8_t* __restrict__ k_ws, const uint8_t* __restrict__ vt_ws,
@@ -137,9 +146,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t base = (raw_base + 1023u) & ~1023u;  // swizzle atoms are 1024-aligned
   uint8_t* const smem = smem_raw + (base - raw_base);
   const uint32_t s_q = base;
-  auto s_k = [&](int stage) { return base + (1 + 2 * stage) * kTileBytes; };
-  auto s_v = [&](int stage) { return base + (2 + 2 * stage) * kTileBytes; };
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + (1 + 2 * kStages) * kTileBytes);
+  auto s_k = [&](int stage) { return base + (1 + 2 * stage) * kTileBytes<kD>; };
+  auto s_v = [&](int stage) { return base + (2 + 2 * stage) * kTileBytes<kD>; };
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + (1 + 2 * kStages) * kTileBytes<kD>);
   uint64_t* empty = full + kStages;
 
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
@@ -169,9 +178,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t first_tile = static_cast<int64_t>(kv_head) * tiles;
   auto load_tile = [&](int j) {
     const int stage = j % kStages;
-    mbarrier::ArriveExpectBytes(&full[stage], 2 * kTileBytes);
-    mbarrier::BulkCopy(s_k(stage), k_ws + (first_tile + j) * kTileBytes, kTileBytes, &full[stage]);
-    mbarrier::BulkCopy(s_v(stage), vt_ws + (first_tile + j) * kTileBytes, kTileBytes, &full[stage]);
+    mbarrier::ArriveExpectBytes(&full[stage], 2 * kTileBytes<kD>);
+    mbarrier::BulkCopy(s_k(stage), k_ws + (first_tile + j) * kTileBytes<kD>, kTileBytes<kD>,
+                       &full[stage]);
+    mbarrier::BulkCopy(s_v(stage), vt_ws + (first_tile + j) * kTileBytes<kD>, kTileBytes<kD>,
+                       &full[stage]);
   };
   if (wg == kWarpgroups) {
     // The producer warpgroup: one thread issues every tile's copies once its stage is free. It
@@ -207,9 +218,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("bar.sync %0, %1;\n" ::"n"(kConsumerBarrier), "n"(kConsumerThreads) : "memory");
   }
 
-  float o[64];
+  float o[kD / 2];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.f, 0.f};
   const float scale_log2 = p.sm_scale * 1.4426950408889634f;
@@ -260,12 +271,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::Fence();
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
-      const uint32_t off = (ks >> 2) * kHalfTileBytes + (ks & 3) * 32;
+      const uint32_t off = (ks >> 2) * kQkBlockBytes + (ks & 3) * 32;
       wgmma::MmaSS(s, wgmma::SmemDescriptor(q_rows + off), wgmma::SmemDescriptor(s_k(stage) + off),
                    ks > 0);
     }
     wgmma::Commit();
-    IssuePv(o, pa, s_v(prev_stage));
+    IssuePv<kD>(o, pa, s_v(prev_stage));
     wgmma::Commit();
     // Warpgroup 1 keeps its last turn: every turn taken is then matched by one passed to it.
     if (wg == 0 || j + 1 < num_kv_tiles) pass_turn();
@@ -337,7 +348,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   PinRegisters(pa);
   PinRegisters(o);
   wgmma::Fence();
-  IssuePv(o, pa, s_v(prev_stage));
+  IssuePv<kD>(o, pa, s_v(prev_stage));
   wgmma::Commit();
   wgmma::Wait<0>();
   PinRegisters(o);
@@ -364,32 +375,46 @@ __global__ void __launch_bounds__(kThreads, 1)
 }  // namespace
 
 int64_t PrefillAttentionSm90WorkspaceBytes(const PrefillAttentionParams& p) {
-  if (p.head_dim != kD || p.num_kv_heads <= 0 || p.num_tokens < 0 || p.q_offset < 0) return 0;
-  return 2 * static_cast<int64_t>(p.num_kv_heads) * PaddedKeys(p.q_offset + p.num_tokens) * kD *
-         static_cast<int64_t>(sizeof(uint16_t));
+  if ((p.head_dim != 64 && p.head_dim != 128) || p.num_kv_heads <= 0 || p.num_tokens < 0 ||
+      p.q_offset < 0) {
+    return 0;
+  }
+  return 2 * static_cast<int64_t>(p.num_kv_heads) * PaddedKeys(p.q_offset + p.num_tokens) *
+         p.head_dim * static_cast<int64_t>(sizeof(uint16_t));
 }
 
-cudaError_t PrefillAttentionSm90(const PrefillAttentionParams& p, cudaStream_t stream) {
+namespace {
+
+template <int kD>
+cudaError_t LaunchSm90(const PrefillAttentionParams& p, cudaStream_t stream) {
   const int64_t kv_len = p.q_offset + p.num_tokens;
   const int64_t kv_pad = PaddedKeys(kv_len);
-  if (p.head_dim != kD || p.workspace == nullptr ||
-      p.workspace_bytes < PrefillAttentionSm90WorkspaceBytes(p) ||
-      (reinterpret_cast<uintptr_t>(p.workspace) & 15u) != 0 || kv_pad > INT_MAX) {
-    return cudaErrorInvalidValue;
-  }
   const int tiles = static_cast<int>(kv_pad / kBlockN);  // per KV head
   auto* k_ws = static_cast<uint8_t*>(p.workspace);
-  uint8_t* vt_ws = k_ws + static_cast<int64_t>(p.num_kv_heads) * tiles * kTileBytes;
+  uint8_t* vt_ws = k_ws + static_cast<int64_t>(p.num_kv_heads) * tiles * kTileBytes<kD>;
   const dim3 stage_grid(static_cast<unsigned>(kv_pad / kStageKeys),
                         static_cast<unsigned>(p.num_kv_heads));
-  StageKvKernel<<<stage_grid, 256, 0, stream>>>(p, static_cast<int>(kv_len), tiles, k_ws, vt_ws);
+  StageKvKernel<kD>
+      <<<stage_grid, 256, 0, stream>>>(p, static_cast<int>(kv_len), tiles, k_ws, vt_ws);
   OSCARKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   OSCARKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      PrefillAttentionSm90Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+      PrefillAttentionSm90Kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes<kD>));
   const int64_t q_tiles = (p.num_tokens + kBlockM - 1) / kBlockM;
   const dim3 grid(static_cast<unsigned>(q_tiles), static_cast<unsigned>(p.num_q_heads));
-  PrefillAttentionSm90Kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, k_ws, vt_ws, tiles);
+  PrefillAttentionSm90Kernel<kD><<<grid, kThreads, kSmemBytes<kD>, stream>>>(p, k_ws, vt_ws, tiles);
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t PrefillAttentionSm90(const PrefillAttentionParams& p, cudaStream_t stream) {
+  if (PrefillAttentionSm90WorkspaceBytes(p) == 0 || p.workspace == nullptr ||
+      p.workspace_bytes < PrefillAttentionSm90WorkspaceBytes(p) ||
+      (reinterpret_cast<uintptr_t>(p.workspace) & 15u) != 0 ||
+      PaddedKeys(p.q_offset + p.num_tokens) > INT_MAX) {
+    return cudaErrorInvalidValue;
+  }
+  return p.head_dim == 64 ? LaunchSm90<64>(p, stream) : LaunchSm90<128>(p, stream);
 }
 
 }  // namespace oscarkv::kernels

@@ -1,4 +1,4 @@
-// The head_dim-128 prefill attention on Hopper warpgroup MMAs (prefill_attention_sm90.cu), which
+// The prefill attention on Hopper warpgroup MMAs (prefill_attention_sm90.cu), which
 // PrefillAttentionCuda runs when the caller passes a large enough workspace.
 #ifndef OSCARKV_KERNELS_MODEL_PREFILL_ATTENTION_SM90_H_
 #define OSCARKV_KERNELS_MODEL_PREFILL_ATTENTION_SM90_H_
@@ -11,7 +11,7 @@
 
 namespace oscarkv::kernels {
 
-// Bytes of bf16 K and V^T the kernel stages (0 when head_dim != 128).
+// Bytes of bf16 K and V^T the kernel stages (0 unless head_dim is 64 or 128).
 int64_t PrefillAttentionSm90WorkspaceBytes(const PrefillAttentionParams& p);
 
 // Runs it; the caller has validated p as PrefillAttentionCuda does. cudaErrorInvalidValue without

@@ -1,6 +1,7 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) for the prefill attention: shared-memory matrix
 // descriptors for 128-byte-swizzled K-major tiles, the m64n128k16 bf16 products with the A
-// operand from shared memory (SS) or registers (RS), and the fences and groups around them.
+// operand from shared memory (SS) or registers (RS), m64n64k16 with A from registers, and the
+// fences and groups around them.
 //
 // Tile layout (what SwizzledOffset computes and the descriptors describe): a [rows][64] bf16 block
 // is rows of 128 bytes whose 16-byte chunk c sits at chunk c ^ (row % 8), in atoms of 8 rows
@@ -86,6 +87,28 @@ __device__ __forceinline__ void MmaRS(float (&d)[64], const uint32_t (&a)[4], ui
       : OSCARKV_WGMMA_D64(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
 }
+
+// The 32 accumulator operands of an m64n64 product, as asm operands %0..%31.
+#define OSCARKV_WGMMA_D32(d)                                                                      \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define OSCARKV_WGMMA_D32_LIST                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+// d += A B, m64n64k16, as MmaRS (head_dim 64's P V).
+__device__ __forceinline__ void MmaRS(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " OSCARKV_WGMMA_D32_LIST
+      ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : OSCARKV_WGMMA_D32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+#undef OSCARKV_WGMMA_D32_LIST
+#undef OSCARKV_WGMMA_D32
 #undef OSCARKV_WGMMA_D64_LIST
 #undef OSCARKV_WGMMA_D64
 

@@ -51,9 +51,9 @@ struct GpuModelOptions {
   int64_t kv_budget_bytes = int64_t{4} << 30;
   // Rows of the FFN computed at once during prefill (bounds its scratch). Default: 4096.
   int ffn_chunk_tokens = 4096;
-  // Prefill attention at head_dim 128 on the Hopper (wgmma) kernel, which needs a workspace of
-  // 4 * Hkv * 128 * max_prompt_tokens bytes; false: the mma.sync kernel, no workspace (the
-  // benchmarks' baseline). Other head dims always take the mma.sync kernel. Default: true.
+  // Prefill attention on the Hopper (wgmma) kernel, which needs a workspace of
+  // 4 * Hkv * head_dim * max_prompt_tokens bytes; false: the mma.sync kernel, no workspace (the
+  // benchmarks' baseline). Default: true.
   bool hopper_prefill_attention = true;
 };
 
@@ -204,7 +204,7 @@ class GpuModel {
   DeviceBuffer bf16_pool_, int2_pool_;
   // Scratch (rows = max(max_prompt_tokens, max_batch)).
   DeviceBuffer x_, h_, qkv_, attn_bf16_, k_rot_, v_rot_, kv_tmp_bf16_, gate_up_, act_bf16_;
-  // bf16 K/V staging of the head_dim-128 Hopper prefill attention (empty at other head dims).
+  // bf16 K/V staging of the Hopper prefill attention (empty with hopper_prefill_attention off).
   DeviceBuffer prefill_attn_workspace_;
   DeviceBuffer q_rot_, attn_out_, attn_out_rot_, partial_out_, partial_lse_, logits_, argmax_;
   DeviceBuffer merge_counters_;  // DecodeAttentionParams::merge_counters, zero between calls

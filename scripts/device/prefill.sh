@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the prefill attention only: build the kernels' model test and the prefill
-# bench (kernels-only build), run the test (both kernels at head_dim 128), memcheck and racecheck
+# bench (kernels-only build), run the test (both kernels), memcheck and racecheck
 # on its --small cases, the bench (mma.sync and Hopper kernels in one process), then PyTorch's
 # cuDNN and flash SDPA on the same shapes. Logs go to $OUT (or out/device).
 #   bash scripts/device/prefill.sh [--quick]

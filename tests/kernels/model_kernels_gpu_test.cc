@@ -430,9 +430,9 @@ struct AttnCase {
   int t, hq, hkv, d;
 };
 
-// The kernels PrefillAttentionCuda can take: mma.sync (no workspace) and, at head_dim 128, the
-// Hopper one (a workspace of PrefillAttentionWorkspaceBytes, poisoned with NaN bf16 so that keys
-// the staging fails to write or zero-pad would show). Returns the name for the report; `owned`
+// The kernels PrefillAttentionCuda can take: mma.sync (no workspace) and, at head_dim 64 and 128,
+// the Hopper one (a workspace of PrefillAttentionWorkspaceBytes, poisoned with NaN bf16 so that
+// keys the staging fails to write or zero-pad would show). Returns the name for the report; `owned`
 // gets the allocation.
 std::string SelectPrefillKernel(bool hopper, PrefillAttentionParams& p, std::vector<void*>& owned) {
   p.workspace = nullptr;
@@ -445,7 +445,8 @@ std::string SelectPrefillKernel(bool hopper, PrefillAttentionParams& p, std::vec
   return " kernel=sm90";
 }
 std::vector<bool> PrefillKernelsFor(int head_dim) {
-  return head_dim == 128 ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  return head_dim == 64 || head_dim == 128 ? std::vector<bool>{false, true}
+                                           : std::vector<bool>{false};
 }
 
 void TestPrefillAttention(bool small) {
