@@ -26,6 +26,7 @@
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/model/model_kernels_cuda.h"
 #include "kernels/model/prefill_attention_sm90.h"
+#include "kernels/model/prefill_attention_store.cuh"
 
 namespace oscarkv::kernels {
 namespace {
@@ -263,22 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
   }
 
-  // Normalise and write bf16: thread holds rows g and g + 8, columns 8n + 2 t4 (+1).
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    float sum = row_sum[rr];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int row = my_row[rr];
-    if (row >= num_tokens) continue;
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    uint16_t* out = p.out_bf16 + (static_cast<int64_t>(row) * p.num_q_heads + head) * kHeadDim;
-#pragma unroll
-    for (int n = 0; n < kDTiles; ++n) {
-      *reinterpret_cast<uint32_t*>(out + 8 * n + 2 * t4) =
-          PackBf16x2(o[n][2 * rr] * inv, o[n][2 * rr + 1] * inv);
-    }
-  }
+  StoreNormalisedRows<kHeadDim>(&o[0][0], row_sum, my_row, num_tokens, p, head, t4);
 }
 
 template <int kHeadDim>

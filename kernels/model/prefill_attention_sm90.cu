@@ -6,7 +6,7 @@
 // (bench/e2e/RESULTS.md). It loads f32 rows through registers every key tile and issues the
 // products warp by warp.
 //
-// Shape: a block of two warpgroups owns 128 query rows of one query head (64 rows each) and walks
+// Shape: a block's two consumer warpgroups own 128 query rows of one query head (64 each) and walk
 // the key tiles of 128 from 0 to its diagonal with an online softmax:
 //   S = Q K^T   m64n128k16 wgmma, Q and K from shared memory (D / 16 k-steps);
 //   O += P V    m64nDk16 wgmma, P from registers (the S accumulators rounded to bf16, in the
@@ -14,7 +14,7 @@
 //               memory (8 k-steps over the tile's keys).
 // A pre-pass (StageKvKernel) rounds K and V to bf16 once per call into the workspace, K as
 // [keys][D] and V transposed as [D][keys], keys padded with zeros to a multiple of 128, each
-// tile of 128 keys already in the 128-byte-swizzled layout of wgmma.cuh (32 KB per operand), so
+// tile of 128 keys already in the 128-byte-swizzled layout of wgmma.cuh (128 x D bf16), so
 // both B operands are K-major and a tile arrives in shared memory by two bulk copies into a ring
 // of 3 stages (full / empty mbarriers per stage), issued by one thread of a producer warpgroup
 // that hands most of its registers to the two consumer warpgroups (setmaxnreg).
@@ -23,7 +23,8 @@
 // softmax of tile j while the other warpgroup's products run. Q is rounded to bf16 through
 // registers once per block. The arithmetic per row (masking, the online softmax and its -inf
 // rules, bf16 rounding of q, K, V and P, f32 accumulation, and the order of O's rescale and P V
-// additions) is that of the mma.sync kernel; only the summation order inside the products differs.
+// additions) is that of the mma.sync kernel, but for the summation order inside the products and
+// P's exponential, which flushes values below 2^-126 to zero (Exp2Ftz).
 #include <cuda_bf16.h>
 
 #include <climits>
@@ -33,6 +34,7 @@
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/model/mbarrier.cuh"
 #include "kernels/model/prefill_attention_sm90.h"
+#include "kernels/model/prefill_attention_store.cuh"
 #include "kernels/model/wgmma.cuh"
 
 namespace oscarkv::kernels {
@@ -297,9 +299,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     // Online softmax over the two rows this thread holds (row g: e = 0, 1; row g + 8: e = 2, 3),
-    // with the mma.sync kernel's rules for rows that see nothing yet. O already holds P V of the
-    // tiles before j, so rescaling it here and adding P V of tile j in the next turn is the
-    // mma.sync kernel's order of operations.
+    // with the mma.sync kernel's rules for rows that see nothing yet. After the wait below, O
+    // holds P V of every tile before j: rescaling it then and adding P V of tile j in the next
+    // turn is the mma.sync kernel's order of operations.
     float alpha[2];
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
@@ -323,8 +325,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       row_sum[rr] = row_sum[rr] * alpha[rr] + sum;
     }
-    wgmma::Wait<0>();  // P V of tile j - 1: O is complete up to tile j - 1, and pa and the stage
-                       // free
+    // P V of tile j - 1 done: O complete up to tile j - 1; pa and that stage are free.
+    wgmma::Wait<0>();
     PinRegisters(o);
     if (j > 0) release(prev_stage);
     prev_stage = stage;
@@ -354,22 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   PinRegisters(o);
   release(prev_stage);
 
-  // Normalise and write bf16: thread holds rows g and g + 8 of its warp, columns 8n + 2 t4 (+1).
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    float sum = row_sum[rr];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int row = my_row[rr];
-    if (row >= num_tokens) continue;
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    uint16_t* out = p.out_bf16 + (static_cast<int64_t>(row) * p.num_q_heads + head) * kD;
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      *reinterpret_cast<uint32_t*>(out + 8 * n + 2 * t4) =
-          PackBf16x2(o[4 * n + 2 * rr] * inv, o[4 * n + 2 * rr + 1] * inv);
-    }
-  }
+  StoreNormalisedRows<kD>(o, row_sum, my_row, num_tokens, p, head, t4);
 }
 
 }  // namespace

@@ -229,14 +229,15 @@ void TestQkvPost(bool small) {
     char buf[160];
     std::snprintf(buf, sizeof(buf), "rel_err=%.3g bit_exact=%zu/%zu", err, exact, ref.size());
     Report(err <= kMaxQkvPostRelErr,
-           "QkvPost hq=" + std::to_string(c.hq) + " d=" + std::to_string(c.d) + " rope=" +
-               std::to_string(c.rope_dim) + (c.bias ? " bias" : "") + (c.qk_norm ? " qknorm" : "") +
+           "QkvPost hq=" + std::to_string(c.hq) + " d=" + std::to_string(c.d) +
+               " rope=" + std::to_string(c.rope_dim) + (c.bias ? " bias" : "") +
+               (c.qk_norm ? " qknorm" : "") +
                (c.pairing == RopePairing::kNeox ? " neox" : " adjacent"),
            buf);
-    for (void* ptr :
-         {static_cast<void*>(d_qkv), static_cast<void*>(d_pos), static_cast<void*>(d_bq),
-          static_cast<void*>(d_bk), static_cast<void*>(d_bv), static_cast<void*>(d_qnw),
-          static_cast<void*>(d_knw), static_cast<void*>(d_fdiv)}) {
+    for (void* ptr : {static_cast<void*>(d_qkv), static_cast<void*>(d_pos),
+                      static_cast<void*>(d_bq), static_cast<void*>(d_bk), static_cast<void*>(d_bv),
+                      static_cast<void*>(d_qnw), static_cast<void*>(d_knw),
+                      static_cast<void*>(d_fdiv)}) {
       GPU_CHECK(cudaFree(ptr));
     }
   }
@@ -379,14 +380,13 @@ void TestPages(bool small) {
       GPU_CHECK(GatherBf16PageRowsCuda(gp, nullptr));
       GPU_CHECK(cudaDeviceSynchronize());
       const auto all = ToHost(d_out, n + 1);
-      std::vector<uint16_t> got(all.begin() + (seg == 1 ? 1 : 0),
-                                all.begin() + (seg == 1 ? 1 : 0) + n);
+      std::vector<uint16_t> got(all.begin() + (seg == 1 ? 1 : 0), all.begin() + (seg == 1 ? 1 : 0) + n);
       CheckExact("GatherBf16PageRows d=" + std::to_string(d) + (seg == 0 ? " K" : " V"), got, ref);
       GPU_CHECK(cudaFree(d_out));
     }
-    for (void* ptr :
-         {static_cast<void*>(d_pool), static_cast<void*>(d_rows), static_cast<void*>(d_ids),
-          static_cast<void*>(d_rip), static_cast<void*>(d_order)}) {
+    for (void* ptr : {static_cast<void*>(d_pool), static_cast<void*>(d_rows),
+                      static_cast<void*>(d_ids), static_cast<void*>(d_rip),
+                      static_cast<void*>(d_order)}) {
       GPU_CHECK(cudaFree(ptr));
     }
   }
@@ -430,10 +430,10 @@ struct AttnCase {
   int t, hq, hkv, d;
 };
 
-// The kernels PrefillAttentionCuda can take: mma.sync (no workspace) and, at head_dim 64 and 128,
-// the Hopper one (a workspace of PrefillAttentionWorkspaceBytes, poisoned with NaN bf16 so that
-// keys the staging fails to write or zero-pad would show). Returns the name for the report; `owned`
-// gets the allocation.
+// The kernels PrefillAttentionCuda can take: mma.sync (no workspace) and, at head_dim 64 and
+// 128, the Hopper one (a workspace of PrefillAttentionWorkspaceBytes, poisoned with NaN bf16 so
+// that keys the staging fails to write or zero-pad would show). Returns the name for the report;
+// `owned` gets the allocation.
 std::string SelectPrefillKernel(bool hopper, PrefillAttentionParams& p, std::vector<void*>& owned) {
   p.workspace = nullptr;
   p.workspace_bytes = 0;
