@@ -1,7 +1,9 @@
 // Causal BF16 prefill attention on tensor cores (PrefillAttentionCuda, model_kernels_cuda.h), in
-// the FlashAttention-2 shape: one block of 8 warps owns 128 query rows of one query head
-// (16 rows per warp) and walks the key tiles of 64 tokens from 0 to its diagonal with an online
-// softmax; S = Q K^T and O += P V run as mma.sync m16n8k16 bf16 with f32 accumulators.
+// the FlashAttention-2 shape (callers that pass a workspace get the ~3x faster Hopper kernel of
+// prefill_attention_sm90.cu instead; this one stays for calls without one and as its baseline):
+// one block of 8 warps owns 128 query rows of one query head (16 rows per warp) and walks the key
+// tiles of 64 tokens from 0 to its diagonal with an online softmax; S = Q K^T and O += P V run as
+// mma.sync m16n8k16 bf16 with f32 accumulators.
 //
 // Query offset (chunked prefill): with q_offset > 0 the T query rows sit at positions
 // q_offset .. q_offset + T - 1 and the keys span 0 .. q_offset + T - 1, so a query tile's key walk

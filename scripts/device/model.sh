@@ -50,7 +50,8 @@ BIN="$SCRATCH/bin"
 status=0
 bench=0; ttft=0; quality=0; clip=0; niah=0; multigpu=0; services=0; cpu_eval=0; tests=1
 for a in "${@:3}"; do
-  case "$a" in --bench) bench=1 ;; --ttft) ttft=1 ;; --quality) quality=1 ;; --clip) clip=1 ;; --niah) niah=1 ;;
+  case "$a" in --bench) bench=1 ;; --ttft) ttft=1 ;;
+    --quality) quality=1 ;; --clip) clip=1 ;; --niah) niah=1 ;;
     --multigpu) multigpu=1 ;; --services) services=1 ;; --cpu-eval) cpu_eval=1 ;;
     --skip-tests) tests=0 ;;
     *) echo "unknown $a" >&2; exit 2 ;; esac
