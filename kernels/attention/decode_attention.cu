@@ -339,13 +339,6 @@ struct Bf16IntoInt2Loader : Bf16Loader<D> {
   }
 };
 
-// 2^x on the SFU (ex2.approx.ftz: ~2 ulp; 2^-inf = +0).
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 __device__ __forceinline__ float WarpMaxOverRows(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));

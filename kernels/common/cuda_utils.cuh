@@ -61,6 +61,14 @@ __device__ __forceinline__ float HalfBitsToFloatDev(uint16_t h) {
   return __half2float(__ushort_as_half(h));
 }
 
+// 2^x on the SFU alone (ex2.approx.ftz: ~2 ulp; 2^-inf = +0; results below 2^-126 flush to 0,
+// where exp2f adds a range fix-up of 3 instructions to keep them subnormal).
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // ---- INT2 unpack (quartered packing: byte j of a row holds channels j, j+D/4, j+D/2, j+3D/4 in
 // bits [1:0], [3:2], [5:4], [7:6]) ----
 
