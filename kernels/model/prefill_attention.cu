@@ -1,9 +1,10 @@
 // Causal BF16 prefill attention on tensor cores (PrefillAttentionCuda, model_kernels_cuda.h), in
-// the FlashAttention-2 shape (callers that pass a workspace get the ~3x faster Hopper kernel of
-// prefill_attention_sm90.cu instead; this one stays for calls without one and as its baseline):
-// one block of 8 warps owns 128 query rows of one query head (16 rows per warp) and walks the key
-// tiles of 64 tokens from 0 to its diagonal with an online softmax; S = Q K^T and O += P V run as
-// mma.sync m16n8k16 bf16 with f32 accumulators.
+// the FlashAttention-2 shape (callers that pass a workspace get the Hopper kernel of
+// prefill_attention_sm90.cu instead, 2.2-3.0x faster on the H200 in the same runs,
+// bench/kernels/RESULTS.md "Prefill attention"; this one stays for calls without one and as its
+// baseline): one block of 8 warps owns 128 query rows of one query head (16 rows per warp) and
+// walks the key tiles of 64 tokens from 0 to its diagonal with an online softmax; S = Q K^T and
+// O += P V run as mma.sync m16n8k16 bf16 with f32 accumulators.
 //
 // Query offset (chunked prefill): with q_offset > 0 the T query rows sit at positions
 // q_offset .. q_offset + T - 1 and the keys span 0 .. q_offset + T - 1, so a query tile's key walk
@@ -27,8 +28,8 @@
 
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/model/model_kernels_cuda.h"
+#include "kernels/model/prefill_attention_rows.cuh"
 #include "kernels/model/prefill_attention_sm90.h"
-#include "kernels/model/prefill_attention_store.cuh"
 
 namespace oscarkv::kernels {
 namespace {
@@ -212,36 +213,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       // Online softmax over the two rows this thread holds (row g: e = 0, 1; row g + 8: e = 2, 3).
+      // With q_offset % 16 != 0 a warp's rows can straddle a tile start, so a row may see nothing
+      // of an active tile; SoftmaxTileRows makes that an exact no-op. With q_offset = 0 every
+      // active tile shows key kv0 to every row.
+      float alpha[2];
+      SoftmaxTileRows<kBlockN, false>(&s[0][0], row_max, row_sum, scale_log2, alpha);
 #pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < kNTiles; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * rr], s[n][2 * rr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(row_max[rr], mx);
-        // A row with nothing visible yet keeps m = -inf; exponents then use base 0 (no NaN).
-        const float base = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-        // A tile with no visible key for this row (with q_offset % 16 != 0 a warp's rows can
-        // straddle a tile start) must be an exact no-op, so that a chunk's rows equal the same
-        // rows of a whole-prompt run: exp2f of the fused multiply-add's rounding residue need not
-        // be 1. With q_offset = 0 every active tile shows key kv0 to every row, so for finite
-        // inputs this never fires there and the one-pass prefill's results are unchanged.
-        const float alpha = mx == -INFINITY ? 1.f : exp2f(row_max[rr] * scale_log2 - base);
-        row_max[rr] = m_new;
-        float sum = 0.f;
-#pragma unroll
-        for (int n = 0; n < kNTiles; ++n) {
-          s[n][2 * rr] = exp2f(fmaf(s[n][2 * rr], scale_log2, -base));
-          s[n][2 * rr + 1] = exp2f(fmaf(s[n][2 * rr + 1], scale_log2, -base));
-          sum += s[n][2 * rr] + s[n][2 * rr + 1];
-        }
-        row_sum[rr] = row_sum[rr] * alpha + sum;
-#pragma unroll
-        for (int n = 0; n < kDTiles; ++n) {
-          o[n][2 * rr] *= alpha;
-          o[n][2 * rr + 1] *= alpha;
-        }
+      for (int n = 0; n < kDTiles; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
       }
       // O += P V: P (bf16) is the A operand straight from the S accumulators.
 #pragma unroll
@@ -284,10 +266,6 @@ bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 }  // namespace
 
-int64_t PrefillAttentionWorkspaceBytes(const PrefillAttentionParams& params) {
-  return PrefillAttentionSm90WorkspaceBytes(params);
-}
-
 cudaError_t PrefillAttentionCuda(const PrefillAttentionParams& params, cudaStream_t stream) {
   const PrefillAttentionParams& p = params;
   // The kernel indexes key rows (q_offset + num_tokens, plus one tile's slack) in int.
@@ -311,7 +289,7 @@ cudaError_t PrefillAttentionCuda(const PrefillAttentionParams& params, cudaStrea
     case 64:
     case 128:
       if (p.workspace != nullptr && Aligned16(p.workspace) &&
-          p.workspace_bytes >= PrefillAttentionSm90WorkspaceBytes(p)) {
+          p.workspace_bytes >= PrefillAttentionWorkspaceBytes(p)) {
         return PrefillAttentionSm90(p, stream);
       }
       return p.head_dim == 64 ? LaunchPrefillAttention<64>(p, stream)

@@ -24,17 +24,18 @@
 // registers once per block. The arithmetic per row (masking, the online softmax and its -inf
 // rules, bf16 rounding of q, K, V and P, f32 accumulation, and the order of O's rescale and P V
 // additions) is that of the mma.sync kernel, but for the summation order inside the products and
-// P's exponential, which flushes values below 2^-126 to zero (Exp2Ftz).
+// P's exponential, which flushes values below 2^-126 to zero (cuda::Exp2): for P they are 0
+// against a row sum >= 1, which the bf16 rounding of P would not keep anyway.
 #include <cuda_bf16.h>
 
-#include <climits>
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/model/mbarrier.cuh"
+#include "kernels/model/model_kernels_cuda.h"
+#include "kernels/model/prefill_attention_rows.cuh"
 #include "kernels/model/prefill_attention_sm90.h"
-#include "kernels/model/prefill_attention_store.cuh"
 #include "kernels/model/wgmma.cuh"
 
 namespace oscarkv::kernels {
@@ -108,15 +109,6 @@ template <int N>
 __device__ __forceinline__ void PinRegisters(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// 2^x by the MUFU alone: exp2f adds a range fix-up (3 instructions) so that results below 2^-126
-// stay subnormal; for P they are 0 against a row sum >= 1, so flushing them changes nothing
-// that the bf16 rounding of P keeps.
-__device__ __forceinline__ float Exp2Ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 __device__ __forceinline__ void PinRegisters(uint32_t (&a)[kBlockN / 16][4]) {
@@ -303,28 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // holds P V of every tile before j: rescaling it then and adding P V of tile j in the next
     // turn is the mma.sync kernel's order of operations.
     float alpha[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < kBlockN / 8; ++n) {
-        mx = fmaxf(mx, fmaxf(s[4 * n + 2 * rr], s[4 * n + 2 * rr + 1]));
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(row_max[rr], mx);
-      const float base_e = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-      alpha[rr] = mx == -INFINITY ? 1.f : exp2f(row_max[rr] * scale_log2 - base_e);
-      row_max[rr] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < kBlockN / 8; ++n) {
-        s[4 * n + 2 * rr] = Exp2Ftz(fmaf(s[4 * n + 2 * rr], scale_log2, -base_e));
-        s[4 * n + 2 * rr + 1] = Exp2Ftz(fmaf(s[4 * n + 2 * rr + 1], scale_log2, -base_e));
-        sum += s[4 * n + 2 * rr] + s[4 * n + 2 * rr + 1];
-      }
-      row_sum[rr] = row_sum[rr] * alpha[rr] + sum;
-    }
+    SoftmaxTileRows<kBlockN, true>(s, row_max, row_sum, scale_log2, alpha);
     // P V of tile j - 1 done: O complete up to tile j - 1; pa and that stage are free.
     wgmma::Wait<0>();
     PinRegisters(o);
@@ -361,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace
 
-int64_t PrefillAttentionSm90WorkspaceBytes(const PrefillAttentionParams& p) {
+int64_t PrefillAttentionWorkspaceBytes(const PrefillAttentionParams& p) {
   if ((p.head_dim != 64 && p.head_dim != 128) || p.num_kv_heads <= 0 || p.num_tokens < 0 ||
       p.q_offset < 0) {
     return 0;
@@ -395,12 +366,6 @@ cudaError_t LaunchSm90(const PrefillAttentionParams& p, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t PrefillAttentionSm90(const PrefillAttentionParams& p, cudaStream_t stream) {
-  if (PrefillAttentionSm90WorkspaceBytes(p) == 0 || p.workspace == nullptr ||
-      p.workspace_bytes < PrefillAttentionSm90WorkspaceBytes(p) ||
-      (reinterpret_cast<uintptr_t>(p.workspace) & 15u) != 0 ||
-      PaddedKeys(p.q_offset + p.num_tokens) > INT_MAX) {
-    return cudaErrorInvalidValue;
-  }
   return p.head_dim == 64 ? LaunchSm90<64>(p, stream) : LaunchSm90<128>(p, stream);
 }
 

@@ -5,17 +5,13 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdint>
-
 #include "kernels/model/model_kernels_ref.h"
 
 namespace oscarkv::kernels {
 
-// Bytes of bf16 K and V^T the kernel stages (0 unless head_dim is 64 or 128).
-int64_t PrefillAttentionSm90WorkspaceBytes(const PrefillAttentionParams& p);
-
-// Runs it; the caller has validated p as PrefillAttentionCuda does. cudaErrorInvalidValue without
-// a 16-byte-aligned workspace of PrefillAttentionSm90WorkspaceBytes(p).
+// Runs it. The caller (PrefillAttentionCuda) has validated p, head_dim is 64 or 128, and p holds
+// a 16-byte-aligned workspace of at least PrefillAttentionWorkspaceBytes(p) (model_kernels_cuda.h,
+// defined in prefill_attention_sm90.cu).
 cudaError_t PrefillAttentionSm90(const PrefillAttentionParams& p, cudaStream_t stream);
 
 }  // namespace oscarkv::kernels
