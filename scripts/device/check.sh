@@ -8,10 +8,8 @@ OUT=${OUT:-out/device}
 mkdir -p "$OUT"
 QUICK=${1:-}
 status=0
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
-cmake -S . -B build-dev -G Ninja -DOSCARKV_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
-  > "$OUT/build.log" 2>&1 && cmake --build build-dev -j16 >> "$OUT/build.log" 2>&1 \
-  || { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
+source scripts/device/build_kernels.sh
+build_kernels
 echo "== gpu tests"
 (cd build-dev && ctest -L gpu --output-on-failure 2>&1) > "$OUT/tests.log" || status=1
 for t in decode_attention_gpu_test kv_quant_gpu_test model_kernels_gpu_test int2_dequant_gpu_test byte_checksum_gpu_test; do build-dev/tests/kernels/$t 2>&1; done \

@@ -10,11 +10,8 @@ OUT=${OUT:-out/device}
 mkdir -p "$OUT"
 QUICK=${1:-}
 status=0
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
-cmake -S . -B build-dev -G Ninja -DOSCARKV_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
-  > "$OUT/build.log" 2>&1 &&
-  cmake --build build-dev -j16 --target model_kernels_gpu_test prefill_attention_bench \
-    >> "$OUT/build.log" 2>&1 || { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
+source scripts/device/build_kernels.sh
+build_kernels model_kernels_gpu_test prefill_attention_bench
 echo "== model_kernels_gpu_test"
 build-dev/tests/kernels/model_kernels_gpu_test > "$OUT/model_kernels_test.log" 2>&1 || status=1
 grep -E "Prefill|PASSED|FAILED" "$OUT/model_kernels_test.log" | grep -E "sm90|FAIL|PASSED" | tail -40

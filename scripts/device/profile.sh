@@ -10,9 +10,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
 mkdir -p "$OUT"
-cmake -S . -B build-dev -G Ninja -DOSCARKV_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
-  > "$OUT/build.log" 2>&1 && cmake --build build-dev -j16 >> "$OUT/build.log" 2>&1 \
-  || { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
+source scripts/device/build_kernels.sh
+build_kernels
 if [ "${1:-}" = --demote ]; then
   # Args after --demote: D CLIP (default 128 0.96), one launch of that demotion case.
   DD=${2:-128} CLIP=${3:-0.96}
