@@ -1,5 +1,5 @@
 // End-to-end GPU benchmark of lib/model_gpu (issue #7): BF16 KV vs OSCAR INT2 KV in the same run.
-//   latency    batch-1 decode ms/token vs context length
+//   latency    batch-1 decode ms/token vs context length, the codecs' steps interleaved
 //   throughput decode tokens/s under a fixed KV byte budget, with the batch each codec can hold
 //   ttft       prefill (incl. cache writes and INT2 demotion) of one prompt
 //   quality    true-decode teacher forcing on real text with the real default model: windows of
@@ -92,36 +92,74 @@ std::vector<int64_t> ParseInts(const std::string& s) {
   return out;
 }
 
+// Batch-1 decode latency per codec and context. Every codec's model is built first and their steps
+// alternate (one step of each codec in turn), so that drifts in the host's launch speed fall on
+// every codec alike: the default model's step is launch-bound, and on the H200 machine its median
+// moved by up to 35% between two processes of the same build (bench/e2e/RESULTS.md).
 absl::Status Latency(const Flags& f) {
-  std::printf("| config | codec | context | decode ms/token (B=1, median of %d) | KV bytes |\n"
-              "|---|---|---|---|---|\n", f.steps);
+  struct Arm {
+    std::string codec;
+    GpuBenchSetup setup;
+    std::unique_ptr<model_gpu::GpuModel> model;
+    std::vector<int32_t> tokens{100};
+    std::vector<double> seconds;
+  };
+  const std::vector<int64_t> contexts = ParseInts(f.contexts);
+  const int64_t longest = *std::max_element(contexts.begin(), contexts.end()) + f.steps + 8;
+  std::vector<Arm> arms;
   for (absl::string_view codec : absl::StrSplit(f.codecs, ',')) {
-    OSCARKV_ASSIGN_OR_RETURN(GpuBenchSetup s, MakeGpuBenchSetup(f.config, std::string(codec)));
-    const std::vector<int64_t> contexts = ParseInts(f.contexts);
+    Arm& a = arms.emplace_back();
+    a.codec = std::string(codec);
+    OSCARKV_ASSIGN_OR_RETURN(a.setup, MakeGpuBenchSetup(f.config, a.codec));
     model_gpu::GpuModelOptions o;
     o.max_batch = 1;
     o.max_prompt_tokens = 256;
     // Room for the longest context in this codec's pages.
-    const int64_t longest = *std::max_element(contexts.begin(), contexts.end()) + f.steps + 8;
     model_gpu::KvPageTableConfig pc;
-    pc.num_layers = s.config.num_layers;
-    pc.num_kv_heads = s.config.num_kv_heads;
-    pc.head_dim = s.config.head_dim;
-    pc.windowed = std::string(codec) != "bf16";
+    pc.num_layers = a.setup.config.num_layers;
+    pc.num_kv_heads = a.setup.config.num_kv_heads;
+    pc.head_dim = a.setup.config.head_dim;
+    pc.windowed = a.codec != "bf16";
     const model_gpu::PageCount pages = model_gpu::PagesForTokens(pc, longest);
     o.kv_budget_bytes = pages.bf16 * model_gpu::Bf16PageBytes(pc) +
                         pages.int2 * model_gpu::Int2PageBytes(pc) + (int64_t{64} << 20);
-    OSCARKV_ASSIGN_OR_RETURN(auto m, MakeGpuBenchModel(s, o));
-    int64_t id = 0;
-    for (int64_t ctx : contexts) {
-      OSCARKV_RETURN_IF_ERROR(m->AddSyntheticSequence(++id, ctx, ctx + f.steps + 8, 7));
-      const int64_t kv = m->pages().seq(id).reserved_bytes;
-      OSCARKV_ASSIGN_OR_RETURN(double sec, TimeSteps(*m, {id}, f.steps));
-      std::printf("| %s | %s | %lld | %.3f | %.2f GB |\n", f.config.c_str(),
-                  std::string(codec).c_str(), static_cast<long long>(ctx), sec * 1e3, kv / 1e9);
-      std::fflush(stdout);
-      m->RemoveSequence(id);
+    OSCARKV_ASSIGN_OR_RETURN(a.model, MakeGpuBenchModel(a.setup, o));
+  }
+  std::printf("| config | codec | context | decode ms/token (B=1, median of %d) | p10 / p90 ms | "
+              "speedup over %s (same run) | KV bytes |\n|---|---|---|---|---|---|---|\n",
+              f.steps, arms[0].codec.c_str());
+  int64_t id = 0;
+  for (int64_t ctx : contexts) {
+    ++id;
+    for (Arm& a : arms) {
+      OSCARKV_RETURN_IF_ERROR(a.model->AddSyntheticSequence(id, ctx, ctx + f.steps + 8, 7));
+      a.tokens = {100};
+      a.seconds.clear();
     }
+    const std::vector<int64_t> ids{id};
+    std::vector<int32_t> next;
+    for (int i = 0; i < f.steps + 2; ++i) {  // the first 2 steps of each codec are not timed
+      for (Arm& a : arms) {
+        const auto t0 = Clock::now();
+        OSCARKV_RETURN_IF_ERROR(a.model->DecodeStep(ids, a.tokens, &next));
+        if (i >= 2) a.seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        a.tokens = next;
+      }
+    }
+    auto at = [](std::vector<double> v, double q) {
+      std::sort(v.begin(), v.end());
+      return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+    };
+    const double first = at(arms[0].seconds, 0.5);
+    for (Arm& a : arms) {
+      const double median = at(a.seconds, 0.5);
+      std::printf("| %s | %s | %lld | %.3f | %.3f / %.3f | %.2fx | %.2f GB |\n", f.config.c_str(),
+                  a.codec.c_str(), static_cast<long long>(ctx), median * 1e3,
+                  at(a.seconds, 0.1) * 1e3, at(a.seconds, 0.9) * 1e3, first / median,
+                  a.model->pages().seq(id).reserved_bytes / 1e9);
+      a.model->RemoveSequence(id);
+    }
+    std::fflush(stdout);
   }
   return absl::OkStatus();
 }
