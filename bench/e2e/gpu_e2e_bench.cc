@@ -68,6 +68,7 @@ struct Flags {
   int trials = 3;                          // niah: haystacks per (context, depth)
   uint64_t seed = eval::kDefaultEvalSeed;  // niah: the eval seed (same prompts as oscarkv eval)
   std::string prefill_kernels = "sm90,mma";  // ttft: prefill attention kernels, in one run
+  std::string decode_graphs = "on";           // on | off | both (latency: both, interleaved)
 };
 
 // Median seconds per decode step over `steps` steps of all `ids` together.
@@ -92,10 +93,11 @@ std::vector<int64_t> ParseInts(const std::string& s) {
   return out;
 }
 
-// Batch-1 decode latency per codec and context. Every codec's model is built first and their steps
-// alternate (one step of each codec in turn), so that drifts in the host's launch speed fall on
-// every codec alike: the default model's step is launch-bound, and on the H200 machine its median
-// moved by up to 35% between two processes of the same build (bench/e2e/RESULTS.md).
+// Batch-1 decode latency per codec (and graph mode) and context. Every arm's model is built first
+// and their steps alternate (one step of each in turn), so that drifts in the host's launch speed
+// fall on every arm alike: the default model's step without graphs is launch-bound, and on the
+// H200 machine its median moved by up to 36% between two processes of the same build
+// (bench/e2e/RESULTS.md).
 absl::Status Latency(const Flags& f) {
   struct Arm {
     std::string codec;
@@ -107,11 +109,16 @@ absl::Status Latency(const Flags& f) {
   const std::vector<int64_t> contexts = ParseInts(f.contexts);
   const int64_t longest = *std::max_element(contexts.begin(), contexts.end()) + f.steps + 8;
   std::vector<Arm> arms;
-  for (absl::string_view codec : absl::StrSplit(f.codecs, ',')) {
+  std::vector<bool> graph_modes;  // GpuModelOptions::decode_graphs of the arms
+  if (f.decode_graphs != "off") graph_modes.push_back(true);
+  if (f.decode_graphs != "on") graph_modes.push_back(false);
+  auto add_arm = [&](const std::string& codec, bool graphs) -> absl::Status {
     Arm& a = arms.emplace_back();
-    a.codec = std::string(codec);
-    OSCARKV_ASSIGN_OR_RETURN(a.setup, MakeGpuBenchSetup(f.config, a.codec));
+    a.codec = codec;
+    if (graph_modes.size() > 1) a.codec += graphs ? " (graphs)" : " (no graphs)";
+    OSCARKV_ASSIGN_OR_RETURN(a.setup, MakeGpuBenchSetup(f.config, codec));
     model_gpu::GpuModelOptions o;
+    o.decode_graphs = graphs;
     o.max_batch = 1;
     o.max_prompt_tokens = 256;
     // Room for the longest context in this codec's pages.
@@ -119,11 +126,17 @@ absl::Status Latency(const Flags& f) {
     pc.num_layers = a.setup.config.num_layers;
     pc.num_kv_heads = a.setup.config.num_kv_heads;
     pc.head_dim = a.setup.config.head_dim;
-    pc.windowed = a.codec != "bf16";
+    pc.windowed = codec != "bf16";
     const model_gpu::PageCount pages = model_gpu::PagesForTokens(pc, longest);
     o.kv_budget_bytes = pages.bf16 * model_gpu::Bf16PageBytes(pc) +
                         pages.int2 * model_gpu::Int2PageBytes(pc) + (int64_t{64} << 20);
     OSCARKV_ASSIGN_OR_RETURN(a.model, MakeGpuBenchModel(a.setup, o));
+    return absl::OkStatus();
+  };
+  for (const bool graphs : graph_modes) {
+    for (absl::string_view codec : absl::StrSplit(f.codecs, ',')) {
+      OSCARKV_RETURN_IF_ERROR(add_arm(std::string(codec), graphs));
+    }
   }
   std::printf("| config | codec | context | decode ms/token (B=1, median of %d) | p10 / p90 ms | "
               "speedup over %s (same run) | KV bytes |\n|---|---|---|---|---|---|---|\n",
@@ -172,6 +185,7 @@ absl::Status Throughput(const Flags& f) {
     for (absl::string_view codec : absl::StrSplit(f.codecs, ',')) {
       OSCARKV_ASSIGN_OR_RETURN(GpuBenchSetup s, MakeGpuBenchSetup(f.config, std::string(codec)));
       model_gpu::GpuModelOptions o;
+      o.decode_graphs = f.decode_graphs != "off";
       o.max_batch = f.max_batch;
       o.max_prompt_tokens = 256;
       o.kv_budget_bytes = gib << 30;
@@ -771,6 +785,11 @@ int main(int argc, char** argv) {
   app.add_option("--seed", f.seed,
                  "niah: the eval seed; the same as `oscarkv eval --seed` gives the same prompts "
                  "(default 20261129)");
+  app.add_option("--decode-graphs", f.decode_graphs,
+                 "on | off | both: decode steps replayed from CUDA graphs (GpuModelOptions::"
+                 "decode_graphs); both (latency only): each codec both ways, interleaved "
+                 "(default on)")
+      ->check(CLI::IsMember({"on", "off", "both"}));
   app.add_option("--prefill-kernels", f.prefill_kernels,
                  "ttft: prefill attention kernels compared in one run: sm90 (Hopper wgmma) "
                  "and/or mma (default sm90,mma)");

@@ -113,6 +113,11 @@ absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
   for (cudaEvent_t& e : cache_events_) OSCARKV_CUDA_OK(cudaEventCreate(&e));
   OSCARKV_CUBLAS_OK(cublasCreate(&cublas_));
   OSCARKV_CUBLAS_OK(cublasSetStream(cublas_, stream_));
+  // An explicit workspace (after cublasSetStream, which resets it): otherwise cuBLAS gives each
+  // captured decode graph a workspace of its own. 32 MiB is what cuBLAS suggests for Hopper.
+  OSCARKV_RETURN_IF_ERROR(cublas_workspace_.Allocate(size_t{32} << 20, "cuBLAS workspace"));
+  OSCARKV_CUBLAS_OK(
+      cublasSetWorkspace(cublas_, cublas_workspace_.get(), cublas_workspace_.bytes()));
   OSCARKV_CUDA_OK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount,
                                          options_.device));
   int cc_major = 0, cc_minor = 0;
@@ -493,20 +498,29 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
   return absl::OkStatus();
 }
 
+absl::Status GpuModel::LogitsKernels(int64_t n, const float* x_rows, bool argmax) {
+  const model::ModelConfig& c = config_;
+  OSCARKV_CUDA_OK(k::RmsNormToBf16Cuda(x_rows, weights_.output_norm(), n, c.d_model,
+                                       static_cast<float>(c.norm_eps), h_.as<uint16_t>(),
+                                       stream_));
+  OSCARKV_RETURN_IF_ERROR(Gemm(h_.as<uint16_t>(), weights_.output(), n, c.d_model, c.vocab_size,
+                               0.0f, logits_.as<float>()));
+  if (argmax) {
+    OSCARKV_CUDA_OK(k::ArgmaxRowsCuda(logits_.as<float>(), static_cast<int>(n),
+                                      static_cast<int>(c.vocab_size), argmax_.as<int32_t>(),
+                                      stream_));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GpuModel::Logits(int64_t rows, const float* x_rows, std::vector<float>* logits_out,
                               int32_t* argmax_out) {
   const model::ModelConfig& c = config_;
   const int64_t vocab = c.vocab_size;
   for (int64_t r0 = 0; r0 < rows; r0 += options_.max_batch) {
     const int64_t n = std::min<int64_t>(options_.max_batch, rows - r0);
-    OSCARKV_CUDA_OK(k::RmsNormToBf16Cuda(x_rows + r0 * c.d_model, weights_.output_norm(), n,
-                                         c.d_model, static_cast<float>(c.norm_eps),
-                                         h_.as<uint16_t>(), stream_));
-    OSCARKV_RETURN_IF_ERROR(Gemm(h_.as<uint16_t>(), weights_.output(), n, c.d_model, vocab, 0.0f,
-                                 logits_.as<float>()));
+    OSCARKV_RETURN_IF_ERROR(LogitsKernels(n, x_rows + r0 * c.d_model, argmax_out != nullptr));
     if (argmax_out != nullptr) {
-      OSCARKV_CUDA_OK(k::ArgmaxRowsCuda(logits_.as<float>(), static_cast<int>(n),
-                                        static_cast<int>(vocab), argmax_.as<int32_t>(), stream_));
       OSCARKV_CUDA_OK(cudaMemcpyAsync(argmax_out + r0, argmax_.get(), n * 4,
                                       cudaMemcpyDeviceToHost, stream_));
     }
@@ -517,6 +531,21 @@ absl::Status GpuModel::Logits(int64_t rows, const float* x_rows, std::vector<flo
     OSCARKV_CUDA_OK(cudaStreamSynchronize(stream_));
   }
   return absl::OkStatus();
+}
+
+absl::Status GpuModel::ReserveDecodeMeta(int64_t work_items) {
+  DecodeMetaLayout& lay = decode_meta_layout_;
+  if (lay.total > 0 && work_items <= lay.work_items) return absl::OkStatus();
+  OSCARKV_CUDA_OK(cudaStreamSynchronize(stream_));
+  decode_graphs_.Clear();  // they point into the old buffer
+  lay.small = (int64_t{options_.max_batch} + 1 + 3) / 4 * 4;  // keeps the work items 16-byte aligned
+  lay.work = DecodeMetaLayout::kNumSmall * lay.small;
+  lay.work_items = std::max<int64_t>(2 * work_items, 4 * int64_t{num_sms_});
+  lay.bf16_indices = lay.work + 4 * lay.work_items;
+  lay.int2_indices = lay.bf16_indices + pages_.config().bf16_pages;
+  lay.total = lay.int2_indices + pages_.config().int2_pages;
+  decode_meta_host_.assign(static_cast<size_t>(lay.total), 0);
+  return decode_meta_.Allocate(static_cast<size_t>(lay.total) * 4, "decode step metadata");
 }
 
 absl::Status GpuModel::CheckPrompt(std::span<const int32_t> prompt) const {
@@ -787,6 +816,7 @@ absl::Status GpuModel::DecodeStep(std::span<const int64_t> ids, std::span<const 
   const int64_t need_out = plan.PartialOutFloats(config_.num_heads, config_.head_dim) * 4;
   if (static_cast<int64_t>(partial_out_.bytes()) < need_out) {
     OSCARKV_CUDA_OK(cudaStreamSynchronize(stream_));
+    decode_graphs_.Clear();  // they point into the old buffers
     OSCARKV_RETURN_IF_ERROR(partial_out_.Allocate(need_out * 2, "attention partials"));
     OSCARKV_RETURN_IF_ERROR(
         partial_lse_.Allocate(plan.PartialLseFloats(config_.num_heads) * 8, "attention partials"));
@@ -795,58 +825,91 @@ absl::Status GpuModel::DecodeStep(std::span<const int64_t> ids, std::span<const 
   const int64_t need_counters = static_cast<int64_t>(b) * config_.num_heads * 4;
   if (static_cast<int64_t>(merge_counters_.bytes()) < need_counters) {
     OSCARKV_CUDA_OK(cudaStreamSynchronize(stream_));
+    decode_graphs_.Clear();
     OSCARKV_RETURN_IF_ERROR(
         merge_counters_.Allocate(need_counters * 2, "attention merge counters"));
     OSCARKV_CUDA_OK(cudaMemsetAsync(merge_counters_.get(), 0, merge_counters_.bytes(), stream_));
   }
-  meta_host_.clear();
-  const int64_t off_tokens = Push(meta_host_, tokens);
-  const int64_t off_pos = Push(meta_host_, positions);
-  const int64_t off_page = Push(meta_host_, page);
-  const int64_t off_row = Push(meta_host_, row);
-  const int64_t off_src = Push(meta_host_, demote_src);
-  const int64_t off_dst = Push(meta_host_, demote_dst);
-  const int64_t off_bi = Push(meta_host_, bf16_indptr);
-  const int64_t off_bx = Push(meta_host_, bf16_indices);
-  const int64_t off_bt = Push(meta_host_, bf16_tokens);
-  const int64_t off_ii = Push(meta_host_, int2_indptr);
-  const int64_t off_ix = Push(meta_host_, int2_indices);
-  const int64_t off_it = Push(meta_host_, int2_tokens);
+  OSCARKV_RETURN_IF_ERROR(ReserveDecodeMeta(plan.num_work()));
+  const DecodeMetaLayout& lay = decode_meta_layout_;
+  std::vector<int32_t>& host = decode_meta_host_;
+  auto put = [&](int64_t at, std::span<const int32_t> values) {
+    std::copy(values.begin(), values.end(), host.begin() + at);
+  };
+  put(lay.At(DecodeMetaLayout::kTokens), tokens);
+  put(lay.At(DecodeMetaLayout::kPositions), positions);
+  put(lay.At(DecodeMetaLayout::kPage), page);
+  put(lay.At(DecodeMetaLayout::kRow), row);
+  put(lay.At(DecodeMetaLayout::kDemoteSrc), demote_src);
+  put(lay.At(DecodeMetaLayout::kDemoteDst), demote_dst);
+  put(lay.At(DecodeMetaLayout::kBf16Indptr), bf16_indptr);
+  put(lay.At(DecodeMetaLayout::kBf16Tokens), bf16_tokens);
+  put(lay.At(DecodeMetaLayout::kInt2Indptr), int2_indptr);
+  put(lay.At(DecodeMetaLayout::kInt2Tokens), int2_tokens);
+  put(lay.At(DecodeMetaLayout::kSeqWorkIndptr), plan.seq_work_indptr);
   static_assert(sizeof(k::DecodeWorkItem) == 16);
-  meta_host_.resize((meta_host_.size() + 3) / 4 * 4);  // 16-byte alignment of the work items
-  const int64_t off_work = static_cast<int64_t>(meta_host_.size());
-  for (const k::DecodeWorkItem& wi : plan.work) {
-    meta_host_.insert(meta_host_.end(), {wi.seq, wi.tier, wi.token_begin, wi.token_end});
+  for (int i = 0; i < plan.num_work(); ++i) {
+    const k::DecodeWorkItem& wi = plan.work[i];
+    put(lay.work + 4 * int64_t{i}, std::array<int32_t, 4>{wi.seq, wi.tier, wi.token_begin,
+                                                          wi.token_end});
   }
-  const int64_t off_swi = Push(meta_host_, plan.seq_work_indptr);
-  OSCARKV_RETURN_IF_ERROR(UploadMeta(meta_host_));
-  const int32_t* base = meta_.as<int32_t>();
+  put(lay.bf16_indices, bf16_indices);
+  put(lay.int2_indices, int2_indices);
+  // Pageable copies: each returns once its source is consumed. The per-sequence arrays and the
+  // work items are one range; the page lists sit at fixed offsets past them.
+  int32_t* base = decode_meta_.as<int32_t>();
+  const int64_t head_ints = lay.work + 4 * int64_t{plan.num_work()};
+  OSCARKV_CUDA_OK(cudaMemcpyAsync(base, host.data(), head_ints * 4, cudaMemcpyHostToDevice,
+                                  stream_));
+  for (const auto& [at, count] : {std::pair{lay.bf16_indices, bf16_indices.size()},
+                                  std::pair{lay.int2_indices, int2_indices.size()}}) {
+    if (count == 0) continue;
+    OSCARKV_CUDA_OK(cudaMemcpyAsync(base + at, host.data() + at, count * 4,
+                                    cudaMemcpyHostToDevice, stream_));
+  }
   StepMeta meta;
-  meta.tokens = base + off_tokens;
-  meta.positions = base + off_pos;
+  meta.tokens = base + lay.At(DecodeMetaLayout::kTokens);
+  meta.positions = base + lay.At(DecodeMetaLayout::kPositions);
   meta.writes.push_back({0, b, 0});
-  meta.bf16_page = base + off_page;
-  meta.bf16_row = base + off_row;
+  meta.bf16_page = base + lay.At(DecodeMetaLayout::kPage);
+  meta.bf16_row = base + lay.At(DecodeMetaLayout::kRow);
   meta.num_demote = static_cast<int64_t>(demote_src.size());
-  meta.demote_src = base + off_src;
-  meta.demote_dst = base + off_dst;
-  meta.bf16_indptr = base + off_bi;
-  meta.bf16_indices = base + off_bx;
-  meta.bf16_tokens = base + off_bt;
-  meta.int2_indptr = base + off_ii;
-  meta.int2_indices = base + off_ix;
-  meta.int2_tokens = base + off_it;
-  meta.work = reinterpret_cast<const k::DecodeWorkItem*>(base + off_work);
-  meta.seq_work_indptr = base + off_swi;
+  meta.demote_src = base + lay.At(DecodeMetaLayout::kDemoteSrc);
+  meta.demote_dst = base + lay.At(DecodeMetaLayout::kDemoteDst);
+  meta.bf16_indptr = base + lay.At(DecodeMetaLayout::kBf16Indptr);
+  meta.bf16_indices = base + lay.bf16_indices;
+  meta.bf16_tokens = base + lay.At(DecodeMetaLayout::kBf16Tokens);
+  meta.int2_indptr = base + lay.At(DecodeMetaLayout::kInt2Indptr);
+  meta.int2_indices = base + lay.int2_indices;
+  meta.int2_tokens = base + lay.At(DecodeMetaLayout::kInt2Tokens);
+  meta.work = reinterpret_cast<const k::DecodeWorkItem*>(base + lay.work);
+  meta.seq_work_indptr = base + lay.At(DecodeMetaLayout::kSeqWorkIndptr);
   meta.num_work = plan.num_work();
   meta.one_split_per_seq = plan.OneSplitPerSequence();
 
-  OSCARKV_CUDA_OK(k::EmbedRowsCuda(weights_.token_embd(), meta.tokens, b, config_.d_model,
-                                   x_.as<float>(), stream_));
-  OSCARKV_RETURN_IF_ERROR(RunLayers(b, /*prefill=*/false, meta));
+  // Everything from the embedding to the argmax. Its launches depend on the key alone: the
+  // metadata sits at fixed offsets and every buffer it touches is allocated before this point.
+  auto enqueue = [&]() -> absl::Status {
+    OSCARKV_CUDA_OK(k::EmbedRowsCuda(weights_.token_embd(), meta.tokens, b, config_.d_model,
+                                     x_.as<float>(), stream_));
+    OSCARKV_RETURN_IF_ERROR(RunLayers(b, /*prefill=*/false, meta));
+    return LogitsKernels(b, x_.as<float>(), /*argmax=*/true);
+  };
+  if (options_.decode_graphs) {
+    const StepGraphCache::Key key = {b, meta.num_work, meta.num_demote, meta.one_split_per_seq};
+    OSCARKV_RETURN_IF_ERROR(decode_graphs_.Run(key, stream_, enqueue));
+  } else {
+    OSCARKV_RETURN_IF_ERROR(enqueue());
+  }
   next_greedy->resize(b);
-  if (logits != nullptr) logits->resize(b * config_.vocab_size);
-  OSCARKV_RETURN_IF_ERROR(Logits(b, x_.as<float>(), logits, next_greedy->data()));
+  OSCARKV_CUDA_OK(cudaMemcpyAsync(next_greedy->data(), argmax_.get(), b * 4,
+                                  cudaMemcpyDeviceToHost, stream_));
+  if (logits != nullptr) {
+    logits->resize(b * config_.vocab_size);
+    OSCARKV_CUDA_OK(cudaMemcpyAsync(logits->data(), logits_.get(), logits->size() * 4,
+                                    cudaMemcpyDeviceToHost, stream_));
+  }
+  OSCARKV_CUDA_OK(cudaStreamSynchronize(stream_));
   pages_.ReleaseDemoted();
   return absl::OkStatus();
 }

@@ -39,6 +39,7 @@
 #include "lib/model_gpu/cuda_status.h"
 #include "lib/model_gpu/gpu_weights.h"
 #include "lib/model_gpu/kv_page_table.h"
+#include "lib/model_gpu/step_graph_cache.h"
 #include "lib/quant/three_tier_cache.h"
 
 namespace oscarkv::model_gpu {
@@ -55,6 +56,10 @@ struct GpuModelOptions {
   // 4 * Hkv * head_dim * max_prompt_tokens bytes; false: the mma.sync kernel, no workspace (the
   // benchmarks' baseline). Default: true.
   bool hopper_prefill_attention = true;
+  // Decode steps replayed from captured CUDA graphs, one per step shape (StepGraphCache): the host
+  // issues a step's hundreds of kernels as one launch. false: every kernel launched one by one
+  // (the same bits; the benchmarks' baseline). Default: true.
+  bool decode_graphs = true;
 };
 
 // Timings of the last AddSequence (host wall clock around synchronised GPU work).
@@ -123,6 +128,8 @@ class GpuModel {
   absl::Status DecodeStep(std::span<const int64_t> ids, std::span<const int32_t> tokens,
                           std::vector<int32_t>* next_greedy,
                           std::vector<float>* logits = nullptr);
+  // How decode steps ran: directly, captured, replayed (GpuModelOptions::decode_graphs).
+  const StepGraphCache::Counts& decode_graph_counts() const { return decode_graphs_.counts(); }
 
   // The packed form of a sequence of `length` tokens of this model and codec.
   PackedKvLayout PackedLayout(int64_t length) const;
@@ -181,6 +188,23 @@ class GpuModel {
   static constexpr int kRotationsPerLayer = 4;
   absl::Status Logits(int64_t rows, const float* x_rows, std::vector<float>* logits_out,
                       int32_t* argmax_out);
+  // Logits of n <= max_batch rows into logits_ (and their argmax into argmax_), enqueued only.
+  absl::Status LogitsKernels(int64_t n, const float* x_rows, bool argmax);
+  // A decode step's metadata at fixed offsets in decode_meta_ (so that the pointers its kernels
+  // get do not move between steps, as a replayed graph needs), room for `work_items` at least.
+  struct DecodeMetaLayout {
+    enum Array {  // per-sequence arrays, `small` int32 each, in this order from offset 0
+      kTokens, kPositions, kPage, kRow, kDemoteSrc, kDemoteDst, kBf16Indptr, kBf16Tokens,
+      kInt2Indptr, kInt2Tokens, kSeqWorkIndptr, kNumSmall
+    };
+    int64_t small = 0;       // max_batch + 1, rounded up to 4
+    int64_t work = 0;        // DecodeWorkItems (4 int32 each), room for work_items
+    int64_t work_items = 0;
+    int64_t bf16_indices = 0, int2_indices = 0;  // room for every page of each pool
+    int64_t total = 0;       // int32 elements; 0 until reserved
+    int64_t At(Array a) const { return static_cast<int64_t>(a) * small; }
+  };
+  absl::Status ReserveDecodeMeta(int64_t work_items);
   absl::Status UploadMeta(const std::vector<int32_t>& host);
   // Packs (pack) or unpacks the pages of held sequence `id` to/from `packed`.
   absl::Status CopyPackedPages(int64_t id, std::byte* packed, bool pack);
@@ -208,7 +232,12 @@ class GpuModel {
   DeviceBuffer prefill_attn_workspace_;
   DeviceBuffer q_rot_, attn_out_, attn_out_rot_, partial_out_, partial_lse_, logits_, argmax_;
   DeviceBuffer merge_counters_;  // DecodeAttentionParams::merge_counters, zero between calls
-  DeviceBuffer meta_;  // per-step int32 metadata
+  DeviceBuffer meta_;  // per-step int32 metadata (prefill)
+  DeviceBuffer decode_meta_;  // a decode step's, at decode_meta_layout_'s offsets
+  DecodeMetaLayout decode_meta_layout_;
+  std::vector<int32_t> decode_meta_host_;
+  DeviceBuffer cublas_workspace_;  // set explicitly, so that graph captures share it
+  StepGraphCache decode_graphs_;
   DeviceBuffer tail_;  // TailRows of the running prefill (grown on demand)
   // PrefillChunked's buffers (grown on demand): stored-form rows, quantised block payloads, bf16
   // rows of BF16-block tokens, one chunk's INT2 segments and bf16 rows.

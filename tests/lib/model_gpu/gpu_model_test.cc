@@ -3,7 +3,8 @@
 //   * codec bf16: greedy generation token for token (64 steps) on real prompts; where the two
 //     diverge it must be a near-tie of the CPU's own logits;
 //   * codec oscar: teacher-forced decode logits within a relative-error budget, top-1 agreement;
-//   * continuous batching: sequences stepped together equal each stepped alone.
+//   * continuous batching: sequences stepped together equal each stepped alone;
+//   * decode steps replayed from CUDA graphs equal kernel-by-kernel launches, bit for bit.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -65,10 +66,12 @@ class GpuModelTest : public testing::DefaultModelTest {
         model_, {.codec = codec,
                  .calibration_path = engine::ResolveCalibrationPath("", "default", codec)});
   }
-  static std::unique_ptr<GpuModel> Gpu(const engine::KvCacheFactory& factory, int max_batch = 8) {
+  static std::unique_ptr<GpuModel> Gpu(const engine::KvCacheFactory& factory, int max_batch = 8,
+                                       bool decode_graphs = true) {
     auto w = GpuWeights::Upload(model_->config(), model_->weights());
     EXPECT_TRUE(w.ok()) << w.status();
     GpuModelOptions o;
+    o.decode_graphs = decode_graphs;
     o.max_batch = max_batch;
     o.max_prompt_tokens = 2048;
     o.kv_budget_bytes = int64_t{1} << 30;
@@ -351,6 +354,61 @@ TEST_F(GpuModelTest, SequencesJoinAndLeaveBetweenSteps) {
   std::printf("join/leave vs alone: worst logits rel err %.2e\n", worst);
   EXPECT_LT(worst, 2e-3);
   EXPECT_EQ(gpu->pages().used_bytes(), 0);
+}
+
+// Decode steps replayed from CUDA graphs (GpuModelOptions::decode_graphs) give the bits of steps
+// launched kernel by kernel: two sequences decode past demotions, a third joins at step 12 and
+// the first leaves at step 25 (new step shapes, so new captures); and graphs did replay.
+TEST_F(GpuModelTest, GraphReplayedDecodeEqualsKernelByKernelLaunches) {
+  const std::vector<int32_t> ids = model_->tokenizer().Encode(ReadFixture(), true);
+  const size_t lengths[] = {30, 333, 100};
+  const int steps = 40;
+  for (const std::string codec : {"bf16", "oscar"}) {
+    auto factory = Factory(codec);
+    ASSERT_NE(factory, nullptr);
+    std::vector<float> logits[2];  // [graphs]: every step's logits, concatenated
+    for (int graphs = 0; graphs < 2; ++graphs) {
+      auto gpu = Gpu(*factory, 8, graphs == 1);
+      ASSERT_NE(gpu, nullptr);
+      auto add = [&](int64_t id) {
+        const size_t len = lengths[id];
+        const std::vector<int32_t> p(ids.begin(), ids.begin() + len);
+        int32_t next = 0;
+        ASSERT_TRUE(gpu->AddSequence(id, p, len + steps + 1, &next).ok());
+      };
+      add(0);
+      add(1);
+      for (int step = 0; step < steps; ++step) {
+        if (step == 12) add(2);
+        if (step == 25) gpu->RemoveSequence(0);
+        std::vector<int64_t> seqs;
+        std::vector<int32_t> tokens;
+        for (int64_t id = 0; id < 3; ++id) {
+          const bool in = (id == 0 && step < 25) || id == 1 || (id == 2 && step >= 12);
+          if (!in) continue;
+          seqs.push_back(id);
+          tokens.push_back(ids[lengths[id] + step - (id == 2 ? 12 : 0)]);
+        }
+        std::vector<int32_t> next;
+        std::vector<float> l;
+        ASSERT_TRUE(gpu->DecodeStep(seqs, tokens, &next, &l).ok()) << codec << " step " << step;
+        logits[graphs].insert(logits[graphs].end(), l.begin(), l.end());
+      }
+      if (codec == "oscar") EXPECT_GT(gpu->pages().seq(1).int2_tokens, 8);  // demoted meanwhile
+      const StepGraphCache::Counts& n = gpu->decode_graph_counts();
+      std::printf("%s, graphs %d: %lld direct, %lld captured, %lld replayed steps\n",
+                  codec.c_str(), graphs, static_cast<long long>(n.direct),
+                  static_cast<long long>(n.captured), static_cast<long long>(n.replayed));
+      if (graphs == 1) {
+        EXPECT_GT(n.replayed, steps / 4) << codec;
+        EXPECT_EQ(n.capture_failures, 0) << codec;
+      } else {
+        EXPECT_EQ(n.direct + n.captured + n.replayed, 0) << codec;
+      }
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4)) << codec;
+  }
 }
 
 // Moving a sequence between GPU models (what a prefill GPU does for a decode GPU): A prefills and
