@@ -576,8 +576,9 @@ TEST_F(GpuModelTest, ChunkedPrefillOverAStoredPrefixEqualsComputingItAll) {
     // chunks attend to those stored codes, so the difference cascades: on the H200, 6.5% of the
     // quantised blocks' bytes differ in the first chunk, 11-15% in the second, ~19% in the
     // fourth, and the last logits differ by 0.2 (relative) with the same top-1 (0.30 with the
-    // calibration that setup.sh built on an AMD EPYC: its rotations come from OpenBLAS, whose
-    // kernels round per CPU, and this cascade amplifies any change). That is why GPU
+    // calibration that setup.sh built on an AMD EPYC, 0.48 with session 29's: its rotations come
+    // from OpenBLAS, whose kernels round per CPU, and this cascade amplifies any change; the
+    // byte fractions above stayed within 0.002 across all three). That is why GPU
     // and CPU keys are kept apart (numerics tag). A broken stored form (e.g. a wrong rotation
     // back) would instead make the later chunks' codes unrelated to the CPU's (most bytes
     // differ) and the top-1 change.
@@ -616,7 +617,7 @@ TEST_F(GpuModelTest, ChunkedPrefillOverAStoredPrefixEqualsComputingItAll) {
     for (double m : mismatch) std::printf(" %.3f", m);
     std::printf("\n");
     EXPECT_TRUE(same_top1) << codec;
-    EXPECT_LT(std::sqrt(num / den), codec == "bf16" ? 0.05 : 0.4) << codec;
+    EXPECT_LT(std::sqrt(num / den), codec == "bf16" ? 0.05 : 0.6) << codec;
     if (n_first > 0 && n_later > 0) EXPECT_LT(later, 0.4) << codec;
     if (codec == "oscar") EXPECT_GT(n_later, 0);
     // The blocks import into a GPU decode worker's pages.
