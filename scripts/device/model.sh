@@ -200,10 +200,13 @@ if [ $bench = 1 ] || [ $ttft = 1 ]; then
   echo "== TTFT"; $E --mode ttft --contexts 8192,32768 2>&1 | tee "$OUT/ttft.log"
 fi
 if [ $bench = 1 ]; then
-  echo "== latency"; $E --mode latency --steps 32 2>&1 | tee "$OUT/latency.log"
+  # Latency: every codec with and without decode graphs, their steps interleaved in one process.
+  echo "== latency"; $E --mode latency --decode-graphs both --steps 32 2>&1 | tee "$OUT/latency.log"
   echo "== latency (default model shape, real weights)"
-  $E --mode latency --config default --contexts 8192,32768,131072 --steps 32 2>&1 \
-    | tee "$OUT/latency_default.log"
-  echo "== throughput"; $E --mode throughput --steps 16 2>&1 | tee "$OUT/throughput.log"
+  $E --mode latency --config default --decode-graphs both --contexts 8192,32768,131072 \
+    --steps 64 2>&1 | tee "$OUT/latency_default.log"
+  echo "== throughput"
+  for g in on off; do $E --mode throughput --decode-graphs $g --steps 16 2>&1; done \
+    | tee "$OUT/throughput.log"
 fi
 exit $status
