@@ -68,7 +68,7 @@ struct Flags {
   int trials = 3;                          // niah: haystacks per (context, depth)
   uint64_t seed = eval::kDefaultEvalSeed;  // niah: the eval seed (same prompts as oscarkv eval)
   std::string prefill_kernels = "sm90,mma";  // ttft: prefill attention kernels, in one run
-  std::string decode_graphs = "on";           // on | off | both (latency: both, interleaved)
+  std::string decode_graphs = "on";          // on | off | both (latency: both, interleaved)
 };
 
 // Median seconds per decode step over `steps` steps of all `ids` together.
@@ -138,9 +138,10 @@ absl::Status Latency(const Flags& f) {
       OSCARKV_RETURN_IF_ERROR(add_arm(std::string(codec), graphs));
     }
   }
-  std::printf("| config | codec | context | decode ms/token (B=1, median of %d) | p10 / p90 ms | "
-              "speedup over %s (same run) | KV bytes |\n|---|---|---|---|---|---|---|\n",
-              f.steps, arms[0].codec.c_str());
+  std::printf(
+      "| config | codec | context | decode ms/token (B=1, median of %d) | p10 / p90 ms | "
+      "speedup over %s (same run) | KV bytes |\n|---|---|---|---|---|---|---|\n",
+      f.steps, arms[0].codec.c_str());
   int64_t id = 0;
   for (int64_t ctx : contexts) {
     ++id;

@@ -114,7 +114,8 @@ absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
   OSCARKV_CUBLAS_OK(cublasCreate(&cublas_));
   OSCARKV_CUBLAS_OK(cublasSetStream(cublas_, stream_));
   // An explicit workspace (after cublasSetStream, which resets it): otherwise cuBLAS gives each
-  // captured decode graph a workspace of its own. 32 MiB is what cuBLAS suggests for Hopper.
+  // captured decode graph a workspace of its own. With 32 MiB the gpu tests' figures on the H200
+  // equal those with cuBLAS's own pool (bench/e2e/results/session29/cublas_workspace/).
   OSCARKV_RETURN_IF_ERROR(cublas_workspace_.Allocate(size_t{32} << 20, "cuBLAS workspace"));
   OSCARKV_CUBLAS_OK(
       cublasSetWorkspace(cublas_, cublas_workspace_.get(), cublas_workspace_.bytes()));
@@ -501,8 +502,7 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
 absl::Status GpuModel::LogitsKernels(int64_t n, const float* x_rows, bool argmax) {
   const model::ModelConfig& c = config_;
   OSCARKV_CUDA_OK(k::RmsNormToBf16Cuda(x_rows, weights_.output_norm(), n, c.d_model,
-                                       static_cast<float>(c.norm_eps), h_.as<uint16_t>(),
-                                       stream_));
+                                       static_cast<float>(c.norm_eps), h_.as<uint16_t>(), stream_));
   OSCARKV_RETURN_IF_ERROR(Gemm(h_.as<uint16_t>(), weights_.output(), n, c.d_model, c.vocab_size,
                                0.0f, logits_.as<float>()));
   if (argmax) {
@@ -534,18 +534,24 @@ absl::Status GpuModel::Logits(int64_t rows, const float* x_rows, std::vector<flo
 }
 
 absl::Status GpuModel::ReserveDecodeMeta(int64_t work_items) {
-  DecodeMetaLayout& lay = decode_meta_layout_;
-  if (lay.total > 0 && work_items <= lay.work_items) return absl::OkStatus();
+  if (decode_meta_layout_.total > 0 && work_items <= decode_meta_layout_.work_items) {
+    return absl::OkStatus();
+  }
   OSCARKV_CUDA_OK(cudaStreamSynchronize(stream_));
   decode_graphs_.Clear();  // they point into the old buffer
-  lay.small = (int64_t{options_.max_batch} + 1 + 3) / 4 * 4;  // keeps the work items 16-byte aligned
+  DecodeMetaLayout lay;
+  lay.small = (int64_t{options_.max_batch} + 1 + 3) / 4 * 4;  // work items 16-byte aligned
   lay.work = DecodeMetaLayout::kNumSmall * lay.small;
   lay.work_items = std::max<int64_t>(2 * work_items, 4 * int64_t{num_sms_});
   lay.bf16_indices = lay.work + 4 * lay.work_items;
   lay.int2_indices = lay.bf16_indices + pages_.config().bf16_pages;
   lay.total = lay.int2_indices + pages_.config().int2_pages;
+  decode_meta_layout_ = {};  // until the buffer exists
+  OSCARKV_RETURN_IF_ERROR(
+      decode_meta_.Allocate(static_cast<size_t>(lay.total) * 4, "decode step metadata"));
   decode_meta_host_.assign(static_cast<size_t>(lay.total), 0);
-  return decode_meta_.Allocate(static_cast<size_t>(lay.total) * 4, "decode step metadata");
+  decode_meta_layout_ = lay;
+  return absl::OkStatus();
 }
 
 absl::Status GpuModel::CheckPrompt(std::span<const int32_t> prompt) const {
@@ -850,8 +856,8 @@ absl::Status GpuModel::DecodeStep(std::span<const int64_t> ids, std::span<const 
   static_assert(sizeof(k::DecodeWorkItem) == 16);
   for (int i = 0; i < plan.num_work(); ++i) {
     const k::DecodeWorkItem& wi = plan.work[i];
-    put(lay.work + 4 * int64_t{i}, std::array<int32_t, 4>{wi.seq, wi.tier, wi.token_begin,
-                                                          wi.token_end});
+    put(lay.work + 4 * int64_t{i},
+        std::array<int32_t, 4>{wi.seq, wi.tier, wi.token_begin, wi.token_end});
   }
   put(lay.bf16_indices, bf16_indices);
   put(lay.int2_indices, int2_indices);
@@ -859,13 +865,13 @@ absl::Status GpuModel::DecodeStep(std::span<const int64_t> ids, std::span<const 
   // work items are one range; the page lists sit at fixed offsets past them.
   int32_t* base = decode_meta_.as<int32_t>();
   const int64_t head_ints = lay.work + 4 * int64_t{plan.num_work()};
-  OSCARKV_CUDA_OK(cudaMemcpyAsync(base, host.data(), head_ints * 4, cudaMemcpyHostToDevice,
-                                  stream_));
+  OSCARKV_CUDA_OK(
+      cudaMemcpyAsync(base, host.data(), head_ints * 4, cudaMemcpyHostToDevice, stream_));
   for (const auto& [at, count] : {std::pair{lay.bf16_indices, bf16_indices.size()},
                                   std::pair{lay.int2_indices, int2_indices.size()}}) {
     if (count == 0) continue;
-    OSCARKV_CUDA_OK(cudaMemcpyAsync(base + at, host.data() + at, count * 4,
-                                    cudaMemcpyHostToDevice, stream_));
+    OSCARKV_CUDA_OK(
+        cudaMemcpyAsync(base + at, host.data() + at, count * 4, cudaMemcpyHostToDevice, stream_));
   }
   StepMeta meta;
   meta.tokens = base + lay.At(DecodeMetaLayout::kTokens);
@@ -902,8 +908,8 @@ absl::Status GpuModel::DecodeStep(std::span<const int64_t> ids, std::span<const 
     OSCARKV_RETURN_IF_ERROR(enqueue());
   }
   next_greedy->resize(b);
-  OSCARKV_CUDA_OK(cudaMemcpyAsync(next_greedy->data(), argmax_.get(), b * 4,
-                                  cudaMemcpyDeviceToHost, stream_));
+  OSCARKV_CUDA_OK(
+      cudaMemcpyAsync(next_greedy->data(), argmax_.get(), b * 4, cudaMemcpyDeviceToHost, stream_));
   if (logits != nullptr) {
     logits->resize(b * config_.vocab_size);
     OSCARKV_CUDA_OK(cudaMemcpyAsync(logits->data(), logits_.get(), logits->size() * 4,

@@ -194,14 +194,24 @@ class GpuModel {
   // get do not move between steps, as a replayed graph needs), room for `work_items` at least.
   struct DecodeMetaLayout {
     enum Array {  // per-sequence arrays, `small` int32 each, in this order from offset 0
-      kTokens, kPositions, kPage, kRow, kDemoteSrc, kDemoteDst, kBf16Indptr, kBf16Tokens,
-      kInt2Indptr, kInt2Tokens, kSeqWorkIndptr, kNumSmall
+      kTokens,
+      kPositions,
+      kPage,
+      kRow,
+      kDemoteSrc,
+      kDemoteDst,
+      kBf16Indptr,
+      kBf16Tokens,
+      kInt2Indptr,
+      kInt2Tokens,
+      kSeqWorkIndptr,
+      kNumSmall
     };
-    int64_t small = 0;       // max_batch + 1, rounded up to 4
-    int64_t work = 0;        // DecodeWorkItems (4 int32 each), room for work_items
+    int64_t small = 0;  // max_batch + 1, rounded up to 4
+    int64_t work = 0;   // DecodeWorkItems (4 int32 each), room for work_items
     int64_t work_items = 0;
     int64_t bf16_indices = 0, int2_indices = 0;  // room for every page of each pool
-    int64_t total = 0;       // int32 elements; 0 until reserved
+    int64_t total = 0;                           // int32 elements; 0 until reserved
     int64_t At(Array a) const { return static_cast<int64_t>(a) * small; }
   };
   absl::Status ReserveDecodeMeta(int64_t work_items);
@@ -232,8 +242,8 @@ class GpuModel {
   DeviceBuffer prefill_attn_workspace_;
   DeviceBuffer q_rot_, attn_out_, attn_out_rot_, partial_out_, partial_lse_, logits_, argmax_;
   DeviceBuffer merge_counters_;  // DecodeAttentionParams::merge_counters, zero between calls
-  DeviceBuffer meta_;  // per-step int32 metadata (prefill)
-  DeviceBuffer decode_meta_;  // a decode step's, at decode_meta_layout_'s offsets
+  DeviceBuffer meta_;            // per-call int32 metadata (prefill, page packing)
+  DeviceBuffer decode_meta_;     // a decode step's, at decode_meta_layout_'s offsets
   DecodeMetaLayout decode_meta_layout_;
   std::vector<int32_t> decode_meta_host_;
   DeviceBuffer cublas_workspace_;  // set explicitly, so that graph captures share it

@@ -17,10 +17,9 @@ StepGraphCache::Entry* StepGraphCache::Find(const Key& key) {
 
 StepGraphCache::Entry& StepGraphCache::Insert(const Key& key) {
   if (static_cast<int>(entries_.size()) >= std::max(1, capacity_)) {
-    auto oldest = std::min_element(entries_.begin(), entries_.end(), [](const Entry& a,
-                                                                         const Entry& b) {
-      return a.last_use < b.last_use;
-    });
+    auto oldest =
+        std::min_element(entries_.begin(), entries_.end(),
+                         [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
     // A graph still executing stays valid when its executable is destroyed (CUDA defers it).
     if (oldest->exec != nullptr) cudaGraphExecDestroy(oldest->exec);
     entries_.erase(oldest);

@@ -396,9 +396,9 @@ TEST_F(GpuModelTest, GraphReplayedDecodeEqualsKernelByKernelLaunches) {
       }
       if (codec == "oscar") EXPECT_GT(gpu->pages().seq(1).int2_tokens, 8);  // demoted meanwhile
       const StepGraphCache::Counts& n = gpu->decode_graph_counts();
-      std::printf("%s, graphs %d: %lld direct, %lld captured, %lld replayed steps\n",
-                  codec.c_str(), graphs, static_cast<long long>(n.direct),
-                  static_cast<long long>(n.captured), static_cast<long long>(n.replayed));
+      std::printf("%s, graphs %d: %lld direct, %lld captured, %lld replayed steps\n", codec.c_str(),
+                  graphs, static_cast<long long>(n.direct), static_cast<long long>(n.captured),
+                  static_cast<long long>(n.replayed));
       if (graphs == 1) {
         EXPECT_GT(n.replayed, steps / 4) << codec;
         EXPECT_EQ(n.capture_failures, 0) << codec;
