@@ -394,7 +394,9 @@ TEST_F(GpuModelTest, GraphReplayedDecodeEqualsKernelByKernelLaunches) {
         ASSERT_TRUE(gpu->DecodeStep(seqs, tokens, &next, &l).ok()) << codec << " step " << step;
         logits[graphs].insert(logits[graphs].end(), l.begin(), l.end());
       }
-      if (codec == "oscar") EXPECT_GT(gpu->pages().seq(1).int2_tokens, 8);  // demoted meanwhile
+      if (codec == "oscar") {
+        EXPECT_GT(gpu->pages().seq(1).int2_tokens, 8);  // demoted meanwhile
+      }
       const StepGraphCache::Counts& n = gpu->decode_graph_counts();
       std::printf("%s, graphs %d: %lld direct, %lld captured, %lld replayed steps\n", codec.c_str(),
                   graphs, static_cast<long long>(n.direct), static_cast<long long>(n.captured),
