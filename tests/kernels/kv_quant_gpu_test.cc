@@ -51,6 +51,9 @@ enum class Pattern {
                  // fast path keeps in one list (lane 0's): it runs dry, the sorted path runs
   kColumn,       // heavy tail plus 12 large values on one bf16 column of the kernel (lane 0's
                  // even channels): more than the long lists hold at k = 11..16 (D = 128)
+  kHuge,         // by row: magnitudes up to 1e38 (the fp16 scale overflows), around -1e5 (the
+                 // fp16 min overflows), heavy tail, about 2^118 (a code compare on the FMA pipe
+                 // that scales by 512 would overflow there: bench/NOTES.md "Session 30")
 };
 
 struct Case {
@@ -87,6 +90,8 @@ const char* PatternName(Pattern p) {
       return "clustered";
     case Pattern::kColumn:
       return "column";
+    case Pattern::kHuge:
+      return "huge";
   }
   return "?";
 }
@@ -182,6 +187,18 @@ void FillRow(Pattern pattern, bool bf16, int64_t row, int d, std::mt19937_64& rn
       }
       return;
     }
+    case Pattern::kHuge:
+      for (int i = 0; i < d; ++i) {
+        const float t = std::fmin(std::fmax(heavy(rng), -100.0f), 100.0f);
+        const float sign = i % 2 != 0 ? 1.0f : -1.0f;
+        switch (row % 4) {
+          case 0: x[i] = 1e36f * t; break;
+          case 1: x[i] = -1e5f + 10.0f * n(rng); break;
+          case 2: x[i] = 0.5f * t; break;
+          default: x[i] = sign * 0x1.02p118f * (1.0f + 0.01f * std::fabs(n(rng)));
+        }
+      }
+      return;
   }
 }
 
@@ -435,6 +452,9 @@ int main() {
       {128, 8, 128, 0.875f, false, true, true, 32},
       // Value patterns, bf16 and f32, both ratios and no clip.
       {256, 8, 128, 0.96f, true, false, true, 33, Pattern::kTies},
+      {256, 8, 128, 0.96f, true, false, true, 80, Pattern::kHuge},
+      {256, 8, 128, 0.92f, true, false, true, 81, Pattern::kHuge},
+      {256, 8, 128, 1.0f, true, false, true, 82, Pattern::kHuge},
       {256, 3, 64, 0.92f, true, false, true, 34, Pattern::kTies},
       {256, 8, 128, 0.92f, false, false, true, 35, Pattern::kTies},
       {256, 3, 64, 0.96f, false, false, false, 36, Pattern::kTies},
