@@ -1,21 +1,13 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: set up (idempotent), build, then run oscarkv on the real
-# default model. While the services are being built this demonstrates the codecs on real KV;
-# once `oscarkv serve` exists it starts the all-in-one server (router on --port, default 8000).
-#   bash scripts/run.sh [args passed to the command]
+# The main job on the embedded default: set up (idempotent), build, calibrate, then run the
+# all-in-one oscarkv server (router + prefill + decode + kvstore in one process, on CPU, with the
+# real default model). The OpenAI API listens on --port (default 8000); arguments go to
+# `oscarkv serve` (see `build/tools/oscarkv serve --help`).
+#   bash scripts/run.sh [serve options]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 bash scripts/setup.sh --after-build
 BIN=${OSCARKV_BUILD_DIR:-build}/tools/oscarkv
-if "$BIN" serve --help >/dev/null 2>&1; then
-  exec "$BIN" serve "$@"
-fi
-if "$BIN" generate --help >/dev/null 2>&1; then
-  "$BIN" generate --model default --prompt "The three tiers of a KV cache are" --max-tokens 48
-fi
-if "$BIN" codecs --help >/dev/null 2>&1; then
-  exec "$BIN" codecs report "$@"
-fi
-exec "$BIN" --help
+exec "$BIN" serve "$@"

@@ -417,7 +417,6 @@ absl::Status Quality(const Flags& f) {
     for (int64_t t = 0; t + 1 < ctx; ++t) {
       // logits[c] predict token t + 1 of every window.
       if (t >= 384) {
-#pragma omp parallel for schedule(dynamic)
         for (int w = 0; w < nw; ++w) {
           std::vector<double> ref, lp;
           LogSoftmax(logits[0].data() + static_cast<size_t>(w) * vocab, vocab, ref);

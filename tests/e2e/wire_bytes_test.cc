@@ -74,7 +74,9 @@ WireResult Measure(const model::Model& m, const std::string& codec, const std::s
   if (fetched.ok()) {
     auto seq = (*engine)->SequenceFromBlocks(fetched->views);
     EXPECT_TRUE(seq.ok()) << seq.status();
-    if (seq.ok()) EXPECT_EQ((*seq)->length(), w.tokens);
+    if (seq.ok()) {
+      EXPECT_EQ((*seq)->length(), w.tokens);
+    }
   }
   EXPECT_TRUE((*holder)->DeregisterMemory(reg->handle).ok());
   return w;

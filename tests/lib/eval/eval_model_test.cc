@@ -211,7 +211,9 @@ TEST_F(EvalModelTest, QuickEvalSanity) {
   EXPECT_TRUE(seen[0] && seen[1] && seen[2]);
   EXPECT_EQ(j["niah"].size(), 3u);
   for (const auto& g : j["greedy"]) {
-    if (g["codec"] == "bf16") EXPECT_EQ(g["token_agreement"]["mean"].get<double>(), 1.0);
+    if (g["codec"] == "bf16") {
+      EXPECT_EQ(g["token_agreement"]["mean"].get<double>(), 1.0);
+    }
   }
   // Evaluating on the calibration text itself is refused.
   cfg.texts = cfg.calibration_texts;

@@ -129,7 +129,9 @@ TEST_P(CodecTest, EncodeMatchesFusedReferenceAndDecodeIsWithinBudget) {
     p.kind = codec_->segment_kind(side);
     p.clip_ratio = codec_->clip_ratio(side);
     ASSERT_EQ(kernels::KvQuantRef(p), kernels::KvQuantStatus::kOk);
-    if (!norms.empty()) EXPECT_EQ(fused_norms, norms);
+    if (!norms.empty()) {
+      EXPECT_EQ(fused_norms, norms);
+    }
 
     double err2 = 0, ref2 = 0;
     for (int h = 0; h < heads; ++h) {
