@@ -5,7 +5,8 @@
 # with OSCARKV_TRACE=1, once as the bench runs it and once with OSCARKV_BENCH_PLAIN_LAUNCH=1, and
 # summarises each trace with bench/kernels/trace/decode_trace.py.
 # Output: $OUT/trace_<D>_<B>_<S>[_plain].txt (raw records) and $OUT/trace_summary.txt.
-# VARIANT=DIR lays the files under DIR over the copy first (an ab.sh folder variant).
+# VARIANT=DIR lays the files under DIR over the copy first (an ab.sh folder variant); if they
+# carry the stamps already, the patch is not applied again.
 # Usage: [VARIANT=DIR] bash scripts/device/trace_decode.sh "D B S;D B S;..."
 #   e.g. bash scripts/device/trace_decode.sh "128 1 131072;128 32 8192"
 set -euo pipefail
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/device}
 mkdir -p "$OUT"
 if [ $# -ne 1 ]; then
-  sed -n '2,10p' "$0"
+  sed -n '2,11p' "$0"
   exit 2
 fi
 dir=/tmp/trace_decode
@@ -21,7 +22,12 @@ rm -rf "$dir" && mkdir -p "$dir/src"
 tar --exclude='./build*' --exclude=./.cache --exclude=./.carry --exclude=./.git --exclude=./out \
   -cf - . | tar -xf - -C "$dir/src"
 if [ -n "${VARIANT:-}" ]; then cp -r "$VARIANT"/. "$dir/src/"; fi
-if ! patch -d "$dir/src" -p1 --quiet < bench/kernels/trace/decode_trace.patch; then
+# A variant whose kernel and bench already carry the stamps (the patch merged by hand over a
+# timing patch that touches the same lines) is built as it is.
+if grep -q TraceNow "$dir/src/kernels/attention/decode_attention.cu" &&
+   grep -q OSCARKV_TRACE "$dir/src/bench/kernels/decode_attention_bench.cu"; then
+  echo "trace_decode: the variant carries the trace already; decode_trace.patch not applied"
+elif ! patch -d "$dir/src" -p1 --quiet < bench/kernels/trace/decode_trace.patch; then
   echo "decode_trace.patch no longer applies to kernels/attention/decode_attention.cu or the" \
        "bench: regenerate it (bench/NOTES.md, v16)" >&2
   exit 1

@@ -13,7 +13,8 @@ Prints, per call (copy) of the timed graph, when its stage-1 CTAs start, stage q
 loops and end, and when its merge starts, waits, ends; then the spread of each phase over the
 CTAs, and how the two CTAs that share an SM finish: which of them ends first (the one with the
 lower block index, dispatched first, or the one whose first stamp came first), and each blockIdx.y's
-median loop end against its call's median (at B=1 blockIdx.y is the KV head).
+median loop end against its call's median (at B=1 blockIdx.y is the KV head); then each SM's
+span from its first q staged to its last loop end, and whether the same SMs are slow every call.
 
   python3 bench/kernels/trace/decode_trace.py TRACE.txt[.gz] [TRACE.txt[.gz] ...]
 """
@@ -26,6 +27,37 @@ import sys
 def spread(xs):
     """min / median / max of a list of microseconds, formatted."""
     return f"{min(xs):6.2f} {statistics.median(xs):6.2f} {max(xs):6.2f}"
+
+
+def correlation(a, b):
+    """Pearson correlation of two equally long lists (nan if either is constant)."""
+    ma, mb = statistics.mean(a), statistics.mean(b)
+    num = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    den = (sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b)) ** 0.5
+    return num / den if den else float("nan")
+
+
+def sm_spans(stage1):
+    """Per SM and call, the time from the first q staged to the last loop end of the SM's CTAs.
+
+    Returns the per-SM means over the calls, the largest mean over their harmonic mean (what a
+    static split loses against one balanced by each SM's rate), and the mean correlation of the
+    per-SM spans between two calls (near 0: noise; near 1: some SMs are slower every call).
+    None with fewer than two calls."""
+    per_call = collections.defaultdict(lambda: collections.defaultdict(list))
+    for r in stage1:
+        per_call[r[1]][r[4]].append(r)
+    calls = sorted(per_call)
+    if len(calls) < 2:
+        return None
+    sms = sorted(set.intersection(*[set(per_call[c]) for c in calls]))
+    span = {c: [(max(r[7] for r in per_call[c][m]) - min(r[6] for r in per_call[c][m])) / 1e3
+                for m in sms] for c in calls}
+    mean = [statistics.mean(span[c][i] for c in calls) for i in range(len(sms))]
+    harmonic = len(mean) / sum(1 / x for x in mean)
+    pairs = [(a, b) for i, a in enumerate(calls) for b in calls[i + 1:]]
+    corr = statistics.mean(correlation(span[a], span[b]) for a, b in pairs)
+    return {"mean": mean, "max_over_hm": max(mean) / harmonic, "corr": corr}
 
 
 def summarise(path):
@@ -103,6 +135,11 @@ def summarise(path):
             late = sorted(late_by_y.items())
             print("    loop end minus the call's median, median per blockIdx.y: " +
                   ", ".join(f"{y}: {statistics.median(v):+.2f}" for y, v in late))
+        spans = sm_spans(stage1)
+        if spans:
+            print(f"    per-SM span (first q staged -> last loop end), mean over calls: "
+                  f"{spread(spans['mean'])}, max / harmonic mean {spans['max_over_hm']:.3f}, "
+                  f"correlation between calls {spans['corr']:+.2f}")
     if merge:
         print("  merge phases, us (min median max over blocks):")
         print(f"    start -> waited          {spread([(r[6] - r[5]) / 1e3 for r in merge])}")
