@@ -63,6 +63,7 @@ class GpuPrefillDevice final : public PrefillDevice {
   std::vector<kvformat::BlockKey> ReusableKeys(std::span<const int32_t> prompt) const override {
     return model_gpu::CutSpecFor(*engine_, prompt, gpu_->numerics_tag()).keys;
   }
+  std::string kv_numerics() const override { return gpu_->numerics_tag(); }
 
   absl::StatusOr<DevicePrefillResult> Prefill(std::span<const int32_t> prompt,
                                               std::span<const kvformat::BlockView> reused,

@@ -52,6 +52,9 @@ class PrefillDevice {
   // Keys of the prompt's reusable blocks as this device labels them (the GPU mixes its numerics
   // tag in: its KV matches other GPU workers of its kind bit for bit, not the CPU's).
   virtual std::vector<kvformat::BlockKey> ReusableKeys(std::span<const int32_t> prompt) const = 0;
+  // The numerics label in those keys ("" for the CPU engine), which the worker registers so that
+  // the router computes the same keys.
+  virtual std::string kv_numerics() const { return ""; }
   // Whether Prefill(..., want_packed = true) hands the KV over as a PackedKvHandoff (a GPU device
   // whose transfer backend reaches GPU memory, in one-pass mode).
   virtual bool offers_packed_kv() const { return false; }

@@ -14,6 +14,11 @@ int Matched(const std::map<std::string, int>& matched, const std::string& id) {
   return it == matched.end() ? 0 : it->second;
 }
 
+// What the kvstore holds under the keys prefill worker `w` computes; 0 if it skips the store.
+int StoreMatched(const PlacementRequest& request, const WorkerSpec& w) {
+  return w.bypasses_kvstore ? 0 : Matched(request.store_matched, w.kv_numerics);
+}
+
 bool HasRole(const WorkerView& w, WorkerRole role) {
   return w.spec.role == role || w.spec.role == WorkerRole::kBoth;
 }
@@ -61,7 +66,6 @@ absl::StatusOr<Placement> CostPlacementPolicy::Choose(
   const double bt = options_.block_tokens;
   const int request_blocks =
       static_cast<int>((request.prompt_tokens + options_.block_tokens - 1) / options_.block_tokens);
-  const int store = Matched(request.matched, kStoreHolder);
 
   std::vector<Candidate> prefill, decode;
   int prefill_alive = 0, decode_alive = 0;
@@ -72,6 +76,7 @@ absl::StatusOr<Placement> CostPlacementPolicy::Choose(
     if (HasRole(w, WorkerRole::kPrefill)) {
       prefill_alive += alive;
       if (w.Placeable()) {
+        const int store = StoreMatched(request, w.spec);
         const double credit = m + options_.shared_credit * std::max(0, store - m);
         const double blocks =
             std::max(0.0, request_blocks - credit) + static_cast<double>(w.PrefillTokens()) / bt;
@@ -98,13 +103,13 @@ absl::StatusOr<Placement> CostPlacementPolicy::Choose(
   out.decode_id = d->worker->spec.id;
   out.decode_address = d->worker->spec.address;
   out.prefill_matched_blocks = p->score.matched_blocks;
-  out.store_matched_blocks = store;
+  out.store_matched_blocks = StoreMatched(request, p->worker->spec);
   out.request_blocks = request_blocks;
   out.cost = p->score.cost + d->score.cost;
   for (const Candidate& c : prefill) out.prefill_scores.push_back(c.score);
   for (const Candidate& c : decode) out.decode_scores.push_back(c.score);
   VLOG(1) << "placement: prefill=" << out.prefill_id << " (matched " << out.prefill_matched_blocks
-          << "/" << request_blocks << ", store " << store << ") decode=" << out.decode_id
+          << "/" << request_blocks << ", store " << out.store_matched_blocks << ") decode=" << out.decode_id
           << " cost=" << out.cost << " session=" << request.session_id;
   return out;
 }

@@ -4,15 +4,16 @@
 // decode_blocks`), split for disaggregated serving:
 //
 //   request_blocks   = ceil(prompt_tokens / block_tokens)
-//   credit(p)        = matched(p) + shared_credit · max(0, matched(store) − matched(p))
+//   credit(p)        = matched(p) + shared_credit · max(0, store(p) − matched(p))
 //   prefill_blocks(p)= max(0, request_blocks − credit(p)) + queued_prefill_tokens(p)/block_tokens
 //   decode_blocks(d) = active_decode_blocks(d) + max(0, request_blocks − matched(d))
 //   cost(p, d)       = overlap_weight · prefill_blocks(p) + decode_blocks(d)
 //                      + active_request_weight · (active(p) + active(d))
 //
 // matched(w) is the number of the request's leading block keys that w holds (PrefixIndex);
-// matched(store) is what the kvstore holds, fetchable by any prefill worker at a discount
-// (`shared_credit`, Dynamo's host-tier 0.75). A decode worker that still holds a session's
+// store(p) is what the kvstore holds under the keys p computes (its numerics label: GPU-made KV
+// is keyed apart from the CPU engine's), fetchable at a discount (`shared_credit`, Dynamo's
+// host-tier 0.75), and 0 for a worker that bypasses the kvstore. A decode worker that still holds a session's
 // pinned KV (Continuum) matches it and so needs fewer new blocks. The cost separates into a
 // prefill part and a decode part, so each is minimised on its own; ties go to fewer active
 // requests, then to the smaller worker id (deterministic).
@@ -38,8 +39,11 @@ struct PlacementRequest {
   int64_t prompt_tokens = 0;  // > 0
   int max_tokens = 0;         // >= 0; counted into the decode worker's future load
   std::string session_id;     // "" when none; for logs (pinned KV shows up through `matched`)
-  // Holder id → matched leading blocks (PrefixIndex::MatchAll); missing means 0.
+  // Worker id → matched leading blocks (PrefixIndex::MatchAll); missing means 0.
   std::map<std::string, int> matched;
+  // Numerics label → leading blocks the kvstore holds under the keys of that label; missing
+  // means 0.
+  std::map<std::string, int> store_matched;
 };
 
 struct WorkerScore {
@@ -55,7 +59,7 @@ struct Placement {
   std::string decode_id;
   std::string decode_address;
   int prefill_matched_blocks = 0;  // held by the chosen prefill worker itself
-  int store_matched_blocks = 0;    // held by the kvstore
+  int store_matched_blocks = 0;    // held by the kvstore under the chosen prefill's keys
   int request_blocks = 0;
   double cost = 0;                 // cost(p, d) of the chosen pair
   std::vector<WorkerScore> prefill_scores;  // every candidate, for logs and tests

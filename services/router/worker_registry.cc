@@ -82,7 +82,9 @@ absl::Status WorkerRegistry::Register(const WorkerSpec& spec) {
   w.last_heartbeat = options_.now();
   LOG(INFO) << (inserted ? "worker registered: " : "worker re-registered: ") << spec.id
             << " role=" << WorkerRoleName(spec.role) << " address=" << spec.address
-            << " capacity=" << spec.capacity;
+            << " capacity=" << spec.capacity
+            << (spec.kv_numerics.empty() ? "" : " kv_numerics=" + spec.kv_numerics)
+            << (spec.bypasses_kvstore ? " (bypasses the kvstore)" : "");
   return absl::OkStatus();
 }
 

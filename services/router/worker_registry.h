@@ -40,6 +40,10 @@ struct WorkerSpec {
   // Hands over (prefill) or takes (decode) a prompt's KV GPU to GPU in packed form
   // (WorkerInfo.packed_kv_direct).
   bool packed_kv_direct = false;
+  // The `numerics` label of the block keys of the KV it makes ("" = the CPU engine), and whether
+  // its prefill skips the kvstore (WorkerInfo.kv_numerics, .bypasses_kvstore).
+  std::string kv_numerics;
+  bool bypasses_kvstore = false;
 };
 
 // Load a worker reports in a heartbeat.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -139,14 +140,12 @@ struct WorkerCompletionBackend::Impl {
       return route;
     }
     const RegistryPlacement& reg = *options.registry;
-    const std::vector<kvformat::BlockKey> keys =
-        kvformat::ComputeBlockKeys(reg.key_params, std::span<const int32_t>(request.prompt_token_ids));
+    const std::vector<router::WorkerView> workers = reg.workers->Snapshot();
     router::PlacementRequest preq;
     preq.prompt_tokens = static_cast<int64_t>(request.prompt_token_ids.size());
     preq.max_tokens = request.max_tokens;
     preq.session_id = request.session_id;
-    preq.matched = reg.prefix_index->MatchAll(keys);
-    const std::vector<router::WorkerView> workers = reg.workers->Snapshot();
+    MatchPrompt(reg, workers, request.prompt_token_ids, &preq);
     // The cache follows this snapshot. Placements racing with a registry change may apply theirs
     // out of order; the worst case is a channel dropped early (made again on its next use) or
     // kept until the next placement.
@@ -168,6 +167,27 @@ struct WorkerCompletionBackend::Impl {
             << " kvstore blocks of " << p->request_blocks << "), decode " << p->decode_id << " ("
             << route->decode_matched_blocks << " held), cost " << p->cost;
     return route;
+  }
+
+  // The prompt's keys under each numerics label the workers give (the CPU engine's "" always):
+  // keys of different labels never coincide, so a worker's match is its best over the labels,
+  // and the kvstore's is kept per label for the policy to read under each prefill worker's own.
+  static void MatchPrompt(const RegistryPlacement& reg,
+                          const std::vector<router::WorkerView>& workers,
+                          const std::vector<int32_t>& prompt, router::PlacementRequest* preq) {
+    std::set<std::string> labels = {""};
+    for (const router::WorkerView& w : workers) labels.insert(w.spec.kv_numerics);
+    for (const std::string& label : labels) {
+      kvformat::KeyChainParams params = reg.key_params;
+      params.numerics = label;
+      const std::vector<kvformat::BlockKey> keys =
+          kvformat::ComputeBlockKeys(params, std::span<const int32_t>(prompt));
+      for (const auto& [holder, blocks] : reg.prefix_index->MatchAll(keys)) {
+        int& slot = holder == router::kStoreHolder ? preq->store_matched[label]
+                                                   : preq->matched[holder];
+        slot = std::max(slot, blocks);
+      }
+    }
   }
 
   static bool PackedKvDirect(const std::vector<router::WorkerView>& workers, const std::string& id) {

@@ -10,8 +10,9 @@
 //  - static: one prefill and one decode address (`oscarkv serve` all-in-one, workers in the same
 //    process on loopback gRPC; or `--prefill_address/--decode_address`);
 //  - registry (`oscarkv serve --router_only`): per request, the prompt's block key chain
-//    (lib/kvformat/block_key.h, the workers' key parameters) is matched in the router's
-//    PrefixIndex, the PlacementPolicy picks a (prefill, decode) pair among the WorkerRegistry's
+//    (lib/kvformat/block_key.h, the workers' key parameters), computed once per numerics label
+//    the registered workers give (GPU-made KV is keyed apart from the CPU engine's), is matched
+//    in the router's PrefixIndex, the PlacementPolicy picks a (prefill, decode) pair among the WorkerRegistry's
 //    workers, and the request runs there over cached channels (WorkerChannels: one per address,
 //    dropped at the next placement once no live worker has that address). The router-side
 //    load of the pair (WorkerRegistry::AddPlaced) is held while each part runs: the prefill
@@ -46,7 +47,8 @@ struct RegistryPlacement {
   router::WorkerRegistry* workers = nullptr;        // not null
   router::PrefixIndex* prefix_index = nullptr;      // not null
   const router::PlacementPolicy* policy = nullptr;  // not null
-  // The workers' key chain (fingerprints, codec, block size): ServingEngine::KeyParams().
+  // The workers' key chain (fingerprints, codec, block size): ServingEngine::KeyParams(). Its
+  // `numerics` is replaced by each worker's WorkerSpec::kv_numerics in turn.
   kvformat::KeyChainParams key_params;
 };
 

@@ -1,8 +1,10 @@
 #include "services/router/placement_policy.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -56,7 +58,7 @@ TEST(CostPlacementPolicy, QueuedPrefillOutweighsSmallOverlap) {
 }
 
 TEST(CostPlacementPolicy, KvStoreBlocksGiveEveryPrefillWorkerPartialCredit) {
-  PlacementRequest req{640, 0, "", {{kStoreHolder, 8}, {"p1", 4}}};
+  PlacementRequest req{640, 0, "", {{"p1", 4}}, {{"", 8}}};
   auto p = Policy(1.0, 0.75).Choose(req, {Worker("p0", WorkerRole::kPrefill),
                                           Worker("p1", WorkerRole::kPrefill),
                                           Worker("d0", WorkerRole::kDecode)});
@@ -67,6 +69,32 @@ TEST(CostPlacementPolicy, KvStoreBlocksGiveEveryPrefillWorkerPartialCredit) {
   ASSERT_EQ(p->prefill_scores.size(), 2u);
   EXPECT_DOUBLE_EQ(p->prefill_scores[0].cost, 4.0);
   EXPECT_DOUBLE_EQ(p->prefill_scores[1].cost, 3.0);
+}
+
+// GPU-made KV is keyed under the worker's numerics label: the kvstore's blocks under a label
+// credit only the prefill workers that compute that label's keys and read the store.
+TEST(CostPlacementPolicy, KvStoreCreditFollowsTheWorkersNumericsLabel) {
+  WorkerView cpu = Worker("p-cpu", WorkerRole::kPrefill);
+  WorkerView gpu = Worker("p-gpu", WorkerRole::kPrefill);
+  gpu.spec.kv_numerics = "cuda-x";
+  WorkerView one_pass = Worker("p-onepass", WorkerRole::kPrefill);
+  one_pass.spec.kv_numerics = "cuda-x";
+  one_pass.spec.bypasses_kvstore = true;
+  PlacementRequest req{640, 0, "", {}, {{"cuda-x", 8}, {"", 2}}};
+  auto p = Policy(1.0, 0.75).Choose(req, {cpu, gpu, one_pass, Worker("d0", WorkerRole::kDecode)});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->prefill_id, "p-gpu");
+  EXPECT_EQ(p->store_matched_blocks, 8);
+  ASSERT_EQ(p->prefill_scores.size(), 3u);
+  EXPECT_DOUBLE_EQ(p->prefill_scores[0].cost, 10 - 0.75 * 2);  // p-cpu: the CPU-keyed blocks
+  EXPECT_DOUBLE_EQ(p->prefill_scores[1].cost, 10 - 0.75 * 8);  // p-gpu
+  EXPECT_DOUBLE_EQ(p->prefill_scores[2].cost, 10.0);           // p-onepass: no store credit
+  // Without its label's blocks in the store, the GPU worker has no edge: the tie goes by id.
+  req.store_matched = {{"", 2}};
+  p = Policy(1.0, 0.75).Choose(req, {cpu, gpu, Worker("d0", WorkerRole::kDecode)});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->prefill_id, "p-cpu");
+  EXPECT_EQ(p->store_matched_blocks, 2);
 }
 
 TEST(CostPlacementPolicy, DecodeWorkerHoldingTheSessionIsPreferred) {
@@ -121,7 +149,8 @@ TEST(CostPlacementPolicy, PickMinimisesThePairCostOnRandomClusters) {
     const int rb = static_cast<int>((prompt + bt - 1) / bt);
     PlacementRequest req{prompt, 32, "", {}};
     std::uniform_int_distribution<int> matched(0, rb);
-    req.matched[kStoreHolder] = matched(rng);
+    const std::array<std::string, 2> labels = {"", "cuda-a"};
+    for (const std::string& label : labels) req.store_matched[label] = matched(rng);
     std::vector<WorkerView> workers;
     const int n = std::uniform_int_distribution<int>(2, 8)(rng);
     for (int i = 0; i < n; ++i) {
@@ -130,6 +159,8 @@ TEST(CostPlacementPolicy, PickMinimisesThePairCostOnRandomClusters) {
       WorkerView w = Worker("w" + std::to_string(i), role, rng() % 2000, rng() % 300,
                             static_cast<int>(rng() % 4), 4);
       if (rng() % 7 == 0) w.health = WorkerHealth::kSuspect;
+      w.spec.kv_numerics = labels[rng() % 2];
+      w.spec.bypasses_kvstore = rng() % 5 == 0;
       workers.push_back(w);
       req.matched[w.spec.id] = matched(rng);
     }
@@ -142,7 +173,8 @@ TEST(CostPlacementPolicy, PickMinimisesThePairCostOnRandomClusters) {
       for (const WorkerView& dw : workers) {
         if (!dw.Placeable() || dw.spec.role == WorkerRole::kPrefill) continue;
         const double mp = req.matched[pw.spec.id], md = req.matched[dw.spec.id];
-        const double ms = req.matched[kStoreHolder];
+        const double ms =
+            pw.spec.bypasses_kvstore ? 0.0 : req.store_matched[pw.spec.kv_numerics];
         const double credit = mp + sc * std::max(0.0, ms - mp);
         const double prefill_blocks =
             std::max(0.0, rb - credit) + static_cast<double>(pw.reported.queued_prefill_tokens) / bt;

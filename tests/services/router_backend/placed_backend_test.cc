@@ -2,6 +2,7 @@
 // registry + prefix index + cost policy) built with CreateWithBackendFactory, fake prefill and
 // decode workers (real gRPC servers) that register through rpc::WorkerRegistration.
 //  - the request goes to the decode worker that reported the prompt's leading block keys;
+//  - a prefix the kvstore holds as GPU-made blocks draws it to the GPU prefill worker;
 //  - router-side load is held while the request runs and released after;
 //  - the keys a prefill published land in the prefix index under the kvstore holder;
 //  - no registered decode worker: kUnavailable from the backend, HTTP 503 from the router.
@@ -181,7 +182,8 @@ class PlacedBackendTest : public ::testing::Test {
 
   template <typename Fake>
   Fake* AddWorker(const std::string& id, cv1::WorkerRole role,
-                  std::vector<kvformat::BlockKey> held = {}, bool packed_kv_direct = false) {
+                  std::vector<kvformat::BlockKey> held = {}, bool packed_kv_direct = false,
+                  const std::string& kv_numerics = "") {
     auto w = std::make_unique<Worker>();
     auto fake = std::make_unique<Fake>();
     Fake* raw = fake.get();
@@ -195,6 +197,7 @@ class PlacedBackendTest : public ::testing::Test {
     o.worker.set_role(role);
     o.worker.set_grpc_address(w->server->dial_address());
     o.worker.set_packed_kv_direct(packed_kv_direct);
+    o.worker.set_kv_numerics(kv_numerics);
     o.initial_backoff = absl::Milliseconds(50);
     auto reg = rpc::WorkerRegistration::Start(o, [held] {
       rpc::WorkerReport r;
@@ -310,6 +313,39 @@ TEST_F(PlacedBackendTest, PicksTheDecodeWorkerHoldingTheLongestPrefix) {
                   .ok());
   EXPECT_EQ(backend_->last_trace().decode_worker, "decode-a");
   EXPECT_EQ(a->starts.load(), 1);
+}
+
+// A prefix the kvstore holds as GPU-made blocks (keys under a GPU worker's numerics label)
+// draws the request to the prefill worker that registered that label; the CPU worker, which
+// would win the tie by id, cannot reuse those blocks.
+TEST_F(PlacedBackendTest, StoredGpuPrefixDrawsTheRequestToTheGpuPrefillWorker) {
+  const std::vector<int32_t> prompt = Prompt(6 * kBlockTokens + 1);
+  kvformat::KeyChainParams gpu_params = KeyParams();
+  gpu_params.numerics = "cuda-test";
+  const std::vector<kvformat::BlockKey> gpu_chain =
+      kvformat::ComputeBlockKeys(gpu_params, std::span<const int32_t>(prompt));
+  ASSERT_EQ(gpu_chain.size(), 6u);
+  FakePrefill* cpu = AddWorker<FakePrefill>("prefill-a-cpu", cv1::WORKER_ROLE_PREFILL);
+  FakePrefill* gpu = AddWorker<FakePrefill>("prefill-b-gpu", cv1::WORKER_ROLE_PREFILL, {},
+                                            /*packed_kv_direct=*/false, "cuda-test");
+  AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
+  AddWorker<FakeDecode>("kvstore-0", cv1::WORKER_ROLE_KVSTORE,
+                        std::vector<kvformat::BlockKey>(gpu_chain.begin(), gpu_chain.begin() + 5));
+  ASSERT_EQ(router_->prefix_index().MatchedBlocks(router::kStoreHolder, gpu_chain), 5);
+  ASSERT_EQ(router_->workers().Get("prefill-b-gpu")->spec.kv_numerics, "cuda-test");
+
+  auto out = backend_->Complete(Request(prompt), [](const router::TokenEvent&) { return true; });
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(backend_->last_trace().prefill_worker, "prefill-b-gpu");
+  EXPECT_EQ(gpu->calls.load(), 1);
+  EXPECT_EQ(cpu->calls.load(), 0);
+
+  // A prompt whose blocks the store does not hold under any label goes by id, to the CPU worker.
+  out = backend_->Complete(Request(Prompt(6 * kBlockTokens + 1, 700)),
+                           [](const router::TokenEvent&) { return true; });
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(backend_->last_trace().prefill_worker, "prefill-a-cpu");
+  EXPECT_EQ(cpu->calls.load(), 1);
 }
 
 TEST_F(PlacedBackendTest, HoldsRouterSideLoadWhileRunningAndRecordsStoredKeys) {

@@ -96,8 +96,11 @@ TEST(WorkerRegistrationTest, RegistersHeartbeatsKeysAndDeregisters) {
   const std::string addr = "127.0.0.1:" + std::to_string(router->grpc_port());
   Reported rep;
   rep.Set(2, Keys(1, 5));
-  auto reg = WorkerRegistration::Start(
-      Options(addr, "decode-7", oscarkv::common::v1::WORKER_ROLE_DECODE), rep.Fn());
+  WorkerRegistrationOptions options =
+      Options(addr, "decode-7", oscarkv::common::v1::WORKER_ROLE_DECODE);
+  options.worker.set_kv_numerics("cuda-sm90-132sm");
+  options.worker.set_bypasses_kvstore(true);
+  auto reg = WorkerRegistration::Start(options, rep.Fn());
   ASSERT_TRUE(reg.ok()) << reg.status();
   ASSERT_TRUE((*reg)->WaitUntilRegistered(absl::Seconds(5)));
   ASSERT_TRUE((*reg)->WaitForHeartbeats(1, absl::Seconds(5)));
@@ -106,6 +109,8 @@ TEST(WorkerRegistrationTest, RegistersHeartbeatsKeysAndDeregisters) {
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->spec.role, WorkerRole::kDecode);
   EXPECT_EQ(w->spec.address, "127.0.0.1:1");
+  EXPECT_EQ(w->spec.kv_numerics, "cuda-sm90-132sm");
+  EXPECT_TRUE(w->spec.bypasses_kvstore);
   EXPECT_EQ(w->health, WorkerHealth::kHealthy);
   EXPECT_EQ(w->reported.active_requests, 2);
   EXPECT_EQ(router->prefix_index().HolderSize("decode-7"), 4u);
