@@ -109,8 +109,9 @@ absl::StatusOr<Placement> CostPlacementPolicy::Choose(
   for (const Candidate& c : prefill) out.prefill_scores.push_back(c.score);
   for (const Candidate& c : decode) out.decode_scores.push_back(c.score);
   VLOG(1) << "placement: prefill=" << out.prefill_id << " (matched " << out.prefill_matched_blocks
-          << "/" << request_blocks << ", store " << out.store_matched_blocks << ") decode=" << out.decode_id
-          << " cost=" << out.cost << " session=" << request.session_id;
+          << "/" << request_blocks << ", store " << out.store_matched_blocks
+          << ") decode=" << out.decode_id << " cost=" << out.cost
+          << " session=" << request.session_id;
   return out;
 }
 

@@ -13,10 +13,10 @@
 // matched(w) is the number of the request's leading block keys that w holds (PrefixIndex);
 // store(p) is what the kvstore holds under the keys p computes (its numerics label: GPU-made KV
 // is keyed apart from the CPU engine's), fetchable at a discount (`shared_credit`, Dynamo's
-// host-tier 0.75), and 0 for a worker that bypasses the kvstore. A decode worker that still holds a session's
-// pinned KV (Continuum) matches it and so needs fewer new blocks. The cost separates into a
-// prefill part and a decode part, so each is minimised on its own; ties go to fewer active
-// requests, then to the smaller worker id (deterministic).
+// host-tier 0.75), and 0 for a worker that bypasses the kvstore. A decode worker that still
+// holds a session's pinned KV (Continuum) matches it and so needs fewer new blocks. The cost
+// separates into a prefill part and a decode part, so each is minimised on its own; ties go to
+// fewer active requests, then to the smaller worker id (deterministic).
 //
 // Thread-safety: Choose() is const and may be called concurrently.
 #ifndef OSCARKV_SERVICES_ROUTER_PLACEMENT_POLICY_H_

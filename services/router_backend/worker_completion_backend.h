@@ -12,9 +12,10 @@
 //  - registry (`oscarkv serve --router_only`): per request, the prompt's block key chain
 //    (lib/kvformat/block_key.h, the workers' key parameters), computed once per numerics label
 //    the registered workers give (GPU-made KV is keyed apart from the CPU engine's), is matched
-//    in the router's PrefixIndex, the PlacementPolicy picks a (prefill, decode) pair among the WorkerRegistry's
-//    workers, and the request runs there over cached channels (WorkerChannels: one per address,
-//    dropped at the next placement once no live worker has that address). The router-side
+//    in the router's PrefixIndex, the PlacementPolicy picks a (prefill, decode) pair among the
+//    WorkerRegistry's workers, and the request runs there over cached channels
+//    (WorkerChannels: one per address, dropped at the next placement once no live worker has
+//    that address). The router-side
 //    load of the pair (WorkerRegistry::AddPlaced) is held while each part runs: the prefill
 //    worker's until Prefill returns, the decode worker's until the request ends. The keys a
 //    prefill publishes to the kvstore are added to the PrefixIndex under kStoreHolder (the
