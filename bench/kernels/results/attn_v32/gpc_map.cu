@@ -2,7 +2,8 @@
 // launching clusters of the largest size the card allows, one CTA per SM (by shared memory),
 // and joining the SMs that met in a cluster gives the GPCs. Prints one line per GPC: its SM ids.
 // Used to read session 32's per-SM trace spans (bench/NOTES.md "Session 32").
-//   nvcc -O3 -std=c++17 -arch=sm_90a -o gpc_map gpc_map.cu && ./gpc_map
+//   nvcc -I. -O3 -std=c++17 -arch=sm_90a -o /tmp/gpc_map bench/kernels/results/attn_v32/gpc_map.cu && /tmp/gpc_map
+//   (from the repository root)
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -11,14 +12,8 @@
 #include <numeric>
 #include <vector>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "tests/kernels/gpu_test_util.h"  // GPU_CHECK
+
 
 __global__ void RecordSm(int* smid) {
   extern __shared__ int pad[];
@@ -38,10 +33,10 @@ int Find(std::vector<int>& p, int x) { return p[x] == x ? x : p[x] = Find(p, p[x
 
 int main() {
   int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int smem = 200 * 1024;  // one CTA per SM
-  CHECK(cudaFuncSetAttribute(RecordSm, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CHECK(cudaFuncSetAttribute(RecordSm, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  GPU_CHECK(cudaFuncSetAttribute(RecordSm, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  GPU_CHECK(cudaFuncSetAttribute(RecordSm, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   std::vector<int> parent(sms);
   std::iota(parent.begin(), parent.end(), 0);
   for (int cluster : {16, 8}) {
@@ -67,13 +62,13 @@ int main() {
                 max_clusters * cluster);
     const int grid = cluster * max_clusters * 8;  // 8 waves, so clusters land in different places
     int* d;
-    CHECK(cudaMalloc(&d, grid * sizeof(int)));
+    GPU_CHECK(cudaMalloc(&d, grid * sizeof(int)));
     cfg.gridDim = dim3(grid);
-    CHECK(cudaLaunchKernelEx(&cfg, RecordSm, d));
-    CHECK(cudaDeviceSynchronize());
+    GPU_CHECK(cudaLaunchKernelEx(&cfg, RecordSm, d));
+    GPU_CHECK(cudaDeviceSynchronize());
     std::vector<int> h(grid);
-    CHECK(cudaMemcpy(h.data(), d, grid * sizeof(int), cudaMemcpyDeviceToHost));
-    CHECK(cudaFree(d));
+    GPU_CHECK(cudaMemcpy(h.data(), d, grid * sizeof(int), cudaMemcpyDeviceToHost));
+    GPU_CHECK(cudaFree(d));
     for (int c = 0; c < grid / cluster; ++c) {
       for (int i = 1; i < cluster; ++i) {
         parent[Find(parent, h[c * cluster + i])] = Find(parent, h[c * cluster]);

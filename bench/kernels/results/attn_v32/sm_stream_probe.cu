@@ -5,7 +5,8 @@
 // (as the decode splits do), at several warps per SM and loads per batch, and prints per config
 // the time, the bandwidth, and the spread of the per-SM spans (first CTA start to last CTA end
 // on that SM, %globaltimer), with how alike the spans are from one launch to the next.
-//   nvcc -O3 -std=c++17 -arch=sm_90a -o sm_stream_probe sm_stream_probe.cu && ./sm_stream_probe
+//   nvcc -I. -O3 -std=c++17 -arch=sm_90a -o /tmp/sm_stream_probe bench/kernels/results/attn_v32/sm_stream_probe.cu && /tmp/sm_stream_probe
+//   (from the repository root)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,14 +17,8 @@
 #include <numeric>
 #include <vector>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "tests/kernels/gpu_test_util.h"  // GPU_CHECK
+
 
 __device__ __forceinline__ unsigned long long Now() {
   unsigned long long t;
@@ -83,24 +78,24 @@ double Corr(const std::vector<double>& a, const std::vector<double>& b) {
 
 int main() {
   int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int64_t bytes = 78LL * 1000 * 1000;  // ~ the INT2 history + BF16 tier at B=1 128k
   const int kBuffers = 5;                     // 390 MB in turn: each launch reads from DRAM
   std::vector<uint4*> buf(kBuffers);
   for (auto& b : buf) {
-    CHECK(cudaMalloc(&b, bytes + (1 << 20)));
-    CHECK(cudaMemset(b, 1, bytes + (1 << 20)));
+    GPU_CHECK(cudaMalloc(&b, bytes + (1 << 20)));
+    GPU_CHECK(cudaMemset(b, 1, bytes + (1 << 20)));
   }
   uint32_t* sink;
-  CHECK(cudaMalloc(&sink, 4));
+  GPU_CHECK(cudaMalloc(&sink, 4));
   const int kCtasPerSm = 2, kStamped = 8, kTimed = 40;
   unsigned long long* rec;
-  CHECK(cudaMalloc(&rec, sizeof(unsigned long long) * 3 * sms * kCtasPerSm * kStamped));
+  GPU_CHECK(cudaMalloc(&rec, sizeof(unsigned long long) * 3 * sms * kCtasPerSm * kStamped));
   cudaStream_t s;
-  CHECK(cudaStreamCreate(&s));
+  GPU_CHECK(cudaStreamCreate(&s));
   cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
+  GPU_CHECK(cudaEventCreate(&e0));
+  GPU_CHECK(cudaEventCreate(&e1));
   std::printf("SMs %d, %d CTAs per SM, %.1f MB per launch, %d buffers in turn\n", sms,
               kCtasPerSm, bytes / 1e6, kBuffers);
   std::printf("%-8s %-5s %9s %9s | %6s %6s %6s %7s | %s\n", "warps/SM", "U",
@@ -120,19 +115,19 @@ int main() {
       for (int i = 0; i < 5; ++i) go(i, rec);  // warm-up
       std::vector<float> ms(kTimed);
       for (int i = 0; i < kTimed; ++i) {
-        CHECK(cudaEventRecord(e0, s));
+        GPU_CHECK(cudaEventRecord(e0, s));
         go(i, rec);
-        CHECK(cudaEventRecord(e1, s));
-        CHECK(cudaEventSynchronize(e1));
-        CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
+        GPU_CHECK(cudaEventRecord(e1, s));
+        GPU_CHECK(cudaEventSynchronize(e1));
+        GPU_CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
       }
       std::sort(ms.begin(), ms.end());
       const double us = ms[kTimed / 2] * 1e3;
       for (int i = 0; i < kStamped; ++i) go(i, rec + 3 * grid * i);
-      CHECK(cudaStreamSynchronize(s));
-      CHECK(cudaGetLastError());
+      GPU_CHECK(cudaStreamSynchronize(s));
+      GPU_CHECK(cudaGetLastError());
       std::vector<unsigned long long> h(3 * grid * kStamped);
-      CHECK(cudaMemcpy(h.data(), rec, h.size() * 8, cudaMemcpyDeviceToHost));
+      GPU_CHECK(cudaMemcpy(h.data(), rec, h.size() * 8, cudaMemcpyDeviceToHost));
       std::vector<std::vector<double>> span(kStamped, std::vector<double>(sms, 0));
       for (int i = 0; i < kStamped; ++i) {
         std::vector<unsigned long long> lo(sms, ~0ull), hi(sms, 0);
