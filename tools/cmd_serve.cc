@@ -47,6 +47,7 @@ struct ServeFlags {
   std::string router_grpc_address = "0.0.0.0:9000";  // --router_only registry; Default: 0.0.0.0:9000
   double heartbeat_interval_s = 2;  // --router_only: heartbeat interval; Default: 2
   double request_timeout_s = 300;   // Default: 300
+  double prefill_busy_wait_s = 60;  // wait for a busy prefill worker before 429; Default: 60
   int verbosity = 0;                // Default: 0
 };
 
@@ -131,6 +132,7 @@ absl::Status RunServe(const ServeFlags& f) {
   bo.model_id = model_id;
   bo.context_length = static_cast<int>(m->config().context_length);
   bo.use_kvstore = !f.no_kvstore;
+  bo.busy_wait_seconds = f.prefill_busy_wait_s;
   router::RouterConfig rc;
   rc.http_host = f.host;
   rc.http_port = f.port;
@@ -221,6 +223,10 @@ void RegisterServeCommand(CLI::App& app, CommandResult& result) {
       ->capture_default_str();
   cmd->add_option("--request_timeout_s", f->request_timeout_s, "per-request deadline")
       ->capture_default_str();
+  cmd->add_option("--prefill_busy_wait_s", f->prefill_busy_wait_s,
+                  "how long a request waits for a busy prefill worker before HTTP 429")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--v", f->verbosity, "VLOG verbosity")->capture_default_str();
   cmd->callback([f, &result] { result.status = RunServe(*f); });
 }

@@ -4,10 +4,12 @@
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "lib/base/log.h"
 #include "lib/base/status_macros.h"
 #include "lib/rpc/status_conversion.h"
@@ -78,6 +80,18 @@ class Route {
   bool prefill_held_ = false;
 };
 
+// A placed request whose prefill has run.
+struct Prefilled {
+  std::unique_ptr<Route> route;
+  pv1::PrefillResponse response;
+};
+
+// A factor in [0.5, 1.5), so that requests waiting for the same worker do not retry in step.
+double Jitter() {
+  thread_local std::minstd_rand rng(std::random_device{}());
+  return 0.5 + std::uniform_real_distribution<double>(0, 1)(rng);
+}
+
 }  // namespace
 
 std::string TextEmitter::Push(int32_t token) {
@@ -128,9 +142,11 @@ struct WorkerCompletionBackend::Impl {
   RequestTrace last;  // guarded by mu
   WorkerChannels channels;  // registry mode
 
-  // The pair for `request`: the static one, or a placement over the registry.
+  // The pair for `request`: the static one, or a placement over the registry that leaves out
+  // the prefill workers in `avoid` (they answered busy) unless that would leave none.
   // @return the policy's kUnavailable / kResourceExhausted, annotated.
-  absl::StatusOr<std::unique_ptr<Route>> Pick(const router::CompletionRequest& request) {
+  absl::StatusOr<std::unique_ptr<Route>> Pick(const router::CompletionRequest& request,
+                                              const std::set<std::string>& avoid) {
     auto route = std::make_unique<Route>();
     if (!options.registry) {
       route->prefill = static_prefill;
@@ -140,7 +156,16 @@ struct WorkerCompletionBackend::Impl {
       return route;
     }
     const RegistryPlacement& reg = *options.registry;
-    const std::vector<router::WorkerView> workers = reg.workers->Snapshot();
+    std::vector<router::WorkerView> workers = reg.workers->Snapshot();
+    if (!avoid.empty()) {
+      auto avoided = [&avoid](const router::WorkerView& w) {
+        return w.spec.role == router::WorkerRole::kPrefill && avoid.count(w.spec.id) != 0;
+      };
+      const bool other_prefill = std::any_of(workers.begin(), workers.end(), [&](const auto& w) {
+        return w.spec.role == router::WorkerRole::kPrefill && !avoided(w);
+      });
+      if (other_prefill) std::erase_if(workers, avoided);
+    }
     router::PlacementRequest preq;
     preq.prompt_tokens = static_cast<int64_t>(request.prompt_token_ids.size());
     preq.max_tokens = request.max_tokens;
@@ -167,6 +192,54 @@ struct WorkerCompletionBackend::Impl {
             << " kvstore blocks of " << p->request_blocks << "), decode " << p->decode_id << " ("
             << route->decode_matched_blocks << " held), cost " << p->cost;
     return route;
+  }
+
+  // Places the request and runs its prefill. A prefill worker at its limit (or the policy, when
+  // every worker is) answers kResourceExhausted; the request then waits for a slot, placed again
+  // at each try with the busy workers left out while another can take it, with a jittered
+  // backoff of 2 ms doubling to 100 ms, for up to options.busy_wait_seconds or its deadline.
+  // @return the last status once that time is up; any other error at once.
+  absl::StatusOr<Prefilled> PlaceAndPrefill(const router::CompletionRequest& request,
+                                            pv1::PrefillRequest preq) {
+    const absl::Time start = absl::Now();
+    const absl::Time give_up =
+        std::min(request.deadline, start + absl::Seconds(options.busy_wait_seconds));
+    absl::Duration backoff = absl::Milliseconds(2);
+    std::set<std::string> busy;
+    for (int attempt = 1;; ++attempt) {
+      absl::Status s;
+      absl::StatusOr<std::unique_ptr<Route>> picked = Pick(request, busy);
+      if (picked.ok()) {
+        Route& route = **picked;
+        preq.set_offer_packed_kv(route.packed_kv);
+        Prefilled out;
+        grpc::ClientContext ctx;
+        SetDeadline(&ctx, request.deadline);
+        s = rpc::ToAbslStatus(route.prefill->prefill->Prefill(&ctx, preq, &out.response));
+        route.EndPrefill();
+        if (s.ok()) {
+          if (attempt > 1) {
+            VLOG(1) << request.request_id << ": prefill slot on " << route.prefill_id
+                    << " after " << attempt << " tries, " << absl::Now() - start;
+          }
+          out.route = *std::move(picked);
+          return out;
+        }
+        s = Annotate(s, absl::StrCat("prefill on ", route.prefill_id));
+        if (absl::IsResourceExhausted(s)) busy.insert(route.prefill_id);
+      } else {
+        s = picked.status();
+      }
+      if (!absl::IsResourceExhausted(s)) return s;
+      const absl::Time now = absl::Now();
+      if (now + backoff > give_up) {
+        return Annotate(s, absl::StrCat("no prefill slot in ", attempt, " tries over ",
+                                        absl::FormatDuration(now - start),
+                                        " (oscarkv serve --prefill_busy_wait_s)"));
+      }
+      absl::SleepFor(backoff * Jitter());
+      backoff = std::min(backoff * 2, absl::Milliseconds(100));
+    }
   }
 
   // The prompt's keys under each numerics label the workers give (the CPU engine's "" always):
@@ -346,15 +419,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     send(*std::exchange(pending, std::nullopt));
   };
 
-  // 0. Placement: which pair runs it.
-  absl::StatusOr<std::unique_ptr<Route>> picked = impl_->Pick(request);
-  if (!picked.ok()) return picked.status();
-  Route& route = **picked;
-  trace.prefill_worker = route.prefill_id;
-  trace.decode_worker = route.decode_id;
-  trace.prefix_matched_blocks = route.decode_matched_blocks;
-
-  // 1. Prefill.
+  // 0–1. Placement (which pair runs it) and prefill.
   auto t0 = std::chrono::steady_clock::now();
   pv1::PrefillRequest preq;
   preq.set_request_id(request.request_id);
@@ -362,18 +427,17 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   preq.mutable_token_ids()->Add(request.prompt_token_ids.begin(), request.prompt_token_ids.end());
   preq.set_codec(request.codec);
   preq.set_publish_to_kvstore(impl_->options.use_kvstore);
-  preq.set_offer_packed_kv(route.packed_kv);
   preq.mutable_sampling()->set_temperature(static_cast<float>(request.temperature));
   preq.mutable_sampling()->set_top_p(static_cast<float>(request.top_p));
   preq.mutable_sampling()->set_seed(seed);
-  pv1::PrefillResponse presp;
-  {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, request.deadline);
-    absl::Status s = rpc::ToAbslStatus(route.prefill->prefill->Prefill(&ctx, preq, &presp));
-    route.EndPrefill();
-    if (!s.ok()) return Annotate(s, absl::StrCat("prefill on ", route.prefill_id));
-  }
+  absl::StatusOr<Prefilled> prefilled = impl_->PlaceAndPrefill(request, preq);
+  if (!prefilled.ok()) return prefilled.status();
+  Route& route = *prefilled->route;
+  const pv1::PrefillResponse& presp = prefilled->response;
+  preq.set_offer_packed_kv(route.packed_kv);
+  trace.prefill_worker = route.prefill_id;
+  trace.decode_worker = route.decode_id;
+  trace.prefix_matched_blocks = route.decode_matched_blocks;
   impl_->RecordStored(presp);
   trace.prefill_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

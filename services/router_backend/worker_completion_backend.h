@@ -21,6 +21,10 @@
 //    prefill publishes to the kvstore are added to the PrefixIndex under kStoreHolder (the
 //    kvstore does not list its keys in heartbeats). No healthy worker of a role: kUnavailable
 //    (HTTP 503) naming the role.
+// A prefill worker at its limit (--max_concurrent) answers RESOURCE_EXHAUSTED: the request waits
+// and retries (placed again each time, busy workers left out while another can take it) for up
+// to `busy_wait_seconds`, so a burst larger than the workers' slots queues instead of failing.
+// Waiting requests are not ordered (Continuum scheduling, ARCHITECTURE §5, will order them).
 //
 // Thread-safe: Complete may run on many threads; each call has its own RPCs.
 #ifndef OSCARKV_SERVICES_ROUTER_BACKEND_WORKER_COMPLETION_BACKEND_H_
@@ -62,6 +66,10 @@ struct WorkerBackendOptions {
   int context_length = 8192;        // prompt + completion tokens; Default: 8192
   bool use_kvstore = true;          // prefix lookup + publishing in the prefill; Default: true
   double connect_timeout_seconds = 5;  // Ready() probes; Default: 5
+  // How long a request waits for a prefill slot while the workers answer RESOURCE_EXHAUSTED
+  // (busy), retrying, before it fails with that status (HTTP 429); its deadline caps it.
+  // Default: 60
+  double busy_wait_seconds = 60;
 };
 
 // What happened in the last completed request (for tests and logs).

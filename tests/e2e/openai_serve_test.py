@@ -145,6 +145,22 @@ def run_client_checks(url):
     print(f"[measure] {len(prompts)} concurrent completions: {tokens:.0f} decode tokens in "
           f"{steps:.0f} steps ({tokens / steps:.2f} per step), {dt:.2f} s")
 
+    # A burst larger than the prefill worker's slots (--max_concurrent 4) waits for them instead
+    # of failing with 429: every request completes, each with its own sequential answer. The
+    # client's own retries (it retries a 429 twice by default) are off, so the server must wait.
+    burst = [f"Item {i} of the list is" for i in range(12)]
+    no_retry = OpenAI(base_url=url, api_key="unused", max_retries=0)
+    def short(p):
+        return no_retry.completions.create(model=model, prompt=p, max_tokens=2,
+                                           temperature=0).choices[0].text
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(len(burst)) as ex:
+        burst_out = list(ex.map(short, burst))
+    dt = time.time() - t0
+    for p, text in zip(burst[:2], burst_out[:2]):
+        assert text == short(p), (p, text)
+    print(f"[measure] a burst of {len(burst)} concurrent completions, all answered: {dt:.2f} s")
+
 
 def run_doc_examples(docs, url):
     with open(docs) as f:

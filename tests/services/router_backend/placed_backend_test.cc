@@ -5,7 +5,10 @@
 //  - a prefix the kvstore holds as GPU-made blocks draws it to the GPU prefill worker;
 //  - router-side load is held while the request runs and released after;
 //  - the keys a prefill published land in the prefix index under the kvstore holder;
-//  - no registered decode worker: kUnavailable from the backend, HTTP 503 from the router.
+//  - no registered decode worker: kUnavailable from the backend, HTTP 503 from the router;
+//  - a busy prefill worker (RESOURCE_EXHAUSTED) is retried until it takes the request, left out
+//    while another prefill worker can take it, and given up on (429) after the wait or the
+//    request's deadline.
 // And, over a registry with a fake clock, the channel cache following the registry:
 //  - a worker whose heartbeats expire loses its channel and gets no more requests (they go to a
 //    live worker, or fail with kUnavailable when none is left);
@@ -35,6 +38,7 @@ namespace dv1 = ::oscarkv::decode::v1;
 namespace cv1 = ::oscarkv::common::v1;
 
 constexpr int kBlockTokens = 4;  // small blocks: short prompts still have several keys
+constexpr double kBusyWaitSeconds = 1;  // how long a request waits for a busy prefill worker
 
 kvformat::KeyChainParams KeyParams() {
   kvformat::KeyChainParams p;
@@ -49,6 +53,10 @@ class FakePrefill final : public pv1::PrefillService::Service {
   grpc::Status Prefill(grpc::ServerContext*, const pv1::PrefillRequest* req,
                        pv1::PrefillResponse* resp) override {
     calls.fetch_add(1);
+    if (busy.load() != 0) {
+      if (busy.load() > 0) busy.fetch_sub(1);
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "prefill worker busy");
+    }
     std::vector<int32_t> ids(req->token_ids().begin(), req->token_ids().end());
     for (const auto& k : kvformat::ComputeBlockKeys(KeyParams(), std::span<const int32_t>(ids))) {
       auto* p = resp->add_published_keys();
@@ -71,6 +79,7 @@ class FakePrefill final : public pv1::PrefillService::Service {
   }
   std::atomic<int> calls{0};
   std::atomic<bool> offered{false};
+  std::atomic<int> busy{0};  // answers RESOURCE_EXHAUSTED this many more times; < 0: always
 };
 
 // Decode: streams tokens 8, 9, ... up to max_new_tokens; can hold Generate until released.
@@ -158,6 +167,7 @@ class PlacedBackendTest : public ::testing::Test {
           WorkerBackendOptions o;
           o.model_id = "fake-model";
           o.context_length = 4096;
+          o.busy_wait_seconds = kBusyWaitSeconds;
           o.registry = RegistryPlacement{.workers = &s.workers(),
                                          .prefix_index = &s.prefix_index(),
                                          .policy = &s.placement(),
@@ -391,6 +401,73 @@ TEST_F(PlacedBackendTest, NoDecodeWorkerIsUnavailableAndHttp503) {
   auto ready = c.Get("/readyz");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 503);
+}
+
+TEST_F(PlacedBackendTest, BusyPrefillWorkerIsRetriedUntilItTakesTheRequest) {
+  FakePrefill* p = AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
+  AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
+  p->busy.store(3);
+  int tokens = 0;
+  auto out = backend_->Complete(Request(Prompt(5)), [&](const router::TokenEvent&) {
+    ++tokens;
+    return true;
+  });
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->completion_tokens, 3);
+  EXPECT_EQ(tokens, 3);
+  EXPECT_EQ(p->calls.load(), 4);  // three busy answers, then the prefill
+  EXPECT_EQ(router_->workers().Get("prefill-0")->router_active_requests, 0);
+  EXPECT_EQ(router_->workers().Get("decode-0")->router_active_requests, 0);
+}
+
+TEST_F(PlacedBackendTest, BusyWorkerIsLeftOutWhileAnotherPrefillWorkerCanTakeTheRequest) {
+  FakePrefill* busy = AddWorker<FakePrefill>("prefill-busy", cv1::WORKER_ROLE_PREFILL);
+  FakePrefill* free = AddWorker<FakePrefill>("prefill-free", cv1::WORKER_ROLE_PREFILL);
+  AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
+  busy->busy.store(-1);
+  for (int i = 0; i < 4; ++i) {
+    auto out = backend_->Complete(Request(Prompt(5, 100 + 10 * i)),
+                                  [](const router::TokenEvent&) { return true; });
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(backend_->last_trace().prefill_worker, "prefill-free");
+  }
+  EXPECT_EQ(free->calls.load(), 4);
+  EXPECT_LE(busy->calls.load(), 4);  // asked at most once per request
+}
+
+TEST_F(PlacedBackendTest, PrefillBusyForLongerThanTheWaitIsResourceExhaustedAndHttp429) {
+  FakePrefill* p = AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
+  FakeDecode* d = AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
+  p->busy.store(-1);
+  const absl::Time t0 = absl::Now();
+  auto out = backend_->Complete(Request(Prompt(5)), [](const router::TokenEvent&) { return true; });
+  const absl::Duration waited = absl::Now() - t0;
+  ASSERT_TRUE(absl::IsResourceExhausted(out.status())) << out.status();
+  EXPECT_NE(out.status().message().find("no prefill slot in"), std::string::npos) << out.status();
+  EXPECT_GE(waited, absl::Seconds(kBusyWaitSeconds) - absl::Milliseconds(150));
+  EXPECT_GT(p->calls.load(), 5);  // it retried, with backoff (not a busy loop: below)
+  EXPECT_LT(p->calls.load(), 100);
+  EXPECT_EQ(d->starts.load(), 0);
+
+  httplib::Client c("127.0.0.1", router_->http_port());
+  auto r = c.Post("/v1/completions",
+                  R"({"model": "fake-model", "prompt": "hello there", "max_tokens": 4})",
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429) << r->body;
+  EXPECT_NE(r->body.find("prefill worker busy"), std::string::npos) << r->body;
+}
+
+TEST_F(PlacedBackendTest, TheDeadlineCapsTheWaitForABusyPrefillWorker) {
+  FakePrefill* p = AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
+  AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
+  p->busy.store(-1);
+  router::CompletionRequest r = Request(Prompt(5));
+  r.deadline = absl::Now() + absl::Milliseconds(200);
+  const absl::Time t0 = absl::Now();
+  auto out = backend_->Complete(r, [](const router::TokenEvent&) { return true; });
+  ASSERT_TRUE(absl::IsResourceExhausted(out.status())) << out.status();
+  EXPECT_LT(absl::Now() - t0, absl::Milliseconds(700));
 }
 
 std::vector<std::string> Sorted(std::vector<std::string> v) {
