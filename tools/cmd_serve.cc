@@ -47,7 +47,7 @@ struct ServeFlags {
   std::string router_grpc_address = "0.0.0.0:9000";  // --router_only registry; Default: 0.0.0.0:9000
   double heartbeat_interval_s = 2;  // --router_only: heartbeat interval; Default: 2
   double request_timeout_s = 300;   // Default: 300
-  double prefill_busy_wait_s = 60;  // wait for a busy prefill worker before 429; Default: 60
+  double prefill_busy_wait_s = 300;  // wait for a busy prefill worker before 429; Default: 300
   int verbosity = 0;                // Default: 0
 };
 

@@ -68,8 +68,8 @@ struct WorkerBackendOptions {
   double connect_timeout_seconds = 5;  // Ready() probes; Default: 5
   // How long a request waits for a prefill slot while the workers answer RESOURCE_EXHAUSTED
   // (busy), retrying, before it fails with that status (HTTP 429); its deadline caps it.
-  // Default: 60
-  double busy_wait_seconds = 60;
+  // Default: 300 (the router's default request timeout)
+  double busy_wait_seconds = 300;
 };
 
 // What happened in the last completed request (for tests and logs).
