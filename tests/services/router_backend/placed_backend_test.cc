@@ -221,6 +221,14 @@ class PlacedBackendTest : public ::testing::Test {
     return raw;
   }
 
+  // A completion through the router's HTTP API (its backend is the one under test).
+  httplib::Result PostCompletion() {
+    httplib::Client c("127.0.0.1", router_->http_port());
+    return c.Post("/v1/completions",
+                  R"({"model": "fake-model", "prompt": "hello there", "max_tokens": 4})",
+                  "application/json");
+  }
+
   router::CompletionRequest Request(const std::vector<int32_t>& prompt, int max_tokens = 3) {
     router::CompletionRequest r;
     r.request_id = "cmpl-test";
@@ -391,13 +399,11 @@ TEST_F(PlacedBackendTest, NoDecodeWorkerIsUnavailableAndHttp503) {
   EXPECT_NE(out.status().message().find("no healthy decode worker"), std::string::npos)
       << out.status();
 
-  httplib::Client c("127.0.0.1", router_->http_port());
-  auto r = c.Post("/v1/completions",
-                  R"({"model": "fake-model", "prompt": "hello there", "max_tokens": 4})",
-                  "application/json");
+  auto r = PostCompletion();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503) << r->body;
   EXPECT_NE(r->body.find("no healthy decode worker"), std::string::npos) << r->body;
+  httplib::Client c("127.0.0.1", router_->http_port());
   auto ready = c.Get("/readyz");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 503);
@@ -449,10 +455,7 @@ TEST_F(PlacedBackendTest, PrefillBusyForLongerThanTheWaitIsResourceExhaustedAndH
   EXPECT_LT(p->calls.load(), 100);
   EXPECT_EQ(d->starts.load(), 0);
 
-  httplib::Client c("127.0.0.1", router_->http_port());
-  auto r = c.Post("/v1/completions",
-                  R"({"model": "fake-model", "prompt": "hello there", "max_tokens": 4})",
-                  "application/json");
+  auto r = PostCompletion();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429) << r->body;
   EXPECT_NE(r->body.find("prefill worker busy"), std::string::npos) << r->body;
