@@ -17,6 +17,8 @@
 #include "lib/kvformat/float16.h"
 #include "lib/model/forward_cpu.h"
 #include "lib/model/hf_config.h"
+#include "lib/model/quant_gemv.h"
+#include "lib/model/thread_pool.h"
 
 namespace oscarkv::model {
 namespace {
@@ -84,25 +86,14 @@ std::string FindDefaultModelViaPython() {
   return out;
 }
 
-// Few rows (decode): products straight from the quantized weights (memory-bound, so reading
-// 5-8.5 bits per weight wins). Many rows (prefill): OpenBLAS sgemm on the float32 copy.
-constexpr int64_t kQuantGemvMaxRows = 4;
-void Lin(const std::vector<float>& w, const QuantMatrix& qm, const std::vector<float>& bias,
-         const float* x, int64_t rows, int64_t in, int64_t out, float* y, bool allow_quant) {
-  if (allow_quant && rows <= kQuantGemvMaxRows && qm.rows == out && qm.cols == in && QuantGemvSupported(qm)) {
-    for (int64_t r = 0; r < rows; ++r) {
-      QuantGemv(qm, x + r * in, y + r * out);
-      if (!bias.empty()) {
-        for (int64_t j = 0; j < out; ++j) y[r * out + j] += bias[j];
-      }
-    }
-    return;
-  }
-  Linear(x, w.data(), bias.empty() ? nullptr : bias.data(), rows, in, out, y);
-}
+// Decode (a batch of one token per sequence): products straight from the quantized weights
+// (memory-bound, so reading 5-8.5 bits per weight wins, and a batch reads each weight block once
+// for up to 8 sequences). Prefill: OpenBLAS sgemm on the float32 copy.
+constexpr int64_t kQuantGemmMaxRows = 64;
+constexpr int64_t kQuantContinuationMaxRows = 4;
 
-// Several linear layers reading the same input (Q/K/V, gate/up). In decode they run as one
-// QuantGemvMulti: the input is quantized once and all rows go to the thread pool in one job.
+// Several linear layers reading the same input (Q/K/V, gate/up; or one). In decode they run as
+// one QuantGemmMulti: the inputs are quantized once and all rows go to the thread pool in one job.
 struct LinTerm {
   const std::vector<float>& w;
   const QuantMatrix& qm;
@@ -112,32 +103,36 @@ struct LinTerm {
 };
 void LinShared(std::initializer_list<LinTerm> terms, const float* x, int64_t rows, int64_t in,
                bool allow_quant) {
-  bool quant = allow_quant && rows <= kQuantGemvMaxRows && terms.size() <= 4;
+  bool quant = allow_quant && rows <= kQuantGemmMaxRows && terms.size() <= 4;
   for (const LinTerm& t : terms) {
     quant = quant && t.qm.rows == t.out && t.qm.cols == in && QuantGemvSupported(t.qm);
   }
   if (!quant) {
-    for (const LinTerm& t : terms) Lin(t.w, t.qm, t.bias, x, rows, in, t.out, t.y, allow_quant);
+    for (const LinTerm& t : terms) {
+      Linear(x, t.w.data(), t.bias.empty() ? nullptr : t.bias.data(), rows, in, t.out, t.y);
+    }
     return;
   }
   const QuantMatrix* ms[4];
   float* ys[4];
-  const size_t n = terms.size();
-  for (int64_t r = 0; r < rows; ++r) {
-    size_t i = 0;
-    for (const LinTerm& t : terms) {
-      ms[i] = &t.qm;
-      ys[i] = t.y + r * t.out;
-      ++i;
-    }
-    QuantGemvMulti(std::span(ms, n), x + r * in, std::span(ys, n));
+  size_t n = 0;
+  for (const LinTerm& t : terms) {
+    ms[n] = &t.qm;
+    ys[n] = t.y;
+    ++n;
   }
+  QuantGemmMulti(std::span(ms, n), x, rows, std::span(ys, n));
   for (const LinTerm& t : terms) {
     if (t.bias.empty()) continue;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t j = 0; j < t.out; ++j) t.y[r * t.out + j] += t.bias[j];
     }
   }
+}
+
+void Lin(const std::vector<float>& w, const QuantMatrix& qm, const std::vector<float>& bias,
+         const float* x, int64_t rows, int64_t in, int64_t out, float* y, bool allow_quant) {
+  LinShared({{w, qm, bias, out, y}}, x, rows, in, allow_quant);
 }
 
 int32_t Argmax(const float* x, int n) {
@@ -310,6 +305,13 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float eps = static_cast<float>(c.norm_eps);
   const float* freq_div = weights_.rope_freqs.empty() ? nullptr : weights_.rope_freqs.data();
+  // Rows of one sequence (a prompt, or a prefill continuing through the cache) or a decode batch
+  // (one row per sequence: DecodeStep refuses repeats).
+  const bool one_sequence =
+      std::all_of(seqs.begin(), seqs.end(), [&](const Sequence* s) { return s == seqs[0]; });
+  // Decode batches multiply straight from the quantized weights; a continuation of more than a
+  // few tokens goes to sgemm as a prompt does (compute-bound there, where sgemm is faster).
+  const bool quant = !prompt_mode && (!one_sequence || rows <= kQuantContinuationMaxRows);
   for (int32_t tok : tokens) {
     if (tok < 0 || tok >= c.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("token id ", tok, " outside vocab of ", c.vocab_size));
@@ -329,7 +331,7 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
     LinShared({{w.wq, w.q_wq, w.bq, qdim, q.data()},
                {w.wk, w.q_wk, w.bk, kvdim, k.data()},
                {w.wv, w.q_wv, w.bv, kvdim, v.data()}},
-              h.data(), rows, dm, !prompt_mode);
+              h.data(), rows, dm, quant);
     if (c.qk_norm) {
       RmsNorm(q.data(), w.q_norm.data(), rows * hq, hd, eps);
       RmsNorm(k.data(), w.k_norm.data(), rows * hkv, hd, eps);
@@ -368,23 +370,35 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
       OSCARKV_RETURN_IF_ERROR(
           seqs[0]->cache().AppendLayer(layer, k.data(), v.data(), static_cast<int>(rows)));
     } else {
-      for (int64_t r = 0; r < rows; ++r) {
-        KvCache& cache = seqs[r]->cache();
-        OSCARKV_RETURN_IF_ERROR(
-            cache.AppendLayer(layer, k.data() + r * kvdim, v.data() + r * kvdim, 1));
-        OSCARKV_RETURN_IF_ERROR(cache.Attend(layer, q.data() + r * qdim, static_cast<int>(hq),
-                                             scale, attn.data() + r * qdim));
+      // Rows of one sequence append in order on this thread. Rows of a decode batch each attend
+      // over their own cache, so they share out over the pool; a sequence's attention stays on
+      // one thread, so its result does not depend on the batch.
+      std::vector<absl::Status> status(rows);
+      const auto attend = [&](int worker, int workers) {
+        for (int64_t r = worker; r < rows; r += workers) {
+          KvCache& cache = seqs[r]->cache();
+          status[r] = cache.AppendLayer(layer, k.data() + r * kvdim, v.data() + r * kvdim, 1);
+          if (!status[r].ok()) continue;
+          status[r] = cache.Attend(layer, q.data() + r * qdim, static_cast<int>(hq), scale,
+                                   attn.data() + r * qdim);
+        }
+      };
+      if (!one_sequence) {
+        RunOnCpuPool(attend);
+      } else {
+        attend(0, 1);
       }
+      for (const absl::Status& s : status) OSCARKV_RETURN_IF_ERROR(s);
     }
     static const std::vector<float> kNoBias;
-    Lin(w.wo, w.q_wo, kNoBias, attn.data(), rows, qdim, dm, tmp.data(), !prompt_mode);
+    Lin(w.wo, w.q_wo, kNoBias, attn.data(), rows, qdim, dm, tmp.data(), quant);
     for (int64_t i = 0; i < rows * dm; ++i) x[i] += tmp[i];
     RmsNormTo(x.data(), w.ffn_norm.data(), rows, dm, eps, h.data());
     LinShared({{w.w_gate, w.q_gate, kNoBias, dff, gate.data()},
                {w.w_up, w.q_up, kNoBias, dff, up.data()}},
-              h.data(), rows, dm, !prompt_mode);
+              h.data(), rows, dm, quant);
     SiluMul(gate.data(), up.data(), rows * dff);
-    Lin(w.w_down, w.q_down, kNoBias, gate.data(), rows, dff, dm, tmp.data(), !prompt_mode);
+    Lin(w.w_down, w.q_down, kNoBias, gate.data(), rows, dff, dm, tmp.data(), quant);
     for (int64_t i = 0; i < rows * dm; ++i) x[i] += tmp[i];
   }
   if (prompt_mode) {
@@ -398,7 +412,7 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
   logits->resize(out_rows * c.vocab_size);
   static const std::vector<float> kNoBias;
   Lin(weights_.output_matrix(), weights_.q_output, kNoBias, h.data(), out_rows, dm, c.vocab_size,
-      logits->data(), !prompt_mode);
+      logits->data(), quant);
   return absl::OkStatus();
 }
 

@@ -1,13 +1,12 @@
 #include "lib/model/quant_gemv.h"
 
-#include <cblas.h>
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
-#include <memory>
-#include <mutex>
+#include <utility>
 
 #include "lib/base/log.h"
 #include "lib/kvformat/float16.h"
@@ -191,6 +190,104 @@ OSCARKV_AVX512VNNI float DotQ8_0Avx512Vnni(const uint8_t* row, const int16_t* xq
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + tail;
 }
 
+// The same products for up to kMaxInputs activation vectors at once (a decode batch): each
+// weight block is loaded and widened once and multiplied into every input. Per input the
+// arithmetic is the single-input kernel's, in its order (two accumulators taking alternate
+// blocks, the min term summed in pairs, the same reduction), so each result is bit-identical to
+// it: a sequence decodes the same whatever its batch.
+constexpr int kMaxInputs = 8;
+
+template <int N>
+OSCARKV_AVX512VNNI void DotQ4_1Avx512VnniN(const uint8_t* row, const QuantizedActivations* xs,
+                                           int64_t blocks, float* out, int64_t out_stride) {
+  __m512 acc0[N], acc1[N];
+  float acc_m[N];
+  for (int t = 0; t < N; ++t) {
+    acc0[t] = _mm512_setzero_ps();
+    acc1[t] = _mm512_setzero_ps();
+    acc_m[t] = 0;
+  }
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    const uint8_t* b0 = row + b * kQ4_1Bytes;
+    const uint8_t* b1 = b0 + kQ4_1Bytes;
+    if (kPrefetchBytes > 0) _mm_prefetch(reinterpret_cast<const char*>(b0) + kPrefetchBytes, _MM_HINT_T0);
+    const __m512i c0 = Q4_1Codes(b0), c1 = Q4_1Codes(b1);
+    const float h0 = Half512(b0), h1 = Half512(b1), m0 = Half512(b0 + 2), m1 = Half512(b1 + 2);
+    for (int t = 0; t < N; ++t) {
+      const QuantizedActivations& x = xs[t];
+      const __m512i d0 =
+          _mm512_dpwssd_epi32(_mm512_setzero_si512(), c0, _mm512_loadu_si512(x.q.data() + b * 32));
+      const __m512i d1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), c1,
+                                             _mm512_loadu_si512(x.q.data() + b * 32 + 32));
+      acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_set1_ps(h0 * x.d[b]), acc0[t]);
+      acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_set1_ps(h1 * x.d[b + 1]), acc1[t]);
+      acc_m[t] += m0 * x.sum[b] + m1 * x.sum[b + 1];
+    }
+  }
+  for (int t = 0; t < N; ++t) {
+    const QuantizedActivations& x = xs[t];
+    float tail = 0;
+    if (b < blocks) {
+      tail = DotQ4_1Scalar(row + b * kQ4_1Bytes, x.q.data() + b * 32, x.d.data() + b,
+                           x.sum.data() + b, 1);
+    }
+    out[t * out_stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t])) + acc_m[t] + tail;
+  }
+}
+
+template <int N>
+OSCARKV_AVX512VNNI void DotQ8_0Avx512VnniN(const uint8_t* row, const QuantizedActivations* xs,
+                                           int64_t blocks, float* out, int64_t out_stride) {
+  __m512 acc0[N], acc1[N];
+  for (int t = 0; t < N; ++t) {
+    acc0[t] = _mm512_setzero_ps();
+    acc1[t] = _mm512_setzero_ps();
+  }
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    const uint8_t* b0 = row + b * kQ8_0Bytes;
+    const uint8_t* b1 = b0 + kQ8_0Bytes;
+    if (kPrefetchBytes > 0) _mm_prefetch(reinterpret_cast<const char*>(b0) + kPrefetchBytes, _MM_HINT_T0);
+    const __m512i w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2)));
+    const __m512i w1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)));
+    const float h0 = Half512(b0), h1 = Half512(b1);
+    for (int t = 0; t < N; ++t) {
+      const QuantizedActivations& x = xs[t];
+      const __m512i d0 =
+          _mm512_dpwssd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(x.q.data() + b * 32));
+      const __m512i d1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w1,
+                                             _mm512_loadu_si512(x.q.data() + b * 32 + 32));
+      acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_set1_ps(h0 * x.d[b]), acc0[t]);
+      acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_set1_ps(h1 * x.d[b + 1]), acc1[t]);
+    }
+  }
+  for (int t = 0; t < N; ++t) {
+    const QuantizedActivations& x = xs[t];
+    float tail = 0;
+    if (b < blocks) {
+      tail = DotQ8_0Scalar(row + b * kQ8_0Bytes, x.q.data() + b * 32, x.d.data() + b,
+                           x.sum.data() + b, 1);
+    }
+    out[t * out_stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t])) + tail;
+  }
+}
+
+using DotNFn = void (*)(const uint8_t*, const QuantizedActivations*, int64_t, float*, int64_t);
+
+template <int... N>
+constexpr std::array<DotNFn, sizeof...(N)> DotNTable(bool q4_1, std::integer_sequence<int, N...>) {
+  return q4_1 ? std::array<DotNFn, sizeof...(N)>{DotQ4_1Avx512VnniN<N + 1>...}
+              : std::array<DotNFn, sizeof...(N)>{DotQ8_0Avx512VnniN<N + 1>...};
+}
+
+// The kernel for n inputs, 1 <= n <= kMaxInputs.
+DotNFn PickDotN(bool q4_1, int n) {
+  static constexpr auto kQ4_1 = DotNTable(true, std::make_integer_sequence<int, kMaxInputs>{});
+  static constexpr auto kQ8_0 = DotNTable(false, std::make_integer_sequence<int, kMaxInputs>{});
+  return (q4_1 ? kQ4_1 : kQ8_0)[n - 1];
+}
+
 // QuantizeActivations for AVX-512 CPUs: the same q and d as the scalar loop (round to nearest
 // even in both), the block sum in another order.
 OSCARKV_AVX512VNNI void QuantizeActivationsAvx512(const float* x, int64_t blocks,
@@ -223,27 +320,13 @@ DotFn PickDot(DotKernel k, bool q4_1) {
   return q4_1 ? DotQ4_1Scalar : DotQ8_0Scalar;
 }
 
-// ---- the pool -------------------------------------------------------------------------------
-
-// One pool per process, sized to the OpenBLAS thread count (what SetCpuThreads and --threads
-// set). `mu` admits one GEMV at a time; a concurrent caller computes alone instead of waiting.
-struct SharedPool {
-  std::mutex mu;
-  std::unique_ptr<ThreadPool> pool;  // guarded by mu
-};
-
-SharedPool& Shared() {
-  static SharedPool* shared = new SharedPool();
-  return *shared;
-}
-
 // Below this many weights a job stays on the calling thread (handing it over costs ~1 us).
 constexpr int64_t kMinParallelWeights = 1 << 15;
 
 struct GemvJob {
   std::span<const QuantMatrix* const> ms;
-  std::span<float* const> ys;
-  const QuantizedActivations* x;
+  std::span<float* const> ys;               // ys[j]: [inputs][ms[j]->rows]
+  std::span<const QuantizedActivations> xs;  // the inputs
   DotKernel kernel;
   int64_t total_rows;
 };
@@ -261,7 +344,7 @@ void RunGemvSlice(const GemvJob& job, int w, int n) {
     const QuantMatrix& m = *job.ms[j];
     const int64_t r0 = std::max<int64_t>(lo - base, 0);
     const int64_t r1 = std::min<int64_t>(hi - base, m.rows);
-    if (r0 < r1) QuantDotRows(job.kernel, m, *job.x, r0, r1, job.ys[j] + r0);
+    if (r0 < r1) QuantDotRowsMulti(job.kernel, m, job.xs, r0, r1, job.ys[j] + r0, m.rows);
     base += m.rows;
   }
 }
@@ -331,6 +414,25 @@ void QuantDotRows(DotKernel k, const QuantMatrix& m, const QuantizedActivations&
   }
 }
 
+void QuantDotRowsMulti(DotKernel k, const QuantMatrix& m, std::span<const QuantizedActivations> xs,
+                       int64_t r0, int64_t r1, float* y, int64_t y_stride) {
+  if (k != DotKernel::kAvx512Vnni || xs.size() == 1) {
+    for (size_t t = 0; t < xs.size(); ++t) QuantDotRows(k, m, xs[t], r0, r1, y + t * y_stride);
+    return;
+  }
+  const bool q4_1 = IsQ4_1(m);
+  const int64_t blocks = m.cols / 32;
+  const int64_t row_bytes = blocks * (q4_1 ? kQ4_1Bytes : kQ8_0Bytes);
+  for (size_t t0 = 0; t0 < xs.size(); t0 += kMaxInputs) {
+    const int n = static_cast<int>(std::min<size_t>(kMaxInputs, xs.size() - t0));
+    const DotNFn dot = PickDotN(q4_1, n);
+    float* yt = y + t0 * y_stride;
+    for (int64_t r = r0; r < r1; ++r) {
+      dot(m.data + r * row_bytes, xs.data() + t0, blocks, yt + (r - r0), y_stride);
+    }
+  }
+}
+
 bool QuantGemvSupported(const QuantMatrix& m) {
   if (m.data == nullptr || m.cols % 32 != 0) return false;
   return m.type == static_cast<uint32_t>(GgmlType::kQ4_1) ||
@@ -345,33 +447,29 @@ void QuantGemv(const QuantMatrix& m, const float* x, float* y) {
 
 void QuantGemvMulti(std::span<const QuantMatrix* const> ms, const float* x,
                     std::span<float* const> ys) {
-  CHECK(!ms.empty() && ms.size() == ys.size());
+  QuantGemmMulti(ms, x, 1, ys);
+}
+
+void QuantGemmMulti(std::span<const QuantMatrix* const> ms, const float* x, int64_t inputs,
+                    std::span<float* const> ys) {
+  CHECK(!ms.empty() && ms.size() == ys.size() && inputs >= 1);
   const int64_t cols = ms[0]->cols;
   int64_t total_rows = 0;
   for (const QuantMatrix* m : ms) {
     DCHECK(m->cols == cols);
     total_rows += m->rows;
   }
-  thread_local QuantizedActivations xq;
-  QuantizeActivations(x, cols, &xq);
-  const GemvJob job{ms, ys, &xq, BestDotKernel(), total_rows};
+  thread_local std::vector<QuantizedActivations> xq;
+  if (static_cast<int64_t>(xq.size()) < inputs) xq.resize(inputs);
+  for (int64_t t = 0; t < inputs; ++t) QuantizeActivations(x + t * cols, cols, &xq[t]);
+  const GemvJob job{ms, ys, std::span<const QuantizedActivations>(xq.data(), inputs),
+                    BestDotKernel(), total_rows};
   const auto run = [&job](int w, int n) { RunGemvSlice(job, w, n); };
   if (total_rows * cols < kMinParallelWeights) {
     run(0, 1);
     return;
   }
-  SharedPool& shared = Shared();
-  std::unique_lock<std::mutex> lock(shared.mu, std::try_to_lock);
-  if (!lock.owns_lock()) {
-    run(0, 1);
-    return;
-  }
-  const int threads = std::max(1, openblas_get_num_threads());
-  if (shared.pool == nullptr || shared.pool->size() != threads) {
-    shared.pool.reset();
-    shared.pool = std::make_unique<ThreadPool>(threads);
-  }
-  shared.pool->RunFor(run);
+  RunOnCpuPool(run);
 }
 
 }  // namespace oscarkv::model

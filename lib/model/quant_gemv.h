@@ -18,8 +18,8 @@
 // as llama.cpp itself differs from float32 transformers by ~1 logit (model_reference_test).
 // int16 codes cost one widening per weight block and keep decode within the float tolerances.
 //
-// The rows are split over a persistent ThreadPool whose size follows the OpenBLAS thread count
-// (SetCpuThreads / --threads).
+// The rows are split over the shared CPU pool (thread_pool.h, RunOnCpuPool), whose size follows
+// the OpenBLAS thread count (SetCpuThreads / --threads).
 #ifndef OSCARKV_LIB_MODEL_QUANT_GEMV_H_
 #define OSCARKV_LIB_MODEL_QUANT_GEMV_H_
 
@@ -61,6 +61,12 @@ bool DotKernelAvailable(DotKernel k);
 void QuantDotRows(DotKernel k, const QuantMatrix& m, const QuantizedActivations& x, int64_t r0,
                   int64_t r1, float* y);
 
+// y[t * y_stride + (r - r0)] = row r of `m` times xs[t], for every input t and r in [r0, r1),
+// single-threaded. With kAvx512Vnni each weight block is read once for up to 8 inputs; every
+// result equals QuantDotRows(k, m, xs[t], ...) bit for bit, for any kernel.
+void QuantDotRowsMulti(DotKernel k, const QuantMatrix& m, std::span<const QuantizedActivations> xs,
+                       int64_t r0, int64_t r1, float* y, int64_t y_stride);
+
 // True when QuantGemv handles `m` (Q4_1 or Q8_0, cols a multiple of 32, data present).
 bool QuantGemvSupported(const QuantMatrix& m);
 
@@ -72,6 +78,12 @@ void QuantGemv(const QuantMatrix& m, const float* x, float* y);
 // and all rows go to the pool in one job. Requires QuantGemvSupported for each; ms.size() ==
 // ys.size(). Thread-safe as QuantGemv.
 void QuantGemvMulti(std::span<const QuantMatrix* const> ms, const float* x,
+                    std::span<float* const> ys);
+
+// The same for `inputs` activation vectors (a decode batch): x is [inputs][cols] and ys[j] is
+// [inputs][m_j.rows], row-major. Each weight block is read once for up to 8 inputs (AVX-512
+// VNNI), and every output equals QuantGemvMulti on that input alone, bit for bit.
+void QuantGemmMulti(std::span<const QuantMatrix* const> ms, const float* x, int64_t inputs,
                     std::span<float* const> ys);
 
 }  // namespace oscarkv::model

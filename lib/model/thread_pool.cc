@@ -1,8 +1,12 @@
 #include "lib/model/thread_pool.h"
 
+#include <cblas.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 namespace oscarkv::model {
@@ -75,6 +79,30 @@ void ThreadPool::WorkerLoop(int worker) {
     fn_(ctx_, worker, size());
     pending_.fetch_sub(1, std::memory_order_release);
   }
+}
+
+void RunOnCpuPool(const std::function<void(int worker, int workers)>& f) {
+  // One pool per process; `mu` admits one job at a time (never held while waiting for it).
+  struct SharedPool {
+    std::mutex mu;
+    std::unique_ptr<ThreadPool> pool;  // guarded by mu
+  };
+  static SharedPool* shared = new SharedPool();
+  std::unique_lock<std::mutex> lock(shared->mu, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    f(0, 1);
+    return;
+  }
+  const int threads = std::max(1, openblas_get_num_threads());
+  if (threads == 1) {
+    f(0, 1);
+    return;
+  }
+  if (shared->pool == nullptr || shared->pool->size() != threads) {
+    shared->pool.reset();
+    shared->pool = std::make_unique<ThreadPool>(threads);
+  }
+  shared->pool->RunFor(f);
 }
 
 }  // namespace oscarkv::model

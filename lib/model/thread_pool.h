@@ -1,4 +1,5 @@
-// A persistent pool of worker threads for the decode matrix-vector products (quant_gemv.cc).
+// A persistent pool of worker threads for decode: the matrix-vector products (quant_gemv.cc) and
+// the batch's attention (model.cc), through RunOnCpuPool.
 // Decode runs ~200 small GEMVs per token; an OpenMP fork/join per GEMV cost ~21% of the decode
 // time on 2 cores. Here the workers stay alive and spin briefly between jobs (a job is handed
 // over through one atomic, ~0.1-1 us), then sleep on a futex when no job comes for a while, so
@@ -8,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -51,6 +53,12 @@ class ThreadPool {
   alignas(64) std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
 };
+
+// Runs f(worker, workers) on the process's shared CPU pool, sized to the OpenBLAS thread count
+// (SetCpuThreads / --threads), the caller being worker 0, and returns when all have finished.
+// Thread-safe: one caller at a time gets the pool; a caller that finds it busy (another thread's
+// job, or a job calling this from inside itself) runs f(0, 1) alone.
+void RunOnCpuPool(const std::function<void(int worker, int workers)>& f);
 
 }  // namespace oscarkv::model
 

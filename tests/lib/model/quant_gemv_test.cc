@@ -1,6 +1,7 @@
 // The integer dot products of quant_gemv (Q4_1 and Q8_0 weights x int16-quantized activations): every kernel this CPU
 // runs against a float64 reference on random blocks, the SIMD kernels against the scalar
-// fallback, and the pooled multi-matrix GEMV against single-threaded rows.
+// fallback, the pooled multi-matrix GEMV against single-threaded rows, and several inputs at
+// once (a decode batch) against one at a time, bit for bit.
 #include "lib/model/quant_gemv.h"
 
 #include <cmath>
@@ -200,6 +201,64 @@ TEST(QuantGemvMulti, EqualsSingleThreadedRows) {
     std::vector<float> single(200);
     QuantGemv(c.m, x.data(), single.data());
     EXPECT_EQ(single, yc);
+  }
+}
+
+// Several inputs at once (a decode batch): each weight block is read once for up to 8 inputs,
+// and every output is the single-input kernel's bit for bit, on tiles of 8 and a partial one,
+// with an odd block count (the scalar tail).
+TEST_P(QuantDot, SeveralInputsEqualOneAtATimeBitForBit) {
+  std::mt19937 rng(11);
+  const int64_t rows = 37, cols = 19 * 32;
+  TestMatrix t = MakeMatrix(GetParam(), rows, cols, rng);
+  int checked = 0;
+  for (DotKernel k : kAllKernels) {
+    if (!DotKernelAvailable(k)) continue;
+    for (int inputs : {1, 3, 8, 9, 19}) {
+      std::vector<QuantizedActivations> xs(inputs);
+      for (int i = 0; i < inputs; ++i) {
+        const std::vector<float> x = MakeX(cols, rng);
+        QuantizeActivations(x.data(), cols, &xs[i]);
+      }
+      const int64_t r0 = 3, r1 = rows, stride = 40;
+      std::vector<float> got(inputs * stride, -1.0f);
+      QuantDotRowsMulti(k, t.m, xs, r0, r1, got.data(), stride);
+      for (int i = 0; i < inputs; ++i) {
+        std::vector<float> want(r1 - r0);
+        QuantDotRows(k, t.m, xs[i], r0, r1, want.data());
+        for (int64_t r = 0; r < r1 - r0; ++r) {
+          ASSERT_EQ(got[i * stride + r], want[r]) << "kernel " << static_cast<int>(k) << " inputs "
+                                                  << inputs << " input " << i << " row " << r;
+        }
+        for (int64_t r = r1 - r0; r < stride; ++r) ASSERT_EQ(got[i * stride + r], -1.0f);
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// The pooled GEMM over a batch gives each input exactly its own QuantGemvMulti.
+TEST(QuantGemmMulti, EachInputEqualsItsOwnGemv) {
+  std::mt19937 rng(6);
+  const int64_t cols = 576, inputs = 11;
+  TestMatrix a = MakeMatrix(GgmlType::kQ4_1, 576, cols, rng);
+  TestMatrix c = MakeMatrix(GgmlType::kQ8_0, 208, cols, rng);
+  std::vector<float> x;
+  for (int i = 0; i < inputs; ++i) {
+    const std::vector<float> xi = MakeX(cols, rng);
+    x.insert(x.end(), xi.begin(), xi.end());
+  }
+  std::vector<float> ya(inputs * 576), yc(inputs * 208);
+  const QuantMatrix* ms[] = {&a.m, &c.m};
+  float* ys[] = {ya.data(), yc.data()};
+  QuantGemmMulti(ms, x.data(), inputs, ys);
+  for (int i = 0; i < inputs; ++i) {
+    std::vector<float> wa(576), wc(208);
+    float* ws[] = {wa.data(), wc.data()};
+    QuantGemvMulti(ms, x.data() + i * cols, ws);
+    for (int64_t r = 0; r < 576; ++r) ASSERT_EQ(ya[i * 576 + r], wa[r]) << i << " " << r;
+    for (int64_t r = 0; r < 208; ++r) ASSERT_EQ(yc[i * 208 + r], wc[r]) << i << " " << r;
   }
 }
 
