@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 namespace oscarkv::model {
@@ -82,19 +81,16 @@ void ThreadPool::WorkerLoop(int worker) {
 }
 
 void RunOnCpuPool(const std::function<void(int worker, int workers)>& f) {
-  // One pool per process; `mu` admits one job at a time (never held while waiting for it).
+  // One pool per process. `busy` admits one job at a time; a flag rather than a mutex, so that a
+  // job calling this from inside itself (on any of its threads) finds it taken instead of
+  // relocking a mutex its own thread holds.
   struct SharedPool {
-    std::mutex mu;
-    std::unique_ptr<ThreadPool> pool;  // guarded by mu
+    std::atomic<bool> busy{false};
+    std::unique_ptr<ThreadPool> pool;  // touched only by the thread that set `busy`
   };
   static SharedPool* shared = new SharedPool();
-  std::unique_lock<std::mutex> lock(shared->mu, std::try_to_lock);
-  if (!lock.owns_lock()) {
-    f(0, 1);
-    return;
-  }
   const int threads = std::max(1, openblas_get_num_threads());
-  if (threads == 1) {
+  if (threads == 1 || shared->busy.exchange(true, std::memory_order_acquire)) {
     f(0, 1);
     return;
   }
@@ -103,6 +99,7 @@ void RunOnCpuPool(const std::function<void(int worker, int workers)>& f) {
     shared->pool = std::make_unique<ThreadPool>(threads);
   }
   shared->pool->RunFor(f);
+  shared->busy.store(false, std::memory_order_release);
 }
 
 }  // namespace oscarkv::model

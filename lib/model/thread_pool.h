@@ -30,7 +30,7 @@ class ThreadPool {
   int size() const { return static_cast<int>(threads_.size()) + 1; }
 
   // Runs fn on every worker, the caller being worker 0, and returns when all have finished.
-  // One Run at a time: not thread-safe (the caller serializes; see quant_gemv.cc).
+  // One Run at a time: not thread-safe (the caller serializes; see RunOnCpuPool).
   void Run(JobFn fn, const void* ctx);
 
   // Typed convenience: f(worker, workers) for a callable f.
