@@ -57,8 +57,8 @@ TEST_F(RealModel, DecodeMatchesPrefillAtEveryPosition) {
               std::max_element(step.begin(), step.end()) - step.begin())
         << "argmax differs at position " << t;
   }
-  // Prefill uses sgemm and decode sgemv, and K/V are rounded to bf16: a value near a rounding
-  // boundary can land on the other bf16 neighbour, so allow 0.5% of the logit range.
+  // Prefill uses sgemm and decode the quantized GEMV, and K/V are rounded to bf16: a value near a
+  // rounding boundary can land on the other bf16 neighbour, so allow 0.5% of the logit range.
   EXPECT_LT(worst, 5e-3) << "max |logit difference| / max |logit|, decode vs prefill";
 }
 
