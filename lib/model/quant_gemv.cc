@@ -35,6 +35,8 @@ inline float HalfPortable(const uint8_t* p) {
   return kvformat::HalfBitsToFloat(h);
 }
 
+using DotFn = float (*)(const uint8_t*, const int16_t*, const float*, const float*, int64_t);
+
 // ---- scalar kernels: the fallback, and the reference the SIMD ones are tested against -------
 // Integer block sums fit int32: |c| * |q| * 32 <= 128 * 32767 * 32 < 2^31.
 
@@ -197,11 +199,17 @@ OSCARKV_AVX512VNNI float DotQ8_0Avx512Vnni(const uint8_t* row, const int16_t* xq
 // it: a sequence decodes the same whatever its batch.
 constexpr int kMaxInputs = 8;
 
-template <int N>
-OSCARKV_AVX512VNNI void DotQ4_1Avx512VnniN(const uint8_t* row, const QuantizedActivations* xs,
-                                           int64_t blocks, float* out, int64_t out_stride) {
+// The 32 codes of Q8_0 block `blk` widened to int16, in element order.
+OSCARKV_AVX512VNNI inline __m512i Q8_0Codes(const uint8_t* blk) {
+  return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
+}
+
+template <int N, bool kQ4_1>
+OSCARKV_AVX512VNNI void DotAvx512VnniN(const uint8_t* row, const QuantizedActivations* xs,
+                                       int64_t blocks, float* out, int64_t out_stride) {
+  constexpr int64_t kBlockBytes = kQ4_1 ? kQ4_1Bytes : kQ8_0Bytes;
   __m512 acc0[N], acc1[N];
-  float acc_m[N];
+  float acc_m[N];  // Q4_1's min term
   for (int t = 0; t < N; ++t) {
     acc0[t] = _mm512_setzero_ps();
     acc1[t] = _mm512_setzero_ps();
@@ -209,11 +217,15 @@ OSCARKV_AVX512VNNI void DotQ4_1Avx512VnniN(const uint8_t* row, const QuantizedAc
   }
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
-    const uint8_t* b0 = row + b * kQ4_1Bytes;
-    const uint8_t* b1 = b0 + kQ4_1Bytes;
-    if (kPrefetchBytes > 0) _mm_prefetch(reinterpret_cast<const char*>(b0) + kPrefetchBytes, _MM_HINT_T0);
-    const __m512i c0 = Q4_1Codes(b0), c1 = Q4_1Codes(b1);
-    const float h0 = Half512(b0), h1 = Half512(b1), m0 = Half512(b0 + 2), m1 = Half512(b1 + 2);
+    const uint8_t* b0 = row + b * kBlockBytes;
+    const uint8_t* b1 = b0 + kBlockBytes;
+    if (kPrefetchBytes > 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(b0) + kPrefetchBytes, _MM_HINT_T0);
+    }
+    const __m512i c0 = kQ4_1 ? Q4_1Codes(b0) : Q8_0Codes(b0);
+    const __m512i c1 = kQ4_1 ? Q4_1Codes(b1) : Q8_0Codes(b1);
+    const float h0 = Half512(b0), h1 = Half512(b1);
+    const float m0 = kQ4_1 ? Half512(b0 + 2) : 0.0f, m1 = kQ4_1 ? Half512(b1 + 2) : 0.0f;
     for (int t = 0; t < N; ++t) {
       const QuantizedActivations& x = xs[t];
       const __m512i d0 =
@@ -222,54 +234,20 @@ OSCARKV_AVX512VNNI void DotQ4_1Avx512VnniN(const uint8_t* row, const QuantizedAc
                                              _mm512_loadu_si512(x.q.data() + b * 32 + 32));
       acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_set1_ps(h0 * x.d[b]), acc0[t]);
       acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_set1_ps(h1 * x.d[b + 1]), acc1[t]);
-      acc_m[t] += m0 * x.sum[b] + m1 * x.sum[b + 1];
+      if constexpr (kQ4_1) acc_m[t] += m0 * x.sum[b] + m1 * x.sum[b + 1];
     }
   }
+  const DotFn tail_dot = kQ4_1 ? DotQ4_1Scalar : DotQ8_0Scalar;
   for (int t = 0; t < N; ++t) {
     const QuantizedActivations& x = xs[t];
     float tail = 0;
     if (b < blocks) {
-      tail = DotQ4_1Scalar(row + b * kQ4_1Bytes, x.q.data() + b * 32, x.d.data() + b,
-                           x.sum.data() + b, 1);
+      tail = tail_dot(row + b * kBlockBytes, x.q.data() + b * 32, x.d.data() + b,
+                      x.sum.data() + b, 1);
     }
-    out[t * out_stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t])) + acc_m[t] + tail;
-  }
-}
-
-template <int N>
-OSCARKV_AVX512VNNI void DotQ8_0Avx512VnniN(const uint8_t* row, const QuantizedActivations* xs,
-                                           int64_t blocks, float* out, int64_t out_stride) {
-  __m512 acc0[N], acc1[N];
-  for (int t = 0; t < N; ++t) {
-    acc0[t] = _mm512_setzero_ps();
-    acc1[t] = _mm512_setzero_ps();
-  }
-  int64_t b = 0;
-  for (; b + 2 <= blocks; b += 2) {
-    const uint8_t* b0 = row + b * kQ8_0Bytes;
-    const uint8_t* b1 = b0 + kQ8_0Bytes;
-    if (kPrefetchBytes > 0) _mm_prefetch(reinterpret_cast<const char*>(b0) + kPrefetchBytes, _MM_HINT_T0);
-    const __m512i w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2)));
-    const __m512i w1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)));
-    const float h0 = Half512(b0), h1 = Half512(b1);
-    for (int t = 0; t < N; ++t) {
-      const QuantizedActivations& x = xs[t];
-      const __m512i d0 =
-          _mm512_dpwssd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(x.q.data() + b * 32));
-      const __m512i d1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w1,
-                                             _mm512_loadu_si512(x.q.data() + b * 32 + 32));
-      acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_set1_ps(h0 * x.d[b]), acc0[t]);
-      acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_set1_ps(h1 * x.d[b + 1]), acc1[t]);
-    }
-  }
-  for (int t = 0; t < N; ++t) {
-    const QuantizedActivations& x = xs[t];
-    float tail = 0;
-    if (b < blocks) {
-      tail = DotQ8_0Scalar(row + b * kQ8_0Bytes, x.q.data() + b * 32, x.d.data() + b,
-                           x.sum.data() + b, 1);
-    }
-    out[t * out_stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t])) + tail;
+    // The same sums as the single-input kernels (Q8_0 has no min term).
+    const float dots = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+    out[t * out_stride] = kQ4_1 ? dots + acc_m[t] + tail : dots + tail;
   }
 }
 
@@ -277,8 +255,8 @@ using DotNFn = void (*)(const uint8_t*, const QuantizedActivations*, int64_t, fl
 
 template <int... N>
 constexpr std::array<DotNFn, sizeof...(N)> DotNTable(bool q4_1, std::integer_sequence<int, N...>) {
-  return q4_1 ? std::array<DotNFn, sizeof...(N)>{DotQ4_1Avx512VnniN<N + 1>...}
-              : std::array<DotNFn, sizeof...(N)>{DotQ8_0Avx512VnniN<N + 1>...};
+  return q4_1 ? std::array<DotNFn, sizeof...(N)>{DotAvx512VnniN<N + 1, true>...}
+              : std::array<DotNFn, sizeof...(N)>{DotAvx512VnniN<N + 1, false>...};
 }
 
 // The kernel for n inputs, 1 <= n <= kMaxInputs.
@@ -305,8 +283,6 @@ OSCARKV_AVX512VNNI void QuantizeActivationsAvx512(const float* x, int64_t blocks
     out->sum[b] = _mm512_reduce_add_ps(_mm512_add_ps(x0, x1));
   }
 }
-
-using DotFn = float (*)(const uint8_t*, const int16_t*, const float*, const float*, int64_t);
 
 DotFn PickDot(DotKernel k, bool q4_1) {
   switch (k) {
