@@ -434,7 +434,6 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   if (!prefilled.ok()) return prefilled.status();
   Route& route = *prefilled->route;
   const pv1::PrefillResponse& presp = prefilled->response;
-  preq.set_offer_packed_kv(route.packed_kv);
   trace.prefill_worker = route.prefill_id;
   trace.decode_worker = route.decode_id;
   trace.prefix_matched_blocks = route.decode_matched_blocks;

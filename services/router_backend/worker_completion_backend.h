@@ -82,7 +82,7 @@ struct RequestTrace {
                                      // (packed bytes when packed_kv)
   int prompt_blocks = 0;
   bool packed_kv = false;            // the KV went GPU to GPU in packed form (no blocks)
-  double prefill_seconds = 0;
+  double prefill_seconds = 0;        // waiting for a prefill slot included
   double decode_seconds = 0;
 };
 

@@ -157,7 +157,7 @@ def run_client_checks(url):
     with concurrent.futures.ThreadPoolExecutor(len(burst)) as ex:
         burst_out = list(ex.map(short, burst))
     dt = time.time() - t0
-    for p, text in zip(burst[:2], burst_out[:2]):
+    for p, text in zip(burst, burst_out):
         assert text == short(p), (p, text)
     print(f"[measure] a burst of {len(burst)} concurrent completions, all answered: {dt:.2f} s")
 
