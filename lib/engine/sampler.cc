@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,12 @@ absl::Status SamplingParams::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", top_p));
   }
   if (top_k < 0) return absl::InvalidArgumentError("top_k must be >= 0");
+  for (const auto& [name, value] :
+       {std::pair{"presence_penalty", presence_penalty}, {"frequency_penalty", frequency_penalty}}) {
+    if (!(value >= -2.0f && value <= 2.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be in [-2, 2], got ", value));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -34,7 +41,28 @@ int32_t Argmax(std::span<const float> logits) {
   return best;
 }
 
+void Sampler::Observe(int32_t token) {
+  if (penalized()) ++generated_[token];
+}
+
 int32_t Sampler::Sample(std::span<const float> logits) {
+  if (!penalized() || generated_.empty()) {
+    const int32_t token = SampleUnpenalized(logits);
+    Observe(token);
+    return token;
+  }
+  penalized_.assign(logits.begin(), logits.end());
+  for (const auto& [token, count] : generated_) {
+    if (token < 0 || static_cast<size_t>(token) >= penalized_.size()) continue;
+    penalized_[token] -= static_cast<float>(count) * params_.frequency_penalty +
+                         params_.presence_penalty;
+  }
+  const int32_t token = SampleUnpenalized(penalized_);
+  Observe(token);
+  return token;
+}
+
+int32_t Sampler::SampleUnpenalized(std::span<const float> logits) {
   if (params_.temperature == 0.0f) return Argmax(logits);
   // Candidates sorted by logit (descending, then id), truncated by top-k.
   std::vector<int32_t> ids(logits.size());

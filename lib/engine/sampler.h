@@ -1,11 +1,14 @@
 // Token sampling from a logits row: greedy (temperature 0) or temperature sampling with optional
-// top-k and top-p (nucleus) filtering, reproducible for a given seed.
+// top-k and top-p (nucleus) filtering, reproducible for a given seed. OpenAI's presence and
+// frequency penalties lower the logits of tokens already generated, before either.
 #ifndef OSCARKV_LIB_ENGINE_SAMPLER_H_
 #define OSCARKV_LIB_ENGINE_SAMPLER_H_
 
 #include <cstdint>
 #include <random>
 #include <span>
+#include <unordered_map>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -16,23 +19,40 @@ struct SamplingParams {
   float top_p = 1.0f;        // keep the smallest set with mass >= top_p; 1 = off; Default: 1
   int top_k = 0;             // keep the k most likely; 0 = off; Default: 0
   uint64_t seed = 0;         // RNG seed; Default: 0
+  // OpenAI's penalties over the tokens generated so far: a token seen c times has its logit
+  // lowered by c * frequency_penalty + (c > 0) * presence_penalty. 0 = off; Default: 0
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
 
-  // @return kInvalidArgument for temperature < 0 or > 100, top_p outside (0, 1], top_k < 0.
+  // @return kInvalidArgument for temperature < 0 or > 100, top_p outside (0, 1], top_k < 0,
+  //         a penalty outside [-2, 2].
   absl::Status Validate() const;
 };
 
-// Not thread-safe: one Sampler per sequence.
+// Not thread-safe: one Sampler per sequence (it counts the sequence's generated tokens).
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
-  // Picks a token id from `logits` ([vocab], not modified). Greedy when temperature == 0.
-  // Non-finite logits are treated as -inf. `logits` must not be empty.
+  // Picks a token id from `logits` ([vocab], not modified), after the penalties. Greedy when
+  // temperature == 0. Non-finite logits are treated as -inf. `logits` must not be empty. The
+  // picked token counts as generated for later penalties.
   int32_t Sample(std::span<const float> logits);
 
+  // Counts `token` as generated without sampling it (one picked elsewhere, e.g. a completion's
+  // first token, sampled by the prefill worker).
+  void Observe(int32_t token);
+
  private:
+  bool penalized() const {
+    return params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+  }
+  int32_t SampleUnpenalized(std::span<const float> logits);
+
   SamplingParams params_;
   std::mt19937_64 rng_;
+  std::unordered_map<int32_t, int> generated_;  // token -> times generated; only when penalized
+  std::vector<float> penalized_;                // scratch: the logits after penalties
 };
 
 // Argmax, lowest index on ties (what greedy generation everywhere in oscarkv uses).

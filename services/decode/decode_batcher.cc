@@ -41,6 +41,7 @@ DecodeBatcher::~DecodeBatcher() { Stop(); }
 uint64_t DecodeBatcher::Submit(BatchRequest request) {
   auto e = std::make_unique<Entry>();
   e->sampler = std::make_unique<engine::Sampler>(request.sampling);
+  e->sampler->Observe(request.first_token);  // generated too, for the penalties
   e->next_input = request.first_token;
   e->request = std::move(request);
   std::unique_lock<std::mutex> lock(mu_);

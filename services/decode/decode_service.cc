@@ -106,6 +106,8 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* ctx, const v1::Generat
   g.sampling.top_p = req->top_p() == 0.0f ? 1.0f : req->top_p();
   g.sampling.top_k = static_cast<int>(req->top_k());
   g.sampling.seed = req->seed();
+  g.sampling.presence_penalty = req->presence_penalty();
+  g.sampling.frequency_penalty = req->frequency_penalty();
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status s = engine_->Generate(
       req->sequence_id(), g,

@@ -44,6 +44,9 @@ struct CompletionRequest {
   int max_tokens = 16;               // >= 1; prompt + max_tokens <= the model's context length
   double temperature = 1.0;          // [0, 2]; 0 means greedy
   double top_p = 1.0;                // (0, 1]
+  int top_k = 0;                     // >= 0; 0 = off
+  double presence_penalty = 0.0;     // [-2, 2], OpenAI's, over the generated tokens
+  double frequency_penalty = 0.0;    // [-2, 2]
   std::optional<uint64_t> seed;      // sampling seed, when the client set one
   std::vector<std::string> stop;     // up to 4 stop strings; the backend stops after a match
   std::string session_id;            // Continuum program id ("" when none); see ARCHITECTURE §5

@@ -62,6 +62,20 @@ std::optional<ApiError> ReadMaxTokens(const json& body, const char* name, int li
   return std::nullopt;
 }
 
+// vLLM's extension: -1 (and 0) mean no top-k filter.
+std::optional<ApiError> ReadTopK(const json& body, int* out) {
+  auto it = body.find("top_k");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer()) return Invalid("'top_k' must be an integer", "top_k");
+  const int64_t v = it->get<int64_t>();
+  if (v < -1 || v > std::numeric_limits<int32_t>::max()) {
+    return Invalid(absl::StrCat("'top_k' must be -1, 0 (off) or a positive integer, got ", v),
+                   "top_k");
+  }
+  *out = v <= 0 ? 0 : static_cast<int>(v);
+  return std::nullopt;
+}
+
 std::optional<ApiError> ReadPrompt(const json& body, PromptInput* prompt) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) return Invalid("'prompt' is required", "prompt");
@@ -293,6 +307,9 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
   }
   if (!e) e = ReadNumber(body, "temperature", 0, false, 2, &req.temperature);
   if (!e) e = ReadNumber(body, "top_p", 0, true, 1, &req.top_p);
+  if (!e) e = ReadNumber(body, "presence_penalty", -2, false, 2, &req.presence_penalty);
+  if (!e) e = ReadNumber(body, "frequency_penalty", -2, false, 2, &req.frequency_penalty);
+  if (!e) e = ReadTopK(body, &req.top_k);
   if (!e) e = ReadStop(body, &req.stop);
   if (e) {
     r.error = e;

@@ -5,10 +5,11 @@
 //
 // Accepted fields (others are ignored, as OpenAI-compatible servers do):
 //   model (required), prompt | messages (required), max_tokens | max_completion_tokens,
-//   temperature [0,2], top_p (0,1], n (only 1), stream, stream_options.include_usage, stop
-//   (string or up to 4 strings), seed, best_of (only 1), echo (only false), logprobs (only
-//   null/false/0), user;
-//   extensions: session_id (string; also header X-Session-Id), codec (string).
+//   temperature [0,2], top_p (0,1], presence_penalty and frequency_penalty [-2,2], n (only 1),
+//   stream, stream_options.include_usage, stop (string or up to 4 strings), seed, best_of
+//   (only 1), echo (only false), logprobs (only null/false/0), user;
+//   extensions: session_id (string; also header X-Session-Id), codec (string), top_k (integer
+//   >= -1; -1 and 0 = off, as in vLLM).
 #ifndef OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
 #define OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
 
@@ -48,6 +49,9 @@ struct ApiRequest {
   std::optional<int> max_tokens;  // absent → config default, clipped to the context
   double temperature = 1.0;
   double top_p = 1.0;
+  int top_k = 0;  // 0 = off
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   bool stream = false;

@@ -277,6 +277,9 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
       std::min(options_.default_max_tokens, context - prompt_tokens));
   request.temperature = api.temperature;
   request.top_p = api.top_p;
+  request.top_k = api.top_k;
+  request.presence_penalty = api.presence_penalty;
+  request.frequency_penalty = api.frequency_penalty;
   request.seed = api.seed;
   request.stop = api.stop;
   request.session_id = api.session_id;

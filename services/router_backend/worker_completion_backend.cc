@@ -429,6 +429,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   preq.set_publish_to_kvstore(impl_->options.use_kvstore);
   preq.mutable_sampling()->set_temperature(static_cast<float>(request.temperature));
   preq.mutable_sampling()->set_top_p(static_cast<float>(request.top_p));
+  preq.mutable_sampling()->set_top_k(static_cast<uint32_t>(request.top_k));
   preq.mutable_sampling()->set_seed(seed);
   absl::StatusOr<Prefilled> prefilled = impl_->PlaceAndPrefill(request, preq);
   if (!prefilled.ok()) return prefilled.status();
@@ -519,6 +520,9 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   greq.set_max_new_tokens(static_cast<uint32_t>(request.max_tokens - 1));
   greq.set_temperature(static_cast<float>(request.temperature));
   greq.set_top_p(static_cast<float>(request.top_p));
+  greq.set_top_k(static_cast<uint32_t>(request.top_k));
+  greq.set_presence_penalty(static_cast<float>(request.presence_penalty));
+  greq.set_frequency_penalty(static_cast<float>(request.frequency_penalty));
   greq.set_seed(seed + 1);  // the first token used `seed` in the prefill
   absl::Status gen_status;
   bool stopped_early = false;

@@ -105,6 +105,16 @@ def run_client_checks(url):
                                          max_tokens=8, temperature=0, stop=[text[-2:] + "#"])
         assert same.choices[0].text == text, (same.choices[0].text, text)
 
+    # OpenAI's penalties reach the decode worker: greedy on a repetitive prompt repeats itself,
+    # and with frequency_penalty (over the generated tokens) it moves on.
+    loop = "I like apples. I like apples. I like apples. I like apples. I like"
+    plain = client.completions.create(model=model, prompt=loop, max_tokens=24,
+                                      temperature=0).choices[0].text
+    penalized = client.completions.create(model=model, prompt=loop, max_tokens=24, temperature=0,
+                                          frequency_penalty=1.0).choices[0].text
+    assert plain.count("apples") > penalized.count("apples") + 1, (plain, penalized)
+    print("penalties:", repr(plain), "->", repr(penalized))
+
     msgs = [{"role": "user", "content": "Name one colour of the rainbow."}]
     chat = client.chat.completions.create(model=model, messages=msgs, max_tokens=10,
                                           temperature=0)

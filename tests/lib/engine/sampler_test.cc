@@ -1,5 +1,6 @@
 // Sampling: greedy is argmax (lowest id on ties), seeds reproduce, and temperature / top-k /
-// top-p sampling draw from the float64 softmax of the filtered logits.
+// top-p sampling draw from the float64 softmax of the filtered logits, and presence / frequency
+// penalties lower the logits of generated tokens by OpenAI's formula.
 #include "lib/engine/sampler.h"
 
 #include <cmath>
@@ -86,12 +87,76 @@ TEST(Sampler, FrequenciesMatchFilteredSoftmax) {
   }
 }
 
+TEST(Sampler, PresencePenaltyLowersEachGeneratedTokenOnce) {
+  const std::vector<float> l = {2.0f, 1.5f, 0.0f};
+  Sampler plain({});
+  Sampler s({.presence_penalty = 1.0f});
+  std::vector<int32_t> got, unpenalized;
+  for (int i = 0; i < 4; ++i) {
+    got.push_back(s.Sample(l));
+    unpenalized.push_back(plain.Sample(l));
+  }
+  // 2.0 | 1.0 vs 1.5 | 1.0 vs 0.5 | 1.0 vs 0.5 (ties go to the lower id).
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 1, 0, 0}));
+  EXPECT_EQ(unpenalized, (std::vector<int32_t>{0, 0, 0, 0}));
+}
+
+TEST(Sampler, FrequencyPenaltyGrowsWithEachRepeat) {
+  const std::vector<float> l = {3.0f, 0.0f};
+  Sampler s({.frequency_penalty = 1.0f});
+  std::vector<int32_t> got;
+  for (int i = 0; i < 6; ++i) got.push_back(s.Sample(l));
+  // Token 0 at 3, 2, 1, 0 (tie: lower id), then -1 < 0; then token 1 at -1 ties token 0's -1.
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 0, 0, 0, 1, 0}));
+}
+
+TEST(Sampler, ObservedTokensArePenalizedAndNegativePenaltiesFavourThem) {
+  const std::vector<float> l = {1.0f, 0.9f};
+  Sampler s({.presence_penalty = 0.5f});
+  s.Observe(0);  // e.g. the first token, sampled by the prefill worker
+  EXPECT_EQ(s.Sample(l), 1);
+  Sampler favour({.frequency_penalty = -0.5f});
+  favour.Observe(1);
+  EXPECT_EQ(favour.Sample(l), 1);
+  Sampler off({});
+  off.Observe(0);
+  EXPECT_EQ(off.Sample(l), 0);
+}
+
+// With a temperature, the draw follows the softmax of the penalized logits: token 0 generated
+// twice with frequency 0.5 and presence 0.25 sits 1.25 below its logit.
+TEST(Sampler, PenalizedFrequenciesMatchSoftmaxOfPenalizedLogits) {
+  const std::vector<float> l = {1.0f, 0.5f, 0.0f};
+  const float temperature = 0.7f;
+  std::vector<double> shifted = {1.0 - 2 * 0.5 - 0.25, 0.5, 0.0};
+  double z = 0;
+  for (double x : shifted) z += std::exp(x / temperature);
+  const int draws = 20000;
+  std::vector<int> count(3, 0);
+  for (int i = 0; i < draws; ++i) {
+    Sampler s({.temperature = temperature, .seed = static_cast<uint64_t>(i),
+               .presence_penalty = 0.25f, .frequency_penalty = 0.5f});
+    s.Observe(0);
+    s.Observe(0);
+    ++count[s.Sample(l)];
+  }
+  for (int id = 0; id < 3; ++id) {
+    const double q = std::exp(shifted[id] / temperature) / z;
+    const double sigma = std::sqrt(draws * q * (1 - q));
+    EXPECT_NEAR(count[id], draws * q, 5 * sigma + 1) << "token " << id;
+  }
+}
+
 TEST(SamplingParams, ValidateRejectsBadValues) {
   EXPECT_TRUE(SamplingParams{}.Validate().ok());
   EXPECT_FALSE(SamplingParams{.temperature = -1}.Validate().ok());
   EXPECT_FALSE(SamplingParams{.top_p = 0}.Validate().ok());
   EXPECT_FALSE(SamplingParams{.top_p = 1.5f}.Validate().ok());
   EXPECT_FALSE(SamplingParams{.top_k = -2}.Validate().ok());
+  EXPECT_TRUE((SamplingParams{.presence_penalty = -2, .frequency_penalty = 2}.Validate().ok()));
+  EXPECT_FALSE(SamplingParams{.presence_penalty = 2.5f}.Validate().ok());
+  EXPECT_FALSE(SamplingParams{.frequency_penalty = -2.1f}.Validate().ok());
+  EXPECT_FALSE(SamplingParams{.frequency_penalty = NAN}.Validate().ok());
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Continuous batching without a model: a fake step whose logits make each sequence count up
 // from its last token (next = token + 1, one-hot), recording every batch it sees. Checks that
 // sequences join a running batch between steps, leave on stop token / length / cancel / error,
-// and that each gets exactly its own tokens.
+// and that each gets exactly its own tokens; and that penalties count the prefill's first token.
 #include "services/decode/decode_batcher.h"
 
 #include <chrono>
@@ -26,6 +26,7 @@ struct FakeStep {
   std::vector<std::vector<HeldSequence*>> batches;
   std::chrono::milliseconds delay{2};
   bool fail = false;
+  int32_t always = -1;  // >= 0: every row's one-hot is this token instead of token + 1
 
   StepFunction Fn() {
     return [this](std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
@@ -35,7 +36,10 @@ struct FakeStep {
       if (fail) return absl::InternalError("boom");
       batches.emplace_back(seqs.begin(), seqs.end());
       logits->assign(seqs.size() * kVocab, 0.0f);
-      for (size_t b = 0; b < seqs.size(); ++b) (*logits)[b * kVocab + (tokens[b] + 1) % kVocab] = 1;
+      for (size_t b = 0; b < seqs.size(); ++b) {
+        const int32_t hot = always >= 0 ? always : (tokens[b] + 1) % kVocab;
+        (*logits)[b * kVocab + hot] = 1;
+      }
       return absl::OkStatus();
     };
   }
@@ -101,6 +105,25 @@ TEST(DecodeBatcher, StopTokenEndsWithoutBeingDelivered) {
   batcher.Submit(Make(&a, 10, 50, &r, {14}));
   EXPECT_EQ(r.done.get_future().get(), FinishReason::kStop);
   EXPECT_EQ(r.tokens, (std::vector<int32_t>{11, 12, 13}));
+}
+
+// The model always prefers token 5 (logit 1, others 0). With presence penalty 2 each generated
+// token drops to -1 or -2, so greedy walks 0, 1, 2, ...: 5 is never picked, because the first
+// token (5, from the prefill) counts as generated.
+TEST(DecodeBatcher, PenaltiesCountTheFirstToken) {
+  FakeStep step;
+  step.always = 5;
+  DecodeBatcher batcher(step.Fn(), kVocab, 4);
+  FakeSequence a, b;
+  Result penalized, plain;
+  BatchRequest q = Make(&a, 5, 7, &penalized);
+  q.sampling.presence_penalty = 2.0f;
+  batcher.Submit(std::move(q));
+  batcher.Submit(Make(&b, 5, 3, &plain));
+  EXPECT_EQ(penalized.done.get_future().get(), FinishReason::kLength);
+  EXPECT_EQ(plain.done.get_future().get(), FinishReason::kLength);
+  EXPECT_EQ(penalized.tokens, (std::vector<int32_t>{0, 1, 2, 3, 4, 6, 7}));
+  EXPECT_EQ(plain.tokens, (std::vector<int32_t>{5, 5, 5}));
 }
 
 TEST(DecodeBatcher, CancelAndCallbackFalseLeaveTheBatch) {

@@ -49,7 +49,9 @@ TEST(OpenAiApi, ParsesSamplingAndExtensionFields) {
                   {"session_id", "s-1"},
                   {"codec", "bf16"},
                   {"user", "ignored"},
-                  {"frequency_penalty", 0}});
+                  {"frequency_penalty", 0.25},
+                  {"presence_penalty", -2},
+                  {"top_k", 5}});
   ASSERT_FALSE(r.error) << r.error->message;
   const ApiRequest& q = r.request;
   EXPECT_EQ(q.max_tokens, 7);
@@ -61,6 +63,9 @@ TEST(OpenAiApi, ParsesSamplingAndExtensionFields) {
   EXPECT_TRUE(q.include_usage);
   EXPECT_EQ(q.session_id, "s-1");
   EXPECT_EQ(q.codec, "bf16");
+  EXPECT_EQ(q.frequency_penalty, 0.25);
+  EXPECT_EQ(q.presence_penalty, -2);
+  EXPECT_EQ(q.top_k, 5);
   // The header alone also sets the session.
   r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", "p"}}, "from-header");
   EXPECT_EQ(r.request.session_id, "from-header");

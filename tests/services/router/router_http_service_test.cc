@@ -228,7 +228,8 @@ TEST_F(RouterHttpTest, ExtensionFieldsReachTheBackend) {
   Start();
   auto res = Post("/v1/completions",
                   {{"model", "fake-model"}, {"prompt", "x"}, {"codec", "kivi2"},
-                   {"temperature", 0}, {"top_p", 0.9}, {"seed", 5}, {"stop", "\n"}},
+                   {"temperature", 0}, {"top_p", 0.9}, {"seed", 5}, {"stop", "\n"},
+                   {"top_k", 40}, {"presence_penalty", 0.5}, {"frequency_penalty", -1.25}},
                   {{"X-Session-Id", "agent-42"}});
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
@@ -240,6 +241,11 @@ TEST_F(RouterHttpTest, ExtensionFieldsReachTheBackend) {
   EXPECT_EQ(req.top_p, 0.9);
   EXPECT_EQ(req.seed, 5u);
   EXPECT_EQ(req.stop, std::vector<std::string>{"\n"});
+  EXPECT_EQ(req.top_k, 40);
+  EXPECT_EQ(req.presence_penalty, 0.5);
+  EXPECT_EQ(req.frequency_penalty, -1.25);
+  res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"top_k", -1}});
+  EXPECT_EQ(backend_->last_request()->top_k, 0);  // vLLM's "off"
   res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"session_id", "s2"}});
   EXPECT_EQ(backend_->last_request()->session_id, "s2");
 }
@@ -288,6 +294,19 @@ TEST_F(RouterHttpTest, EveryInvalidRequestGetsAClear4xx) {
       {"top_p zero", c, {{"model", "fake-model"}, {"prompt", "x"}, {"top_p", 0}}, 400, "top_p", ""},
       {"top_p above one", c, {{"model", "fake-model"}, {"prompt", "x"}, {"top_p", 1.01}}, 400,
        "top_p", ""},
+      {"presence_penalty above 2", c,
+       {{"model", "fake-model"}, {"prompt", "x"}, {"presence_penalty", 2.5}}, 400,
+       "presence_penalty", ""},
+      {"frequency_penalty below -2", chat,
+       {{"model", "fake-model"}, {"messages", user}, {"frequency_penalty", -3}}, 400,
+       "frequency_penalty", ""},
+      {"frequency_penalty not a number", c,
+       {{"model", "fake-model"}, {"prompt", "x"}, {"frequency_penalty", "high"}}, 400,
+       "frequency_penalty", ""},
+      {"top_k below -1", c, {{"model", "fake-model"}, {"prompt", "x"}, {"top_k", -2}}, 400,
+       "top_k", ""},
+      {"top_k not integer", c, {{"model", "fake-model"}, {"prompt", "x"}, {"top_k", 1.5}}, 400,
+       "top_k", ""},
       {"n > 1", chat, {{"model", "fake-model"}, {"messages", user}, {"n", 2}}, 400, "n",
        "unsupported_value"},
       {"stream not bool", c, {{"model", "fake-model"}, {"prompt", "x"}, {"stream", "yes"}}, 400,
