@@ -1,8 +1,9 @@
 #include "services/decode/decode_batcher.h"
 
 #include <algorithm>
-#include <utility>
 #include <chrono>
+#include <optional>
+#include <utility>
 
 #include "lib/base/log.h"
 
@@ -170,7 +171,12 @@ void DecodeBatcher::Loop() {
         finished.emplace_back(std::move(active[b]), FinishReason::kStop);
         continue;
       }
-      if (e.request.on_token && !e.request.on_token(token)) {
+      std::optional<engine::TokenLogprobs> logprobs;
+      if (e.request.logprobs >= 0) {
+        logprobs = engine::ComputeLogprobs(row, token, e.request.logprobs);
+      }
+      if (e.request.on_token &&
+          !e.request.on_token(token, logprobs ? &*logprobs : nullptr)) {
         finished.emplace_back(std::move(active[b]), FinishReason::kCancelled);
         continue;
       }

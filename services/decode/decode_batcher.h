@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "lib/engine/logprobs.h"
 #include "lib/engine/sampler.h"
 #include "services/decode/decode_device.h"
 
@@ -44,9 +45,10 @@ struct BatchRequest {
   int max_new_tokens = 1;               // tokens to generate after first_token; >= 1
   std::vector<int32_t> stop_token_ids;  // end generation (not delivered); e.g. EOS
   engine::SamplingParams sampling;
-  // Called on the loop thread for each generated token, in order; return false to stop
-  // (finishes with kCancelled). Must not block.
-  std::function<bool(int32_t token)> on_token;
+  int logprobs = -1;  // >= 0: each token's logprobs with this many alternatives; -1 = off
+  // Called on the loop thread for each generated token, in order, with its logprobs (nullptr
+  // unless `logprobs` >= 0); return false to stop (finishes with kCancelled). Must not block.
+  std::function<bool(int32_t token, const engine::TokenLogprobs* logprobs)> on_token;
   // Called exactly once, on the loop thread (or in Stop), when the sequence leaves.
   std::function<void(FinishReason reason, const absl::Status& status)> on_done;
 };

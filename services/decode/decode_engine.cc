@@ -226,7 +226,7 @@ absl::StatusOr<StartResult> DecodeEngine::StartSequence(const StartParams& p) {
 }
 
 absl::Status DecodeEngine::Generate(uint64_t id, const GenerateParams& params,
-                                    std::function<bool(int32_t)> on_token,
+                                    std::function<bool(int32_t, const engine::TokenLogprobs*)> on_token,
                                     std::function<void(FinishReason, const absl::Status&)> on_done) {
   OSCARKV_RETURN_IF_ERROR(params.sampling.Validate());
   if (params.max_new_tokens < 1) return absl::InvalidArgumentError("max_new_tokens must be >= 1");
@@ -257,15 +257,16 @@ absl::Status DecodeEngine::Generate(uint64_t id, const GenerateParams& params,
     if (tok.IsEndOfGeneration(t)) r.stop_token_ids.push_back(t);
   }
   r.sampling = params.sampling;
+  r.logprobs = params.logprobs;
   r.on_token = [this, on_token = std::move(on_token), t0 = std::chrono::steady_clock::now(),
-                first = true](int32_t t) mutable {
+                first = true](int32_t t, const engine::TokenLogprobs* logprobs) mutable {
     if (first) {
       metrics_->time_to_first_token_seconds.Observe(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       first = false;
     }
     metrics_->tokens_generated_total.Increment();
-    return on_token(t);
+    return on_token(t, logprobs);
   };
   r.on_done = [this, id, seq, on_done = std::move(on_done)](FinishReason reason,
                                                             const absl::Status& s) {

@@ -62,6 +62,7 @@ struct GenerateParams {
   int max_new_tokens = 1;              // tokens to stream after first_token; >= 1
   std::vector<int32_t> stop_token_ids; // in addition to the model's end-of-generation tokens
   engine::SamplingParams sampling;
+  int logprobs = -1;  // >= 0: each token's logprobs with this many alternatives; -1 = off
 };
 
 struct EndTurnResult {
@@ -107,7 +108,7 @@ class DecodeEngine {
   // @return kNotFound, kFailedPrecondition (already generating), kInvalidArgument (bad
   //   params, or more tokens than the sequence has room for).
   absl::Status Generate(uint64_t id, const GenerateParams& params,
-                        std::function<bool(int32_t)> on_token,
+                        std::function<bool(int32_t, const engine::TokenLogprobs*)> on_token,
                         std::function<void(FinishReason, const absl::Status&)> on_done);
   // Asks a running Generate to stop before the next step.
   void Cancel(uint64_t batch_id) { batcher_.Cancel(batch_id); }

@@ -1,11 +1,15 @@
 #include "services/decode/decode_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <algorithm>
 #include <deque>
 #include <mutex>
+#include <optional>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "lib/rpc/logprobs_proto.h"
 #include "lib/rpc/status_conversion.h"
 
 namespace oscarkv::decode {
@@ -91,7 +95,7 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* ctx, const v1::Generat
   struct Channel {
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<int32_t> tokens;
+    std::deque<std::pair<int32_t, std::optional<engine::TokenLogprobs>>> tokens;
     bool done = false;
     FinishReason reason = FinishReason::kLength;
     absl::Status status;
@@ -108,13 +112,20 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* ctx, const v1::Generat
   g.sampling.seed = req->seed();
   g.sampling.presence_penalty = req->presence_penalty();
   g.sampling.frequency_penalty = req->frequency_penalty();
+  if (req->logprobs()) {
+    if (req->top_logprobs() > engine::kMaxTopLogprobs) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("top_logprobs must be <= ", engine::kMaxTopLogprobs));
+    }
+    g.logprobs = static_cast<int>(req->top_logprobs());
+  }
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status s = engine_->Generate(
       req->sequence_id(), g,
-      [ch](int32_t token) {
+      [ch](int32_t token, const engine::TokenLogprobs* logprobs) {
         std::lock_guard<std::mutex> lock(ch->mu);
         if (ch->consumer_gone) return false;
-        ch->tokens.push_back(token);
+        ch->tokens.emplace_back(token, logprobs ? std::optional(*logprobs) : std::nullopt);
         ch->cv.notify_all();
         return true;
       },
@@ -135,7 +146,9 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* ctx, const v1::Generat
       ch->cv.wait_for(lock, std::chrono::milliseconds(50),
                       [&] { return ch->done || !ch->tokens.empty(); });
       while (!ch->tokens.empty()) {
-        msg.add_token_ids(static_cast<uint32_t>(ch->tokens.front()));
+        const auto& [token, logprobs] = ch->tokens.front();
+        msg.add_token_ids(static_cast<uint32_t>(token));
+        if (logprobs) rpc::ToProto(*logprobs, msg.add_token_logprobs());
         ch->tokens.pop_front();
       }
       done = ch->done;

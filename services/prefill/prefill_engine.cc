@@ -225,6 +225,10 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   // 4. First token.
   engine::Sampler sampler(params.sampling);
   out.first_token = sampler.Sample(result->last_logits);
+  if (params.logprobs >= 0) {
+    out.first_token_logprobs =
+        engine::ComputeLogprobs(result->last_logits, out.first_token, params.logprobs);
+  }
   out.timings.total_seconds = Since(t_start);
 
   metrics_->requests_total.Increment();

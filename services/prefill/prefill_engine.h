@@ -28,6 +28,7 @@
 #include "services/prefill/prefill_device.h"
 #include "services/prefill/kvstore_client.h"
 #include "services/prefill/prefill_metrics.h"
+#include "lib/engine/logprobs.h"
 #include "lib/engine/sampler.h"
 
 namespace oscarkv::prefill {
@@ -39,6 +40,7 @@ struct PrefillParams {
   std::string codec;                 // must equal the engine's codec name
   bool use_kvstore = true;           // look up and publish to the kvstore (when configured)
   engine::SamplingParams sampling;           // for the first token
+  int logprobs = -1;  // >= 0: the first token's logprobs with this many alternatives; -1 = off
   uint64_t model_fingerprint = 0;    // expected identity; 0 = unchecked
   uint64_t calib_fingerprint = 0;
   // Push mode: where the decode worker wants each prompt block (one per block, in order);
@@ -59,6 +61,7 @@ struct PrefillTimings {
 
 struct PrefillOutput {
   int32_t first_token = 0;
+  std::optional<engine::TokenLogprobs> first_token_logprobs;  // when params.logprobs >= 0
   StagedBlocks staged;             // ALL prompt blocks, located in this worker's outbox
   std::optional<PackedKvHandoff> packed;  // instead of staged blocks (want_packed, offered)
   int64_t reused_tokens = 0;

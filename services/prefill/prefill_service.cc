@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
+#include "lib/rpc/logprobs_proto.h"
 #include "lib/rpc/status_conversion.h"
 
 namespace oscarkv::prefill {
@@ -35,10 +37,20 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
   p.model_fingerprint = req->model().model_fingerprint();
   p.calib_fingerprint = req->model().calib_fingerprint();
   p.want_packed = req->offer_packed_kv();
+  if (req->logprobs()) {
+    if (req->top_logprobs() > engine::kMaxTopLogprobs) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("top_logprobs must be <= ", engine::kMaxTopLogprobs));
+    }
+    p.logprobs = static_cast<int>(req->top_logprobs());
+  }
   absl::StatusOr<PrefillOutput> out = engine_->Prefill(p);
   if (!out.ok()) return rpc::ToGrpcStatus(out.status());
   resp->set_request_id(req->request_id());
   resp->set_first_token(static_cast<uint32_t>(out->first_token));
+  if (out->first_token_logprobs) {
+    rpc::ToProto(*out->first_token_logprobs, resp->mutable_first_token_logprobs());
+  }
   resp->set_reused_tokens(static_cast<uint32_t>(out->reused_tokens));
   for (size_t i = 0; i < out->staged.blocks.size(); ++i) {
     const BlockInfo& b = out->staged.blocks[i];

@@ -35,6 +35,9 @@ struct PromptInput {
                                                       // by the backend's tokenizer
 };
 
+// The most alternatives a request may ask for per token (OpenAI's top_logprobs limit).
+inline constexpr int kMaxTopLogprobs = 20;
+
 // A validated generation request. The HTTP layer fills every field; backends may rely on the
 // ranges stated here.
 struct CompletionRequest {
@@ -49,9 +52,23 @@ struct CompletionRequest {
   double frequency_penalty = 0.0;    // [-2, 2]
   std::optional<uint64_t> seed;      // sampling seed, when the client set one
   std::vector<std::string> stop;     // up to 4 stop strings; the backend stops after a match
+  int logprobs = -1;                 // >= 0: set TokenEvent::logprob, with this many (<= 20)
+                                     // alternatives; -1 = off
   std::string session_id;            // Continuum program id ("" when none); see ARCHITECTURE §5
   std::string codec;                 // KV codec name (config default or an allowed override)
   absl::Time deadline = absl::InfiniteFuture();  // the backend returns kDeadlineExceeded after it
+};
+
+// A token's log-probability under the model (log-softmax of its logits, before temperature and
+// penalties), with its bytes (`piece`: one token's text, possibly part of a UTF-8 character).
+struct TokenAlternative {
+  std::string piece;
+  double logprob = 0;
+};
+struct TokenLogprob {
+  std::string piece;
+  double logprob = 0;
+  std::vector<TokenAlternative> top;  // the most likely tokens, most likely first
 };
 
 // One generated token. `text` is the detokenized piece to append to the output (may be empty for
@@ -59,6 +76,7 @@ struct CompletionRequest {
 struct TokenEvent {
   int32_t token_id = 0;
   std::string text;
+  std::optional<TokenLogprob> logprob;  // when the request asked for logprobs
 };
 
 // Why generation ended.

@@ -13,7 +13,8 @@
 namespace oscarkv::router {
 namespace {
 
-using nlohmann::json;
+// Ordered: keys stay in the order written (OpenAI's field order; top_logprobs most likely first).
+using json = nlohmann::ordered_json;
 
 // Serialises without throwing: invalid UTF-8 (a backend bug) is replaced, never fatal.
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -202,14 +203,89 @@ json Envelope(const ResponseMeta& meta, bool chunk) {
 
 std::string Sse(const json& j) { return absl::StrCat("data: ", Dump(j), "\n\n"); }
 
-json StreamChoice(const ResponseMeta& meta, const std::string* text, const json& finish) {
+double FiniteLogprob(double logprob) { return std::isfinite(logprob) ? logprob : -9999.0; }
+
+json Bytes(const std::string& piece) {
+  json b = json::array();
+  for (unsigned char c : piece) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+// The choice's "logprobs" in the endpoint's shape (CompletionBody in openai_api.h).
+json LogprobsJson(Endpoint endpoint, const ResponseLogprobs& logprobs) {
+  if (endpoint == Endpoint::kCompletions) {
+    json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+         offsets = json::array();
+    for (size_t i = 0; i < logprobs.tokens.size(); ++i) {
+      const TokenLogprob& t = logprobs.tokens[i];
+      tokens.push_back(t.piece);
+      token_logprobs.push_back(FiniteLogprob(t.logprob));
+      json alternatives = json::object();
+      for (const TokenAlternative& a : t.top) alternatives[a.piece] = FiniteLogprob(a.logprob);
+      top.push_back(std::move(alternatives));
+      offsets.push_back(i < logprobs.text_offsets.size() ? logprobs.text_offsets[i] : 0);
+    }
+    return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top},
+            {"text_offset", offsets}};
+  }
+  json content = json::array();
+  for (const TokenLogprob& t : logprobs.tokens) {
+    json alternatives = json::array();
+    for (const TokenAlternative& a : t.top) {
+      alternatives.push_back(
+          {{"token", a.piece}, {"logprob", FiniteLogprob(a.logprob)}, {"bytes", Bytes(a.piece)}});
+    }
+    content.push_back({{"token", t.piece},
+                       {"logprob", FiniteLogprob(t.logprob)},
+                       {"bytes", Bytes(t.piece)},
+                       {"top_logprobs", std::move(alternatives)}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+json StreamChoice(const ResponseMeta& meta, const std::string* text, const json& finish,
+                  const ResponseLogprobs* logprobs = nullptr) {
+  const json lp = logprobs ? LogprobsJson(meta.endpoint, *logprobs) : json(nullptr);
   if (meta.endpoint == Endpoint::kCompletions) {
-    return {{"index", 0}, {"text", text ? *text : ""}, {"logprobs", nullptr},
+    return {{"index", 0}, {"text", text ? *text : ""}, {"logprobs", lp},
             {"finish_reason", finish}};
   }
   json delta = json::object();
   if (text) delta["content"] = *text;
-  return {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}};
+  return {{"index", 0}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}};
+}
+
+// completions: an integer in [0, 20] (false/null = off); chat: a boolean, with top_logprobs.
+std::optional<ApiError> ReadLogprobs(const json& body, Endpoint endpoint, int* out) {
+  auto lp = body.find("logprobs");
+  auto top = body.find("top_logprobs");
+  const bool has_top = top != body.end() && !top->is_null();
+  auto in_range = [](const json& v) {
+    return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= kMaxTopLogprobs;
+  };
+  const std::string range = absl::StrCat("[0, ", kMaxTopLogprobs, "]");
+  if (endpoint == Endpoint::kCompletions) {
+    if (has_top) return Invalid("'top_logprobs' is a chat field; use 'logprobs'", "top_logprobs");
+    if (lp == body.end() || lp->is_null() || *lp == false) return std::nullopt;
+    if (!in_range(*lp)) {
+      return Invalid(absl::StrCat("'logprobs' must be an integer in ", range, ", got ", lp->dump()),
+                     "logprobs");
+    }
+    *out = static_cast<int>(lp->get<int64_t>());
+    return std::nullopt;
+  }
+  const bool on = lp != body.end() && !lp->is_null() && *lp != false;
+  if (on && !lp->is_boolean()) return Invalid("'logprobs' must be a boolean", "logprobs");
+  if (has_top) {
+    if (!in_range(*top)) {
+      return Invalid(absl::StrCat("'top_logprobs' must be an integer in ", range, ", got ",
+                                  top->dump()),
+                     "top_logprobs");
+    }
+    if (!on) return Invalid("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  }
+  if (on) *out = has_top ? static_cast<int>(top->get<int64_t>()) : 0;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -332,9 +408,8 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     r.error = Invalid("'echo' is not supported", "echo", "unsupported_value");
     return r;
   }
-  if (auto it = body.find("logprobs"); it != body.end() && !it->is_null() && *it != false &&
-                                       *it != 0) {
-    r.error = Invalid("'logprobs' is not supported", "logprobs", "unsupported_value");
+  if (std::optional<ApiError> e = ReadLogprobs(body, endpoint, &req.logprobs)) {
+    r.error = e;
     return r;
   }
   if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
@@ -416,9 +491,11 @@ std::string_view FinishReasonName(FinishReason reason) {
 }
 
 std::string CompletionBody(const ResponseMeta& meta, const std::string& text, FinishReason reason,
-                           const Usage& usage) {
+                           const Usage& usage, const ResponseLogprobs* logprobs) {
   json j = Envelope(meta, /*chunk=*/false);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishReasonName(reason)}};
+  json choice = {{"index", 0},
+                 {"logprobs", logprobs ? LogprobsJson(meta.endpoint, *logprobs) : json(nullptr)},
+                 {"finish_reason", FinishReasonName(reason)}};
   if (meta.endpoint == Endpoint::kCompletions) {
     choice["text"] = text;
   } else {
@@ -431,9 +508,10 @@ std::string CompletionBody(const ResponseMeta& meta, const std::string& text, Fi
   return Dump(j);
 }
 
-std::string StreamTextEvent(const ResponseMeta& meta, const std::string& text) {
+std::string StreamTextEvent(const ResponseMeta& meta, const std::string& text,
+                            const ResponseLogprobs* logprobs) {
   json j = Envelope(meta, true);
-  j["choices"] = json::array({StreamChoice(meta, &text, nullptr)});
+  j["choices"] = json::array({StreamChoice(meta, &text, nullptr, logprobs)});
   return Sse(j);
 }
 

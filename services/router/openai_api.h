@@ -7,7 +7,8 @@
 //   model (required), prompt | messages (required), max_tokens | max_completion_tokens,
 //   temperature [0,2], top_p (0,1], presence_penalty and frequency_penalty [-2,2], n (only 1),
 //   stream, stream_options.include_usage, stop (string or up to 4 strings), seed, best_of
-//   (only 1), echo (only false), logprobs (only null/false/0), user;
+//   (only 1), echo (only false), logprobs (completions: integer [0, 20]; chat: boolean, with
+//   top_logprobs [0, 20]), user;
 //   extensions: session_id (string; also header X-Session-Id), codec (string), top_k (integer
 //   >= -1; -1 and 0 = off, as in vLLM).
 #ifndef OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
@@ -54,6 +55,7 @@ struct ApiRequest {
   double frequency_penalty = 0.0;
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
+  int logprobs = -1;  // -1 = off; else the number of alternatives per token (top_logprobs)
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string session_id;      // "" when none
@@ -93,12 +95,24 @@ struct Usage {
   int completion_tokens = 0;
 };
 
-// Non-streaming body: object "text_completion" or "chat.completion".
+// The logprobs of a response's tokens (or of one stream chunk's), each with the offset of its
+// text in the completion, in characters (/v1/completions' text_offset).
+struct ResponseLogprobs {
+  std::vector<TokenLogprob> tokens;
+  std::vector<int> text_offsets;  // parallel to tokens
+};
+
+// Non-streaming body: object "text_completion" or "chat.completion". The choice's "logprobs" is
+// null when `logprobs` is nullptr, else in the endpoint's shape: for /v1/completions {tokens,
+// token_logprobs, top_logprobs (objects in order, most likely first), text_offset}, for chat
+// {content: [{token, logprob, bytes, top_logprobs}], refusal}. A -inf logprob is written as
+// -9999.0 (JSON has no infinity).
 std::string CompletionBody(const ResponseMeta& meta, const std::string& text, FinishReason reason,
-                           const Usage& usage);
+                           const Usage& usage, const ResponseLogprobs* logprobs = nullptr);
 // One SSE event ("data: {...}\n\n") of object "text_completion" / "chat.completion.chunk".
 // For chat, StreamRoleEvent is the opening {"role":"assistant","content":""} delta.
-std::string StreamTextEvent(const ResponseMeta& meta, const std::string& text);
+std::string StreamTextEvent(const ResponseMeta& meta, const std::string& text,
+                            const ResponseLogprobs* logprobs = nullptr);
 std::string StreamRoleEvent(const ResponseMeta& meta);
 std::string StreamFinishEvent(const ResponseMeta& meta, FinishReason reason);
 std::string StreamUsageEvent(const ResponseMeta& meta, const Usage& usage);  // empty choices

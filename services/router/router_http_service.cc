@@ -93,12 +93,38 @@ struct Exchange {
   absl::Time deadline;
   std::shared_ptr<RunState> run;
   std::string text;                  // non-streaming: the whole output
-  std::vector<std::string> pending;  // streaming: pieces not yet sent, one event each
+  ResponseLogprobs logprobs;         // non-streaming, when asked for: every token's
+  // Streaming: tokens not yet sent, one event each.
+  struct Piece {
+    std::string text;
+    std::optional<TokenLogprob> logprob;
+    int text_offset = 0;
+  };
+  std::vector<Piece> pending;
+  bool stream = false;
+  bool want_logprobs = false;
+  int text_chars = 0;  // characters of text delivered so far (the next token's text_offset)
   int completion_tokens = 0;
   std::optional<absl::Time> first_token_at;
   absl::Time last_token_at;
   bool finished = false;  // tracker and metrics have seen the end
 };
+
+// Code points in `s` (UTF-8; a stray continuation byte does not count).
+int Utf8Chars(std::string_view s) {
+  int n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// One stream event for a token: its text and, when asked for, its logprobs. Empty when there
+// is nothing to say (no text, no logprobs).
+std::string TokenStreamEvent(const ResponseMeta& meta, const std::string& text,
+                             const std::optional<TokenLogprob>& logprob, int text_offset) {
+  if (!logprob) return text.empty() ? std::string() : StreamTextEvent(meta, text);
+  const ResponseLogprobs one{{*logprob}, {text_offset}};
+  return StreamTextEvent(meta, text, &one);
+}
 
 }  // namespace
 
@@ -260,6 +286,8 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   x.received = received;
   x.prompt_tokens = prompt_tokens;
   x.include_usage = api.include_usage;
+  x.stream = api.stream;
+  x.want_logprobs = api.logprobs >= 0;
   x.id = tracker_->Admit(options_.request_timeout, api.session_id);
   x.deadline = tracker_->Deadline(x.id);
   x.meta.endpoint = endpoint;
@@ -282,6 +310,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   request.frequency_penalty = api.frequency_penalty;
   request.seed = api.seed;
   request.stop = api.stop;
+  request.logprobs = api.logprobs;
   request.session_id = api.session_id;
   request.codec = api.codec.empty() ? options_.default_codec : api.codec;
   request.deadline = x.deadline;
@@ -300,8 +329,18 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
       }
       x.last_token_at = now;
       ++x.completion_tokens;
+      const int offset = x.text_chars;
+      x.text_chars += Utf8Chars(t.text);
+      if (x.stream) {
+        if (!x.want_logprobs) t.logprob.reset();
+        x.pending.push_back({std::move(t.text), std::move(t.logprob), offset});
+        continue;
+      }
       x.text += t.text;
-      x.pending.push_back(std::move(t.text));
+      if (x.want_logprobs && t.logprob) {
+        x.logprobs.tokens.push_back(std::move(*t.logprob));
+        x.logprobs.text_offsets.push_back(offset);
+      }
     }
   };
   // Records the end of the request in tracker and metrics.
@@ -345,13 +384,14 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   }
   if (!api.stream) {
     res.set_content(CompletionBody(x.meta, x.text, outcome->finish_reason,
-                                   Usage{x.prompt_tokens, x.completion_tokens}),
+                                   Usage{x.prompt_tokens, x.completion_tokens},
+                                   x.want_logprobs ? &x.logprobs : nullptr),
                     kJson);
     finish(x, absl::OkStatus(), 200);
     return;
   }
 
-  // Streaming: the first token(s) are in x.text; the rest arrive in the provider.
+  // Streaming: the first token(s) are in x.pending; the rest arrive in the provider.
   res.set_header("Cache-Control", "no-cache");
   auto shared = std::make_shared<Exchange>(std::move(x));
   auto first_done = std::make_shared<std::pair<bool, absl::StatusOr<CompletionOutcome>>>(
@@ -369,8 +409,10 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
         if (x.endpoint == Endpoint::kChatCompletions && !write(StreamRoleEvent(x.meta))) {
           return client_gone();
         }
-        for (const std::string& piece : x.pending) {
-          if (!piece.empty() && !write(StreamTextEvent(x.meta, piece))) return client_gone();
+        for (const Exchange::Piece& piece : x.pending) {
+          const std::string event =
+              TokenStreamEvent(x.meta, piece.text, piece.logprob, piece.text_offset);
+          if (!event.empty() && !write(event)) return client_gone();
         }
         x.pending.clear();
         bool done = first_done->first;
@@ -391,7 +433,11 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
             tracker_->OnToken(x.id);
             x.last_token_at = now;
             ++x.completion_tokens;
-            if (!t.text.empty() && !write(StreamTextEvent(x.meta, t.text))) return client_gone();
+            const int offset = x.text_chars;
+            x.text_chars += Utf8Chars(t.text);
+            if (!x.want_logprobs) t.logprob.reset();
+            const std::string event = TokenStreamEvent(x.meta, t.text, t.logprob, offset);
+            if (!event.empty() && !write(event)) return client_gone();
           }
         }
         if (!outcome.ok()) {

@@ -23,6 +23,19 @@ namespace {
 namespace pv1 = ::oscarkv::prefill::v1;
 namespace dv1 = ::oscarkv::decode::v1;
 
+// A worker's logprobs of `token`, with the tokens as their bytes.
+router::TokenLogprob ToTokenLogprob(const model::Tokenizer& tok, int32_t token,
+                                    const ::oscarkv::common::v1::TokenLogprobs& in) {
+  router::TokenLogprob out{tok.TokenToPiece(token), in.logprob(), {}};
+  const int n = std::min(in.top_token_ids_size(), in.top_logprobs_size());
+  out.top.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    out.top.push_back({tok.TokenToPiece(static_cast<int32_t>(in.top_token_ids(i))),
+                       in.top_logprobs(i)});
+  }
+  return out;
+}
+
 // Length of `s` without a trailing incomplete UTF-8 sequence.
 size_t CompleteUtf8Prefix(const std::string& s) {
   const size_t n = s.size();
@@ -402,12 +415,16 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   // held back as a possible stop-string prefix can still leave with the last token.
   const bool lazy = !request.stop.empty();
   std::optional<router::TokenEvent> pending;
-  // Delivers one token; false when the consumer is gone or a stop string matched.
-  auto deliver = [&](int32_t token) {
-    std::string text = emitter.Push(token);
-    if (!lazy) return send({token, std::move(text)}) && !emitter.stopped();
+  // Delivers one token (with its logprobs, when asked for and given); false when the consumer
+  // is gone or a stop string matched.
+  auto deliver = [&](int32_t token, const ::oscarkv::common::v1::TokenLogprobs* logprobs) {
+    router::TokenEvent ev{token, emitter.Push(token), std::nullopt};
+    if (logprobs != nullptr && request.logprobs >= 0) {
+      ev.logprob = ToTokenLogprob(tok, token, *logprobs);
+    }
+    if (!lazy) return send(std::move(ev)) && !emitter.stopped();
     if (pending && !send(*std::exchange(pending, std::nullopt))) return false;
-    pending = router::TokenEvent{token, std::move(text)};
+    pending = std::move(ev);
     if (!emitter.stopped()) return true;
     send(*std::exchange(pending, std::nullopt));
     return false;
@@ -431,6 +448,10 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   preq.mutable_sampling()->set_top_p(static_cast<float>(request.top_p));
   preq.mutable_sampling()->set_top_k(static_cast<uint32_t>(request.top_k));
   preq.mutable_sampling()->set_seed(seed);
+  if (request.logprobs >= 0) {
+    preq.set_logprobs(true);
+    preq.set_top_logprobs(static_cast<uint32_t>(request.logprobs));
+  }
   absl::StatusOr<Prefilled> prefilled = impl_->PlaceAndPrefill(request, preq);
   if (!prefilled.ok()) return prefilled.status();
   Route& route = *prefilled->route;
@@ -457,7 +478,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     record();
     return outcome;
   }
-  if (!deliver(first)) {
+  if (!deliver(first, presp.has_first_token_logprobs() ? &presp.first_token_logprobs() : nullptr)) {
     record();
     if (consumer_gone) return absl::CancelledError("consumer gone");
     outcome.finish_reason = router::FinishReason::kStop;
@@ -523,6 +544,10 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   greq.set_top_k(static_cast<uint32_t>(request.top_k));
   greq.set_presence_penalty(static_cast<float>(request.presence_penalty));
   greq.set_frequency_penalty(static_cast<float>(request.frequency_penalty));
+  if (request.logprobs >= 0) {
+    greq.set_logprobs(true);
+    greq.set_top_logprobs(static_cast<uint32_t>(request.logprobs));
+  }
   greq.set_seed(seed + 1);  // the first token used `seed` in the prefill
   absl::Status gen_status;
   bool stopped_early = false;
@@ -534,8 +559,10 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
         route.decode->decode->Generate(&ctx, greq);
     dv1::GenerateResponse msg;
     while (!stopped_early && reader->Read(&msg)) {
-      for (uint32_t t : msg.token_ids()) {
-        if (!deliver(static_cast<int32_t>(t))) {
+      for (int i = 0; i < msg.token_ids_size(); ++i) {
+        const bool has_logprobs = i < msg.token_logprobs_size();
+        if (!deliver(static_cast<int32_t>(msg.token_ids(i)),
+                     has_logprobs ? &msg.token_logprobs(i) : nullptr)) {
           stopped_early = true;
           break;
         }

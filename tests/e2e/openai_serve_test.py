@@ -115,6 +115,37 @@ def run_client_checks(url):
     assert plain.count("apples") > penalized.count("apples") + 1, (plain, penalized)
     print("penalties:", repr(plain), "->", repr(penalized))
 
+    # Logprobs: a greedy token is its own most likely alternative; the first comes from the
+    # prefill worker and the rest from the decode worker, and each agrees with the prefill's
+    # own logprob when the prompt is extended by the tokens before it (a short prompt: all KV
+    # in the BF16 windows, so the two paths differ only in rounding).
+    prompt = "The capital of France is"
+    base = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0)
+    lp_out = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0,
+                                       logprobs=3)
+    lp = lp_out.choices[0].logprobs
+    assert "".join(lp.tokens).startswith(lp_out.choices[0].text), (lp.tokens, lp_out.choices[0].text)
+    checked = 0
+    for k, (tok, logprob, top) in enumerate(zip(lp.tokens, lp.token_logprobs, lp.top_logprobs)):
+        assert len(top) == 3 and max(top.values()) == logprob and top[tok] == logprob, (tok, top)
+        assert list(top.values()) == sorted(top.values(), reverse=True), top
+        assert -30 < logprob <= 0, logprob
+        extended = client.completions.create(model=model, prompt=prompt + "".join(lp.tokens[:k]),
+                                             max_tokens=1, temperature=0, logprobs=0)
+        if extended.usage.prompt_tokens != base.usage.prompt_tokens + k:
+            continue  # the text retokenized differently; not the same context
+        first = extended.choices[0].logprobs
+        assert first.tokens[0] == tok, (k, first.tokens, tok)
+        assert abs(first.token_logprobs[0] - logprob) < 0.05, (k, first.token_logprobs, logprob)
+        checked += 1
+    assert checked >= 3, f"only {checked} positions retokenized alike: {lp.tokens}"
+    streamed = [t for ch in client.completions.create(
+        model=model, prompt=prompt, max_tokens=6, temperature=0, logprobs=3,
+        stream=True) if ch.choices[0].logprobs for t in ch.choices[0].logprobs.token_logprobs]
+    assert streamed == lp.token_logprobs, (streamed, lp.token_logprobs)
+    print(f"logprobs: {list(zip(lp.tokens, [round(x, 3) for x in lp.token_logprobs]))}, "
+          f"{checked} checked against the prefill")
+
     msgs = [{"role": "user", "content": "Name one colour of the rainbow."}]
     chat = client.chat.completions.create(model=model, messages=msgs, max_tokens=10,
                                           temperature=0)

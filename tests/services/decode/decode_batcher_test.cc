@@ -5,6 +5,7 @@
 #include "services/decode/decode_batcher.h"
 
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <thread>
 
@@ -57,7 +58,7 @@ BatchRequest Make(HeldSequence* seq, int32_t first, int max_new, Result* r,
   q.first_token = first;
   q.max_new_tokens = max_new;
   q.stop_token_ids = std::move(stops);
-  q.on_token = [r](int32_t t) {
+  q.on_token = [r](int32_t t, const engine::TokenLogprobs*) {
     r->tokens.push_back(t);
     return true;
   };
@@ -126,6 +127,45 @@ TEST(DecodeBatcher, PenaltiesCountTheFirstToken) {
   EXPECT_EQ(plain.tokens, (std::vector<int32_t>{5, 5, 5}));
 }
 
+// Logprobs come from the same logits row the token was sampled from: one-hot logit 1 among 63
+// zeros gives log p = 1 - log(e + 63), and the best alternative after it is id 0 at -log(e + 63).
+TEST(DecodeBatcher, LogprobsAreThoseOfTheSampledRow) {
+  FakeStep step;
+  DecodeBatcher batcher(step.Fn(), kVocab, 4);
+  FakeSequence a, b;
+  Result with, without;
+  std::vector<engine::TokenLogprobs> seen;
+  int nulls = 0;
+  BatchRequest q = Make(&a, 10, 3, &with);
+  q.logprobs = 2;
+  q.on_token = [&](int32_t t, const engine::TokenLogprobs* lp) {
+    with.tokens.push_back(t);
+    if (lp != nullptr) seen.push_back(*lp);
+    return true;
+  };
+  batcher.Submit(std::move(q));
+  BatchRequest q2 = Make(&b, 20, 3, &without);
+  q2.on_token = [&](int32_t t, const engine::TokenLogprobs* lp) {
+    without.tokens.push_back(t);
+    nulls += lp == nullptr;
+    return true;
+  };
+  batcher.Submit(std::move(q2));
+  EXPECT_EQ(with.done.get_future().get(), FinishReason::kLength);
+  EXPECT_EQ(without.done.get_future().get(), FinishReason::kLength);
+  EXPECT_EQ(nulls, 3);
+  ASSERT_EQ(seen.size(), 3u);
+  const double log_z = std::log(std::exp(1.0) + 63.0);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(seen[i].token, 11 + i);
+    EXPECT_NEAR(seen[i].logprob, 1.0 - log_z, 1e-6);
+    ASSERT_EQ(seen[i].top.size(), 2u);
+    EXPECT_EQ(seen[i].top[0].first, 11 + i);
+    EXPECT_EQ(seen[i].top[1].first, 0);
+    EXPECT_NEAR(seen[i].top[1].second, -log_z, 1e-6);
+  }
+}
+
 TEST(DecodeBatcher, CancelAndCallbackFalseLeaveTheBatch) {
   FakeStep step;
   DecodeBatcher batcher(step.Fn(), kVocab, 4);
@@ -133,7 +173,7 @@ TEST(DecodeBatcher, CancelAndCallbackFalseLeaveTheBatch) {
   Result ra, rb;
   const uint64_t id = batcher.Submit(Make(&a, 0, 1000000, &ra));
   BatchRequest qb = Make(&b, 0, 1000000, &rb);
-  qb.on_token = [&rb](int32_t t) {
+  qb.on_token = [&rb](int32_t t, const engine::TokenLogprobs*) {
     rb.tokens.push_back(t);
     return rb.tokens.size() < 5;
   };

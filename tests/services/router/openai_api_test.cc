@@ -1,5 +1,7 @@
 #include "services/router/openai_api.h"
 
+#include <cmath>
+
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -69,6 +71,69 @@ TEST(OpenAiApi, ParsesSamplingAndExtensionFields) {
   // The header alone also sets the session.
   r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", "p"}}, "from-header");
   EXPECT_EQ(r.request.session_id, "from-header");
+}
+
+TEST(OpenAiApi, LogprobsFieldsPerEndpoint) {
+  const json user = {{{"role", "user"}, {"content", "x"}}};
+  auto c = [](json extra) {
+    json body = {{"model", "m"}, {"prompt", "p"}};
+    if (extra.is_object()) body.update(extra);
+    return Parse(Endpoint::kCompletions, body);
+  };
+  auto chat = [&](json extra) {
+    json body = {{"model", "m"}, {"messages", user}};
+    if (extra.is_object()) body.update(extra);
+    return Parse(Endpoint::kChatCompletions, body);
+  };
+  EXPECT_EQ(c({}).request.logprobs, -1);
+  EXPECT_EQ(c({{"logprobs", nullptr}}).request.logprobs, -1);
+  EXPECT_EQ(c({{"logprobs", false}}).request.logprobs, -1);
+  EXPECT_EQ(c({{"logprobs", 0}}).request.logprobs, 0);  // the token's own, no alternatives
+  EXPECT_EQ(c({{"logprobs", 20}}).request.logprobs, 20);
+  for (const json& bad : {json(21), json(-1), json(true), json(1.5)}) {
+    auto r = c({{"logprobs", bad}});
+    ASSERT_TRUE(r.error) << bad;
+    EXPECT_EQ(r.error->param, "logprobs");
+  }
+  EXPECT_EQ(c({{"top_logprobs", 2}}).error->param, "top_logprobs");
+  EXPECT_EQ(chat({}).request.logprobs, -1);
+  EXPECT_EQ(chat({{"logprobs", false}, {"top_logprobs", nullptr}}).request.logprobs, -1);
+  EXPECT_EQ(chat({{"logprobs", true}}).request.logprobs, 0);
+  EXPECT_EQ(chat({{"logprobs", true}, {"top_logprobs", 5}}).request.logprobs, 5);
+  EXPECT_EQ(chat({{"logprobs", 3}}).error->param, "logprobs");
+  EXPECT_EQ(chat({{"top_logprobs", 5}}).error->param, "top_logprobs");
+  EXPECT_EQ(chat({{"logprobs", true}, {"top_logprobs", 21}}).error->param, "top_logprobs");
+}
+
+TEST(OpenAiApi, LogprobsBodiesInEachEndpointsShape) {
+  ResponseLogprobs lp;
+  lp.tokens = {{" Paris", -0.25, {{" Paris", -0.25}, {" London", -4.5}, {"\xc2", -INFINITY}}},
+               {".", -0.5, {}}};
+  lp.text_offsets = {0, 6};
+  ResponseMeta meta{Endpoint::kCompletions, "cmpl-1", 1, "m", ""};
+  json j = json::parse(CompletionBody(meta, " Paris.", FinishReason::kLength, {3, 2}, &lp));
+  const json& c = j["choices"][0]["logprobs"];
+  EXPECT_EQ(c["tokens"], json({" Paris", "."}));
+  EXPECT_EQ(c["token_logprobs"], json({-0.25, -0.5}));
+  EXPECT_EQ(c["text_offset"], json({0, 6}));
+  EXPECT_EQ(c["top_logprobs"][0][" London"], -4.5);
+  EXPECT_EQ(c["top_logprobs"][0]["\xef\xbf\xbd"], -9999.0);  // U+FFFD; no infinity in JSON
+  EXPECT_TRUE(c["top_logprobs"][1].empty());
+  // The alternatives keep their order (most likely first) in the text.
+  const std::string body = CompletionBody(meta, " Paris.", FinishReason::kLength, {3, 2}, &lp);
+  EXPECT_LT(body.find("\" Paris\":-0.25"), body.find("\" London\""));
+  EXPECT_TRUE(json::parse(CompletionBody(meta, "x", FinishReason::kStop, {1, 1}))["choices"][0]
+                  ["logprobs"].is_null());
+
+  meta.endpoint = Endpoint::kChatCompletions;
+  j = json::parse(StreamTextEvent(meta, " Paris", &lp).substr(6));
+  const json& content = j["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u);
+  EXPECT_EQ(content[0]["token"], " Paris");
+  EXPECT_EQ(content[0]["bytes"], json({32, 80, 97, 114, 105, 115}));
+  EXPECT_EQ(content[0]["top_logprobs"][2]["bytes"], json({0xc2}));
+  EXPECT_EQ(content[0]["top_logprobs"][2]["logprob"], -9999.0);
+  EXPECT_TRUE(j["choices"][0]["logprobs"]["refusal"].is_null());
 }
 
 TEST(OpenAiApi, ContentTypeWithCharsetIsAccepted) {

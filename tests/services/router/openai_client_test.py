@@ -111,6 +111,36 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertEqual(chunks[-1].usage.completion_tokens, 2)
         self.assertEqual(chunks[-1].usage.prompt_tokens, len(PROMPT.encode()))
 
+    def test_logprobs_parse_in_the_clients_types(self):
+        # The echo is certain: every token has logprob 0, its one alternative itself.
+        c = self.client.completions.create(model="oscarkv-echo", prompt=PROMPT, max_tokens=3,
+                                           logprobs=2)
+        lp = c.choices[0].logprobs
+        self.assertEqual(lp.tokens, ["Say", " this", " is"])
+        self.assertEqual(lp.token_logprobs, [0.0, 0.0, 0.0])
+        self.assertEqual(lp.top_logprobs, [{"Say": 0.0}, {" this": 0.0}, {" is": 0.0}])
+        self.assertEqual(lp.text_offset, [0, 3, 8])
+        chunks = list(self.client.completions.create(model="oscarkv-echo", prompt=PROMPT,
+                                                     max_tokens=2, logprobs=0, stream=True))
+        self.assertEqual([t for ch in chunks if ch.choices[0].logprobs
+                          for t in ch.choices[0].logprobs.tokens], ["Say", " this"])
+        chat = self.client.chat.completions.create(
+            model="oscarkv-echo", messages=[{"role": "user", "content": PROMPT}], max_tokens=2,
+            logprobs=True, top_logprobs=1)
+        content = chat.choices[0].logprobs.content
+        self.assertEqual([t.token for t in content], ["Say", " this"])
+        self.assertEqual(content[1].bytes, list(b" this"))
+        self.assertEqual(content[1].logprob, 0.0)
+        self.assertEqual([a.token for a in content[1].top_logprobs], [" this"])
+        stream = self.client.chat.completions.create(
+            model="oscarkv-echo", messages=[{"role": "user", "content": PROMPT}], max_tokens=2,
+            logprobs=True, stream=True)
+        tokens = [t.token for ch in stream if ch.choices and ch.choices[0].logprobs
+                  for t in ch.choices[0].logprobs.content]
+        self.assertEqual(tokens, ["Say", " this"])
+        no = self.client.completions.create(model="oscarkv-echo", prompt=PROMPT, max_tokens=1)
+        self.assertIsNone(no.choices[0].logprobs)
+
     def test_errors(self):
         with self.assertRaises(openai.NotFoundError) as e:
             self.client.completions.create(model="no-such-model", prompt="hi")
@@ -128,6 +158,14 @@ class OpenAIClientTest(unittest.TestCase):
             self.client.completions.create(model="oscarkv-echo", prompt="hi", temperature=3)
         with self.assertRaises(openai.BadRequestError):
             self.client.completions.create(model="oscarkv-echo", prompt="hi", n=2)
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.completions.create(model="oscarkv-echo", prompt="hi", logprobs=21)
+        self.assertEqual(e.exception.body["param"], "logprobs")
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.chat.completions.create(
+                model="oscarkv-echo", messages=[{"role": "user", "content": "hi"}],
+                top_logprobs=3)
+        self.assertEqual(e.exception.body["param"], "top_logprobs")
 
     def test_metrics(self):
         self.client.completions.create(model="oscarkv-echo", prompt="a b", max_tokens=1)

@@ -1,0 +1,57 @@
+// Logprobs: the log-softmax at the token and the top alternatives, against a direct float64
+// softmax; sums to one, handles -inf and NaN logits, orders ties by id.
+#include "lib/engine/logprobs.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace oscarkv::engine {
+namespace {
+
+TEST(Logprobs, MatchTheSoftmaxAndTheTopAreTheMostLikely) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  std::vector<float> l(5000);
+  for (float& x : l) x = d(rng) + 40.0f;  // offset: the max-shift must keep it exact
+  double z = 0;
+  for (float x : l) z += std::exp(double{x} - 40.0);
+  const TokenLogprobs lp = ComputeLogprobs(l, 123, 5);
+  EXPECT_EQ(lp.token, 123);
+  EXPECT_NEAR(lp.logprob, (double{l[123]} - 40.0) - std::log(z), 1e-5);
+  ASSERT_EQ(lp.top.size(), 5u);
+  std::vector<float> sorted = l;
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(l[lp.top[i].first], sorted[i]);
+    EXPECT_NEAR(lp.top[i].second, (double{sorted[i]} - 40.0) - std::log(z), 1e-5);
+    if (i > 0) EXPECT_GE(lp.top[i - 1].second, lp.top[i].second);
+  }
+  // Every token's probability sums to one.
+  double total = 0;
+  const TokenLogprobs all = ComputeLogprobs(l, 0, static_cast<int>(l.size()));
+  for (const auto& [id, p] : all.top) total += std::exp(double{p});
+  EXPECT_NEAR(total, 1.0, 1e-4);
+}
+
+TEST(Logprobs, NonFiniteLogitsAreMinusInfinityAndTiesGoToTheLowerId) {
+  const std::vector<float> l = {1.0f, NAN, 1.0f, -INFINITY, 0.0f};
+  const TokenLogprobs lp = ComputeLogprobs(l, 1, 3);
+  EXPECT_EQ(lp.logprob, -INFINITY);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].first, 0);
+  EXPECT_EQ(lp.top[1].first, 2);
+  EXPECT_EQ(lp.top[2].first, 4);
+  const double log_z = 1.0 + std::log(2.0 + std::exp(-1.0));
+  EXPECT_NEAR(lp.top[0].second, 1.0 - log_z, 1e-6);
+  EXPECT_NEAR(lp.top[2].second, -log_z, 1e-6);
+  EXPECT_TRUE(ComputeLogprobs(l, 0, 0).top.empty());
+  EXPECT_EQ(ComputeLogprobs(l, 0, 99).top.size(), l.size());  // capped at the vocabulary
+}
+
+}  // namespace
+}  // namespace oscarkv::engine
