@@ -184,6 +184,8 @@ DOC_EXPECT = {
                         '"completion_tokens":3'],
     "curl-chat-stream": ['"role":"assistant"', '"content":" test"', '"finish_reason":"stop"',
                          '"session_id":"demo-session-1"', '"choices":[]', "data: [DONE]"],
+    "curl-logprobs": ['"tokens":["Say"," this"]', '"token_logprobs":[0.0,0.0]',
+                      '"top_logprobs":[{"Say":0.0},{" this":0.0}]', '"text_offset":[0,3]'],
     "curl-error": ['"code":"model_not_found"', '"type":"invalid_request_error"'],
     "python-openai": ["Say this is length 3\nSay this is a test\nSay this is a test\n"],
 }
