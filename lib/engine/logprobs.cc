@@ -2,16 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 namespace oscarkv::engine {
 
 TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int top_n) {
-  auto value = [&](size_t i) {
-    return std::isfinite(logits[i]) ? static_cast<double>(logits[i]) : -INFINITY;
-  };
-  double max = -INFINITY;
+  auto value = [&](size_t i) { return std::isfinite(logits[i]) ? logits[i] : -INFINITY; };
+  float max = -INFINITY;
   for (size_t i = 0; i < logits.size(); ++i) max = std::max(max, value(i));
+  // float exp (within an ulp, ~4x faster than double's over a 49k vocabulary), summed in double.
   double sum = 0;
   if (std::isfinite(max)) {
     for (size_t i = 0; i < logits.size(); ++i) sum += std::exp(value(i) - max);
@@ -25,13 +23,19 @@ TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int 
   out.logprob = logprob(static_cast<size_t>(token));
   const size_t n = std::min(logits.size(), static_cast<size_t>(std::max(0, top_n)));
   if (n == 0) return out;
-  std::vector<int32_t> ids(logits.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
-    return value(a) > value(b) || (value(a) == value(b) && a < b);
-  });
+  // The n best by (logit desc, id asc) in one pass: ids arrive ascending, so a logit equal to
+  // the n-th best ranks after it, and most logits cost one compare.
+  std::vector<std::pair<float, int32_t>> best;
+  best.reserve(n + 1);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float v = value(i);
+    if (best.size() == n && !(v > best.back().first)) continue;
+    auto at = std::find_if(best.begin(), best.end(), [&](const auto& b) { return b.first < v; });
+    best.insert(at, {v, static_cast<int32_t>(i)});
+    if (best.size() > n) best.pop_back();
+  }
   out.top.reserve(n);
-  for (size_t i = 0; i < n; ++i) out.top.emplace_back(ids[i], logprob(ids[i]));
+  for (const auto& [v, id] : best) out.top.emplace_back(id, logprob(static_cast<size_t>(id)));
   return out;
 }
 

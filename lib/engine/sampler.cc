@@ -10,7 +10,7 @@
 
 namespace oscarkv::engine {
 
-absl::Status SamplingParams::Validate() const {
+absl::Status SamplingParams::Validate(int vocab_size) const {
   if (!(temperature >= 0.0f && temperature <= 100.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("temperature must be in [0, 100], got ",
                                                    temperature));
@@ -23,6 +23,16 @@ absl::Status SamplingParams::Validate() const {
        {std::pair{"presence_penalty", presence_penalty}, {"frequency_penalty", frequency_penalty}}) {
     if (!(value >= -2.0f && value <= 2.0f)) {
       return absl::InvalidArgumentError(absl::StrCat(name, " must be in [-2, 2], got ", value));
+    }
+  }
+  for (const auto& [token, bias] : logit_bias) {
+    if (token < 0 || (vocab_size > 0 && token >= vocab_size)) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias token id ", token,
+                                                     " is outside the vocabulary"));
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias of token ", token, " must be in [-100, 100], got ", bias));
     }
   }
   return absl::OkStatus();
@@ -46,23 +56,29 @@ void Sampler::Observe(int32_t token) {
 }
 
 int32_t Sampler::Sample(std::span<const float> logits) {
-  if (!penalized() || generated_.empty()) {
-    const int32_t token = SampleUnpenalized(logits);
+  if (params_.logit_bias.empty() && (!penalized() || generated_.empty())) {
+    const int32_t token = SampleAdjusted(logits);
     Observe(token);
     return token;
   }
-  penalized_.assign(logits.begin(), logits.end());
-  for (const auto& [token, count] : generated_) {
-    if (token < 0 || static_cast<size_t>(token) >= penalized_.size()) continue;
-    penalized_[token] -= static_cast<float>(count) * params_.frequency_penalty +
-                         params_.presence_penalty;
+  adjusted_.assign(logits.begin(), logits.end());
+  auto in_vocab = [&](int32_t token) {
+    return token >= 0 && static_cast<size_t>(token) < adjusted_.size();
+  };
+  for (const auto& [token, bias] : params_.logit_bias) {
+    if (in_vocab(token)) adjusted_[token] += bias;
   }
-  const int32_t token = SampleUnpenalized(penalized_);
+  for (const auto& [token, count] : generated_) {
+    if (!in_vocab(token)) continue;
+    adjusted_[token] -= static_cast<float>(count) * params_.frequency_penalty +
+                        params_.presence_penalty;
+  }
+  const int32_t token = SampleAdjusted(adjusted_);
   Observe(token);
   return token;
 }
 
-int32_t Sampler::SampleUnpenalized(std::span<const float> logits) {
+int32_t Sampler::SampleAdjusted(std::span<const float> logits) {
   if (params_.temperature == 0.0f) return Argmax(logits);
   // Candidates sorted by logit (descending, then id), truncated by top-k.
   std::vector<int32_t> ids(logits.size());

@@ -1,6 +1,7 @@
 // Token sampling from a logits row: greedy (temperature 0) or temperature sampling with optional
-// top-k and top-p (nucleus) filtering, reproducible for a given seed. OpenAI's presence and
-// frequency penalties lower the logits of tokens already generated, before either.
+// top-k and top-p (nucleus) filtering, reproducible for a given seed. OpenAI's logit bias, and
+// its presence and frequency penalties (which lower the logits of tokens already generated),
+// apply before either.
 #ifndef OSCARKV_LIB_ENGINE_SAMPLER_H_
 #define OSCARKV_LIB_ENGINE_SAMPLER_H_
 
@@ -23,10 +24,14 @@ struct SamplingParams {
   // lowered by c * frequency_penalty + (c > 0) * presence_penalty. 0 = off; Default: 0
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // OpenAI's logit_bias: added to the logits of these token ids (each bias in [-100, 100]; -100
+  // in effect bans the token, 100 all but forces it). Default: none
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // @return kInvalidArgument for temperature < 0 or > 100, top_p outside (0, 1], top_k < 0,
-  //         a penalty outside [-2, 2].
-  absl::Status Validate() const;
+  //         a penalty outside [-2, 2], a logit bias outside [-100, 100] or on an id outside
+  //         [0, vocab_size) (vocab_size 0: the upper end unchecked; Sampler ignores such ids).
+  absl::Status Validate(int vocab_size = 0) const;
 };
 
 // Not thread-safe: one Sampler per sequence (it counts the sequence's generated tokens).
@@ -34,7 +39,7 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
-  // Picks a token id from `logits` ([vocab], not modified), after the penalties. Greedy when
+  // Picks a token id from `logits` ([vocab], not modified), after bias and penalties. Greedy when
   // temperature == 0. Non-finite logits are treated as -inf. `logits` must not be empty. The
   // picked token counts as generated for later penalties.
   int32_t Sample(std::span<const float> logits);
@@ -47,12 +52,12 @@ class Sampler {
   bool penalized() const {
     return params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
   }
-  int32_t SampleUnpenalized(std::span<const float> logits);
+  int32_t SampleAdjusted(std::span<const float> logits);  // logits already biased, penalized
 
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int> generated_;  // token -> times generated; only when penalized
-  std::vector<float> penalized_;                // scratch: the logits after penalties
+  std::vector<float> adjusted_;                 // scratch: the logits after bias and penalties
 };
 
 // Argmax, lowest index on ties (what greedy generation everywhere in oscarkv uses).

@@ -228,9 +228,9 @@ absl::StatusOr<StartResult> DecodeEngine::StartSequence(const StartParams& p) {
 absl::Status DecodeEngine::Generate(uint64_t id, const GenerateParams& params,
                                     std::function<bool(int32_t, const engine::TokenLogprobs*)> on_token,
                                     std::function<void(FinishReason, const absl::Status&)> on_done) {
-  OSCARKV_RETURN_IF_ERROR(params.sampling.Validate());
-  if (params.max_new_tokens < 1) return absl::InvalidArgumentError("max_new_tokens must be >= 1");
   const int vocab = engine_->model().tokenizer().vocab_size();
+  OSCARKV_RETURN_IF_ERROR(params.sampling.Validate(vocab));
+  if (params.max_new_tokens < 1) return absl::InvalidArgumentError("max_new_tokens must be >= 1");
   if (params.first_token < 0 || params.first_token >= vocab) {
     return absl::InvalidArgumentError("first_token outside the vocabulary");
   }

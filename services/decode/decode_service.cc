@@ -112,6 +112,9 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* ctx, const v1::Generat
   g.sampling.seed = req->seed();
   g.sampling.presence_penalty = req->presence_penalty();
   g.sampling.frequency_penalty = req->frequency_penalty();
+  for (const auto& [token, bias] : req->logit_bias()) {
+    g.sampling.logit_bias.emplace_back(static_cast<int32_t>(token), bias);
+  }
   if (req->logprobs()) {
     if (req->top_logprobs() > engine::kMaxTopLogprobs) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

@@ -131,7 +131,8 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
        params.calib_fingerprint != engine_->calibration_fingerprint())) {
     return absl::FailedPreconditionError("model or calibration fingerprint mismatch");
   }
-  OSCARKV_RETURN_IF_ERROR(params.sampling.Validate());
+  OSCARKV_RETURN_IF_ERROR(
+      params.sampling.Validate(engine_->model().tokenizer().vocab_size()));
   if (active_.fetch_add(1) >= options_.max_concurrent) {
     active_.fetch_sub(1);
     return absl::ResourceExhaustedError("prefill worker busy: retry elsewhere");

@@ -34,6 +34,9 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
   p.sampling.top_p = req->sampling().top_p() == 0.0f ? 1.0f : req->sampling().top_p();
   p.sampling.top_k = static_cast<int>(req->sampling().top_k());
   p.sampling.seed = req->sampling().seed();
+  for (const auto& [token, bias] : req->sampling().logit_bias()) {
+    p.sampling.logit_bias.emplace_back(static_cast<int32_t>(token), bias);
+  }
   p.model_fingerprint = req->model().model_fingerprint();
   p.calib_fingerprint = req->model().calib_fingerprint();
   p.want_packed = req->offer_packed_kv();

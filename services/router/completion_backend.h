@@ -12,6 +12,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -50,6 +51,7 @@ struct CompletionRequest {
   int top_k = 0;                     // >= 0; 0 = off
   double presence_penalty = 0.0;     // [-2, 2], OpenAI's, over the generated tokens
   double frequency_penalty = 0.0;    // [-2, 2]
+  std::vector<std::pair<int32_t, double>> logit_bias;  // token id >= 0 -> bias in [-100, 100]
   std::optional<uint64_t> seed;      // sampling seed, when the client set one
   std::vector<std::string> stop;     // up to 4 stop strings; the backend stops after a match
   int logprobs = -1;                 // >= 0: set TokenEvent::logprob, with this many (<= 20)
@@ -64,11 +66,13 @@ struct CompletionRequest {
 struct TokenAlternative {
   std::string piece;
   double logprob = 0;
+  int32_t token_id = 0;
 };
 struct TokenLogprob {
   std::string piece;
   double logprob = 0;
   std::vector<TokenAlternative> top;  // the most likely tokens, most likely first
+  int32_t token_id = 0;
 };
 
 // One generated token. `text` is the detokenized piece to append to the output (may be empty for

@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
@@ -213,15 +214,20 @@ json Bytes(const std::string& piece) {
 
 // The choice's "logprobs" in the endpoint's shape (CompletionBody in openai_api.h).
 json LogprobsJson(Endpoint endpoint, const ResponseLogprobs& logprobs) {
+  auto name = [&](const std::string& piece, int32_t id) {
+    return logprobs.tokens_as_ids ? absl::StrCat("token_id:", id) : piece;
+  };
   if (endpoint == Endpoint::kCompletions) {
     json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
          offsets = json::array();
     for (size_t i = 0; i < logprobs.tokens.size(); ++i) {
       const TokenLogprob& t = logprobs.tokens[i];
-      tokens.push_back(t.piece);
+      tokens.push_back(name(t.piece, t.token_id));
       token_logprobs.push_back(FiniteLogprob(t.logprob));
       json alternatives = json::object();
-      for (const TokenAlternative& a : t.top) alternatives[a.piece] = FiniteLogprob(a.logprob);
+      for (const TokenAlternative& a : t.top) {
+        alternatives[name(a.piece, a.token_id)] = FiniteLogprob(a.logprob);
+      }
       top.push_back(std::move(alternatives));
       offsets.push_back(i < logprobs.text_offsets.size() ? logprobs.text_offsets[i] : 0);
     }
@@ -232,10 +238,11 @@ json LogprobsJson(Endpoint endpoint, const ResponseLogprobs& logprobs) {
   for (const TokenLogprob& t : logprobs.tokens) {
     json alternatives = json::array();
     for (const TokenAlternative& a : t.top) {
-      alternatives.push_back(
-          {{"token", a.piece}, {"logprob", FiniteLogprob(a.logprob)}, {"bytes", Bytes(a.piece)}});
+      alternatives.push_back({{"token", name(a.piece, a.token_id)},
+                              {"logprob", FiniteLogprob(a.logprob)},
+                              {"bytes", Bytes(a.piece)}});
     }
-    content.push_back({{"token", t.piece},
+    content.push_back({{"token", name(t.piece, t.token_id)},
                        {"logprob", FiniteLogprob(t.logprob)},
                        {"bytes", Bytes(t.piece)},
                        {"top_logprobs", std::move(alternatives)}});
@@ -253,6 +260,35 @@ json StreamChoice(const ResponseMeta& meta, const std::string* text, const json&
   json delta = json::object();
   if (text) delta["content"] = *text;
   return {{"index", 0}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}};
+}
+
+// OpenAI's shape: {"<token id>": bias in [-100, 100], ...}.
+std::optional<ApiError> ReadLogitBias(const json& body,
+                                      std::vector<std::pair<int32_t, double>>* out) {
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) {
+    return Invalid("'logit_bias' must be an object of token id -> bias", "logit_bias");
+  }
+  constexpr size_t kMaxEntries = 1024;
+  if (it->size() > kMaxEntries) {
+    return Invalid(absl::StrCat("'logit_bias' may hold at most ", kMaxEntries, " tokens"),
+                   "logit_bias");
+  }
+  for (const auto& [key, value] : it->items()) {
+    int32_t token = 0;
+    if (!absl::SimpleAtoi(key, &token) || token < 0) {
+      return Invalid(absl::StrCat("'logit_bias' keys must be token ids, got '", key, "'"),
+                     "logit_bias");
+    }
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100)) {
+      return Invalid(absl::StrCat("'logit_bias' of token ", key, " must be a number in [-100, "
+                                  "100], got ", value.dump()),
+                     "logit_bias");
+    }
+    out->emplace_back(token, value.get<double>());
+  }
+  return std::nullopt;
 }
 
 // completions: an integer in [0, 20] (false/null = off); chat: a boolean, with top_logprobs.
@@ -386,6 +422,7 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
   if (!e) e = ReadNumber(body, "presence_penalty", -2, false, 2, &req.presence_penalty);
   if (!e) e = ReadNumber(body, "frequency_penalty", -2, false, 2, &req.frequency_penalty);
   if (!e) e = ReadTopK(body, &req.top_k);
+  if (!e) e = ReadLogitBias(body, &req.logit_bias);
   if (!e) e = ReadStop(body, &req.stop);
   if (e) {
     r.error = e;
@@ -411,6 +448,14 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
   if (std::optional<ApiError> e = ReadLogprobs(body, endpoint, &req.logprobs)) {
     r.error = e;
     return r;
+  }
+  if (auto it = body.find("return_tokens_as_token_ids"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      r.error = Invalid("'return_tokens_as_token_ids' must be a boolean",
+                        "return_tokens_as_token_ids");
+      return r;
+    }
+    req.return_tokens_as_token_ids = it->get<bool>();
   }
   if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer()) {

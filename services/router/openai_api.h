@@ -7,10 +7,10 @@
 //   model (required), prompt | messages (required), max_tokens | max_completion_tokens,
 //   temperature [0,2], top_p (0,1], presence_penalty and frequency_penalty [-2,2], n (only 1),
 //   stream, stream_options.include_usage, stop (string or up to 4 strings), seed, best_of
-//   (only 1), echo (only false), logprobs (completions: integer [0, 20]; chat: boolean, with
+//   (only 1), echo (only false), logit_bias (token id -> [-100, 100]), logprobs (completions: integer [0, 20]; chat: boolean, with
 //   top_logprobs [0, 20]), user;
 //   extensions: session_id (string; also header X-Session-Id), codec (string), top_k (integer
-//   >= -1; -1 and 0 = off, as in vLLM).
+//   >= -1; -1 and 0 = off, as in vLLM), return_tokens_as_token_ids (boolean, as in vLLM).
 #ifndef OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
 #define OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
 
@@ -53,9 +53,11 @@ struct ApiRequest {
   int top_k = 0;  // 0 = off
   double presence_penalty = 0.0;
   double frequency_penalty = 0.0;
+  std::vector<std::pair<int32_t, double>> logit_bias;  // token id -> bias
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   int logprobs = -1;  // -1 = off; else the number of alternatives per token (top_logprobs)
+  bool return_tokens_as_token_ids = false;  // vLLM's extension: logprobs name ids, not pieces
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string session_id;      // "" when none
@@ -100,6 +102,7 @@ struct Usage {
 struct ResponseLogprobs {
   std::vector<TokenLogprob> tokens;
   std::vector<int> text_offsets;  // parallel to tokens
+  bool tokens_as_ids = false;     // vLLM's return_tokens_as_token_ids: "token_id:<id>" strings
 };
 
 // Non-streaming body: object "text_completion" or "chat.completion". The choice's "logprobs" is

@@ -120,9 +120,10 @@ int Utf8Chars(std::string_view s) {
 // One stream event for a token: its text and, when asked for, its logprobs. Empty when there
 // is nothing to say (no text, no logprobs).
 std::string TokenStreamEvent(const ResponseMeta& meta, const std::string& text,
-                             const std::optional<TokenLogprob>& logprob, int text_offset) {
+                             const std::optional<TokenLogprob>& logprob, int text_offset,
+                             bool tokens_as_ids) {
   if (!logprob) return text.empty() ? std::string() : StreamTextEvent(meta, text);
-  const ResponseLogprobs one{{*logprob}, {text_offset}};
+  const ResponseLogprobs one{{*logprob}, {text_offset}, tokens_as_ids};
   return StreamTextEvent(meta, text, &one);
 }
 
@@ -288,6 +289,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   x.include_usage = api.include_usage;
   x.stream = api.stream;
   x.want_logprobs = api.logprobs >= 0;
+  x.logprobs.tokens_as_ids = api.return_tokens_as_token_ids;
   x.id = tracker_->Admit(options_.request_timeout, api.session_id);
   x.deadline = tracker_->Deadline(x.id);
   x.meta.endpoint = endpoint;
@@ -308,6 +310,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   request.top_k = api.top_k;
   request.presence_penalty = api.presence_penalty;
   request.frequency_penalty = api.frequency_penalty;
+  request.logit_bias = api.logit_bias;
   request.seed = api.seed;
   request.stop = api.stop;
   request.logprobs = api.logprobs;
@@ -411,7 +414,8 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
         }
         for (const Exchange::Piece& piece : x.pending) {
           const std::string event =
-              TokenStreamEvent(x.meta, piece.text, piece.logprob, piece.text_offset);
+              TokenStreamEvent(x.meta, piece.text, piece.logprob, piece.text_offset,
+                               x.logprobs.tokens_as_ids);
           if (!event.empty() && !write(event)) return client_gone();
         }
         x.pending.clear();
@@ -436,7 +440,8 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
             const int offset = x.text_chars;
             x.text_chars += Utf8Chars(t.text);
             if (!x.want_logprobs) t.logprob.reset();
-            const std::string event = TokenStreamEvent(x.meta, t.text, t.logprob, offset);
+            const std::string event =
+                TokenStreamEvent(x.meta, t.text, t.logprob, offset, x.logprobs.tokens_as_ids);
             if (!event.empty() && !write(event)) return client_gone();
           }
         }

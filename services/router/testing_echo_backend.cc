@@ -42,8 +42,8 @@ absl::StatusOr<CompletionOutcome> EchoCompletionBackend::Complete(const Completi
     if (absl::Now() > request.deadline) return absl::DeadlineExceededError("echo: deadline passed");
     TokenEvent t{static_cast<int32_t>(i), absl::StrCat(i == 0 ? "" : " ", words[i])};
     if (request.logprobs >= 0) {
-      t.logprob = TokenLogprob{t.text, 0.0, {}};
-      if (request.logprobs > 0) t.logprob->top.push_back({t.text, 0.0});
+      t.logprob = TokenLogprob{t.text, 0.0, {}, t.token_id};
+      if (request.logprobs > 0) t.logprob->top.push_back({t.text, 0.0, t.token_id});
     }
     if (!on_token(t)) return absl::CancelledError("echo: consumer gone");
     ++out.completion_tokens;

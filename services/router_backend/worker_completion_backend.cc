@@ -26,12 +26,12 @@ namespace dv1 = ::oscarkv::decode::v1;
 // A worker's logprobs of `token`, with the tokens as their bytes.
 router::TokenLogprob ToTokenLogprob(const model::Tokenizer& tok, int32_t token,
                                     const ::oscarkv::common::v1::TokenLogprobs& in) {
-  router::TokenLogprob out{tok.TokenToPiece(token), in.logprob(), {}};
+  router::TokenLogprob out{tok.TokenToPiece(token), in.logprob(), {}, token};
   const int n = std::min(in.top_token_ids_size(), in.top_logprobs_size());
   out.top.reserve(n);
   for (int i = 0; i < n; ++i) {
-    out.top.push_back({tok.TokenToPiece(static_cast<int32_t>(in.top_token_ids(i))),
-                       in.top_logprobs(i)});
+    const auto id = static_cast<int32_t>(in.top_token_ids(i));
+    out.top.push_back({tok.TokenToPiece(id), in.top_logprobs(i), id});
   }
   return out;
 }
@@ -448,6 +448,10 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   preq.mutable_sampling()->set_top_p(static_cast<float>(request.top_p));
   preq.mutable_sampling()->set_top_k(static_cast<uint32_t>(request.top_k));
   preq.mutable_sampling()->set_seed(seed);
+  for (const auto& [token, bias] : request.logit_bias) {
+    (*preq.mutable_sampling()->mutable_logit_bias())[static_cast<uint32_t>(token)] =
+        static_cast<float>(bias);
+  }
   if (request.logprobs >= 0) {
     preq.set_logprobs(true);
     preq.set_top_logprobs(static_cast<uint32_t>(request.logprobs));
@@ -544,6 +548,8 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   greq.set_top_k(static_cast<uint32_t>(request.top_k));
   greq.set_presence_penalty(static_cast<float>(request.presence_penalty));
   greq.set_frequency_penalty(static_cast<float>(request.frequency_penalty));
+  greq.mutable_logit_bias()->insert(preq.sampling().logit_bias().begin(),
+                                    preq.sampling().logit_bias().end());
   if (request.logprobs >= 0) {
     greq.set_logprobs(true);
     greq.set_top_logprobs(static_cast<uint32_t>(request.logprobs));

@@ -146,6 +146,26 @@ def run_client_checks(url):
     print(f"logprobs: {list(zip(lp.tokens, [round(x, 3) for x in lp.token_logprobs]))}, "
           f"{checked} checked against the prefill")
 
+    # logit_bias -100 bans a token: the first (sampled by the prefill worker) and a later one
+    # (sampled by the decode worker) give way to their runners-up. Logprobs stay the model's own
+    # (raw), so the runner-up reads what it read before. Ids through vLLM's
+    # return_tokens_as_token_ids.
+    as_ids = {"return_tokens_as_token_ids": True}
+    ids = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0,
+                                    logprobs=2, extra_body=as_ids).choices[0].logprobs
+    assert all(t.startswith("token_id:") for t in ids.tokens), ids.tokens
+    k = next(i for i in range(1, len(ids.tokens)) if ids.tokens[i] not in ids.tokens[:i])
+    for pos in (0, k):
+        banned_id = ids.tokens[pos].split(":")[1]
+        runner_up, runner_up_logprob = list(ids.top_logprobs[pos].items())[1]
+        out = client.completions.create(model=model, prompt=prompt, max_tokens=pos + 1,
+                                        temperature=0, logprobs=0, extra_body=as_ids,
+                                        logit_bias={banned_id: -100}).choices[0].logprobs
+        assert out.tokens[:pos] == ids.tokens[:pos], (pos, out.tokens, ids.tokens)
+        assert out.tokens[pos] == runner_up, (pos, out.tokens, runner_up)
+        assert abs(out.token_logprobs[pos] - runner_up_logprob) < 1e-4, (out.token_logprobs, pos)
+    print(f"logit_bias: banned positions 0 and {k}, runners-up took them")
+
     msgs = [{"role": "user", "content": "Name one colour of the rainbow."}]
     chat = client.chat.completions.create(model=model, messages=msgs, max_tokens=10,
                                           temperature=0)

@@ -53,5 +53,22 @@ TEST(Logprobs, NonFiniteLogitsAreMinusInfinityAndTiesGoToTheLowerId) {
   EXPECT_EQ(ComputeLogprobs(l, 0, 99).top.size(), l.size());  // capped at the vocabulary
 }
 
+// Many ties (logits rounded to a few values): the top list is a full sort's prefix, by logit
+// then id.
+TEST(Logprobs, TopIsASortsPrefixEvenWithManyTies) {
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int> d(0, 6);
+  std::vector<float> l(3000);
+  for (float& x : l) x = d(rng) == 6 ? -INFINITY : static_cast<float>(d(rng));
+  std::vector<int32_t> ids(l.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+  for (int n : {1, 7, 20, 3000}) {
+    const TokenLogprobs lp = ComputeLogprobs(l, 0, n);
+    ASSERT_EQ(lp.top.size(), static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) ASSERT_EQ(lp.top[i].first, ids[i]) << "n " << n << " rank " << i;
+  }
+}
+
 }  // namespace
 }  // namespace oscarkv::engine

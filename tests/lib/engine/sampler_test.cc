@@ -147,6 +147,22 @@ TEST(Sampler, PenalizedFrequenciesMatchSoftmaxOfPenalizedLogits) {
   }
 }
 
+TEST(Sampler, LogitBiasBansAndForcesTokens) {
+  const std::vector<float> l = {2.0f, 1.5f, 0.0f};
+  Sampler ban({.logit_bias = {{0, -100.0f}}});
+  EXPECT_EQ(ban.Sample(l), 1);
+  EXPECT_EQ(ban.Sample(l), 1);  // every step, not only the first
+  Sampler force({.temperature = 1.0f, .seed = 3, .logit_bias = {{2, 100.0f}}});
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(force.Sample(l), 2);
+  Sampler outside({.logit_bias = {{7, 100.0f}}});  // past the vocabulary: ignored
+  EXPECT_EQ(outside.Sample(l), 0);
+  // Bias and penalties add: biased {1.0, 1.1, 0}; then 1 drops to 0.35; then 0 to 0.25.
+  Sampler both({.presence_penalty = 0.75f, .logit_bias = {{0, -1.0f}, {1, -0.4f}}});
+  EXPECT_EQ(both.Sample(l), 1);
+  EXPECT_EQ(both.Sample(l), 0);
+  EXPECT_EQ(both.Sample(l), 1);
+}
+
 TEST(SamplingParams, ValidateRejectsBadValues) {
   EXPECT_TRUE(SamplingParams{}.Validate().ok());
   EXPECT_FALSE(SamplingParams{.temperature = -1}.Validate().ok());
@@ -157,6 +173,11 @@ TEST(SamplingParams, ValidateRejectsBadValues) {
   EXPECT_FALSE(SamplingParams{.presence_penalty = 2.5f}.Validate().ok());
   EXPECT_FALSE(SamplingParams{.frequency_penalty = -2.1f}.Validate().ok());
   EXPECT_FALSE(SamplingParams{.frequency_penalty = NAN}.Validate().ok());
+  EXPECT_TRUE((SamplingParams{.logit_bias = {{5, -100}, {9, 100}}}.Validate(10).ok()));
+  EXPECT_FALSE((SamplingParams{.logit_bias = {{10, 1}}}.Validate(10).ok()));
+  EXPECT_TRUE((SamplingParams{.logit_bias = {{10, 1}}}.Validate().ok()));  // vocabulary unknown
+  EXPECT_FALSE((SamplingParams{.logit_bias = {{-1, 1}}}.Validate().ok()));
+  EXPECT_FALSE((SamplingParams{.logit_bias = {{1, 100.5f}}}.Validate().ok()));
 }
 
 }  // namespace

@@ -134,6 +134,26 @@ TEST(OpenAiApi, LogprobsBodiesInEachEndpointsShape) {
   EXPECT_EQ(content[0]["top_logprobs"][2]["bytes"], json({0xc2}));
   EXPECT_EQ(content[0]["top_logprobs"][2]["logprob"], -9999.0);
   EXPECT_TRUE(j["choices"][0]["logprobs"]["refusal"].is_null());
+
+  // vLLM's return_tokens_as_token_ids names tokens by id; bytes stay the piece's.
+  lp.tokens[0].token_id = 6342;
+  lp.tokens[0].top[1].token_id = 3841;
+  lp.tokens_as_ids = true;
+  j = json::parse(StreamTextEvent(meta, " Paris", &lp).substr(6));
+  EXPECT_EQ(j["choices"][0]["logprobs"]["content"][0]["token"], "token_id:6342");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["content"][0]["top_logprobs"][1]["token"], "token_id:3841");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["content"][0]["bytes"], json({32, 80, 97, 114, 105, 115}));
+  meta.endpoint = Endpoint::kCompletions;
+  j = json::parse(CompletionBody(meta, " Paris.", FinishReason::kLength, {3, 2}, &lp));
+  EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"][0], "token_id:6342");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][0]["token_id:3841"], -4.5);
+  EXPECT_TRUE(Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", "p"},
+                                             {"return_tokens_as_token_ids", true}})
+                  .request.return_tokens_as_token_ids);
+  EXPECT_EQ(Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", "p"},
+                                           {"return_tokens_as_token_ids", 1}})
+                .error->param,
+            "return_tokens_as_token_ids");
 }
 
 TEST(OpenAiApi, ContentTypeWithCharsetIsAccepted) {

@@ -229,7 +229,8 @@ TEST_F(RouterHttpTest, ExtensionFieldsReachTheBackend) {
   auto res = Post("/v1/completions",
                   {{"model", "fake-model"}, {"prompt", "x"}, {"codec", "kivi2"},
                    {"temperature", 0}, {"top_p", 0.9}, {"seed", 5}, {"stop", "\n"},
-                   {"top_k", 40}, {"presence_penalty", 0.5}, {"frequency_penalty", -1.25}},
+                   {"top_k", 40}, {"presence_penalty", 0.5}, {"frequency_penalty", -1.25},
+                   {"logit_bias", {{"7", -100}, {"3", 2.5}}}},
                   {{"X-Session-Id", "agent-42"}});
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
@@ -244,6 +245,7 @@ TEST_F(RouterHttpTest, ExtensionFieldsReachTheBackend) {
   EXPECT_EQ(req.top_k, 40);
   EXPECT_EQ(req.presence_penalty, 0.5);
   EXPECT_EQ(req.frequency_penalty, -1.25);
+  EXPECT_EQ(req.logit_bias, (std::vector<std::pair<int32_t, double>>{{3, 2.5}, {7, -100}}));
   res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"top_k", -1}});
   EXPECT_EQ(backend_->last_request()->top_k, 0);  // vLLM's "off"
   res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"session_id", "s2"}});
@@ -303,6 +305,14 @@ TEST_F(RouterHttpTest, EveryInvalidRequestGetsAClear4xx) {
       {"frequency_penalty not a number", c,
        {{"model", "fake-model"}, {"prompt", "x"}, {"frequency_penalty", "high"}}, 400,
        "frequency_penalty", ""},
+      {"logit_bias not an object", c,
+       {{"model", "fake-model"}, {"prompt", "x"}, {"logit_bias", {1, 2}}}, 400, "logit_bias", ""},
+      {"logit_bias key not a token id", c,
+       {{"model", "fake-model"}, {"prompt", "x"}, {"logit_bias", {{"the", 1}}}}, 400,
+       "logit_bias", ""},
+      {"logit_bias above 100", chat,
+       {{"model", "fake-model"}, {"messages", user}, {"logit_bias", {{"5", 101}}}}, 400,
+       "logit_bias", ""},
       {"top_k below -1", c, {{"model", "fake-model"}, {"prompt", "x"}, {"top_k", -2}}, 400,
        "top_k", ""},
       {"top_k not integer", c, {{"model", "fake-model"}, {"prompt", "x"}, {"top_k", 1.5}}, 400,
