@@ -25,6 +25,7 @@ absl::Status SamplingParams::Validate(int vocab_size) const {
       return absl::InvalidArgumentError(absl::StrCat(name, " must be in [-2, 2], got ", value));
     }
   }
+  if (min_tokens < 0) return absl::InvalidArgumentError("min_tokens must be >= 0");
   for (const auto& [token, bias] : logit_bias) {
     if (token < 0 || (vocab_size > 0 && token >= vocab_size)) {
       return absl::InvalidArgumentError(absl::StrCat("logit_bias token id ", token,
@@ -52,11 +53,13 @@ int32_t Argmax(std::span<const float> logits) {
 }
 
 void Sampler::Observe(int32_t token) {
+  ++generated_count_;
   if (penalized()) ++generated_[token];
 }
 
 int32_t Sampler::Sample(std::span<const float> logits) {
-  if (params_.logit_bias.empty() && (!penalized() || generated_.empty())) {
+  const bool ban = generated_count_ < params_.min_tokens && !params_.min_tokens_banned.empty();
+  if (!ban && params_.logit_bias.empty() && (!penalized() || generated_.empty())) {
     const int32_t token = SampleAdjusted(logits);
     Observe(token);
     return token;
@@ -72,6 +75,11 @@ int32_t Sampler::Sample(std::span<const float> logits) {
     if (!in_vocab(token)) continue;
     adjusted_[token] -= static_cast<float>(count) * params_.frequency_penalty +
                         params_.presence_penalty;
+  }
+  if (ban) {
+    for (int32_t token : params_.min_tokens_banned) {
+      if (in_vocab(token)) adjusted_[token] = -INFINITY;
+    }
   }
   const int32_t token = SampleAdjusted(adjusted_);
   Observe(token);

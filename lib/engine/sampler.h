@@ -27,10 +27,15 @@ struct SamplingParams {
   // OpenAI's logit_bias: added to the logits of these token ids (each bias in [-100, 100]; -100
   // in effect bans the token, 100 all but forces it). Default: none
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // vLLM's min_tokens: `min_tokens_banned` (e.g. end-of-generation ids) cannot be picked while
+  // fewer than `min_tokens` tokens have been generated (Observe counts too). Default: 0
+  int min_tokens = 0;
+  std::vector<int32_t> min_tokens_banned;
 
   // @return kInvalidArgument for temperature < 0 or > 100, top_p outside (0, 1], top_k < 0,
   //         a penalty outside [-2, 2], a logit bias outside [-100, 100] or on an id outside
-  //         [0, vocab_size) (vocab_size 0: the upper end unchecked; Sampler ignores such ids).
+  //         [0, vocab_size) (vocab_size 0: the upper end unchecked; Sampler ignores such ids),
+  //         min_tokens < 0.
   absl::Status Validate(int vocab_size = 0) const;
 };
 
@@ -57,6 +62,7 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int> generated_;  // token -> times generated; only when penalized
+  int generated_count_ = 0;                     // tokens generated (sampled or observed)
   std::vector<float> adjusted_;                 // scratch: the logits after bias and penalties
 };
 

@@ -253,10 +253,14 @@ absl::Status DecodeEngine::Generate(uint64_t id, const GenerateParams& params,
   r.max_new_tokens = params.max_new_tokens;
   r.stop_token_ids = params.stop_token_ids;
   const model::Tokenizer& tok = engine_->model().tokenizer();
-  for (int32_t t = 0; t < vocab; ++t) {
+  for (int32_t t = 0; t < vocab && !params.ignore_eos; ++t) {
     if (tok.IsEndOfGeneration(t)) r.stop_token_ids.push_back(t);
   }
   r.sampling = params.sampling;
+  // The sampler has seen first_token (the batcher observes it), so its count is the
+  // completion's.
+  r.sampling.min_tokens = params.min_tokens;
+  r.sampling.min_tokens_banned = r.stop_token_ids;
   r.logprobs = params.logprobs;
   r.on_token = [this, on_token = std::move(on_token), t0 = std::chrono::steady_clock::now(),
                 first = true](int32_t t, const engine::TokenLogprobs* logprobs) mutable {

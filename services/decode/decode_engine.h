@@ -63,6 +63,10 @@ struct GenerateParams {
   std::vector<int32_t> stop_token_ids; // in addition to the model's end-of-generation tokens
   engine::SamplingParams sampling;
   int logprobs = -1;  // >= 0: each token's logprobs with this many alternatives; -1 = off
+  bool ignore_eos = false;  // end-of-generation tokens are ordinary tokens (vLLM's ignore_eos)
+  // Stop tokens cannot be picked before the completion (first_token included) has this many
+  // tokens (vLLM's min_tokens).
+  int min_tokens = 0;
 };
 
 struct EndTurnResult {

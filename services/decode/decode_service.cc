@@ -115,6 +115,8 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* ctx, const v1::Generat
   for (const auto& [token, bias] : req->logit_bias()) {
     g.sampling.logit_bias.emplace_back(static_cast<int32_t>(token), bias);
   }
+  g.ignore_eos = req->ignore_eos();
+  g.min_tokens = static_cast<int>(std::min<uint32_t>(req->min_tokens(), 1u << 30));
   if (req->logprobs()) {
     if (req->top_logprobs() > engine::kMaxTopLogprobs) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

@@ -1,5 +1,6 @@
 #include "services/prefill/prefill_service.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +38,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
   for (const auto& [token, bias] : req->sampling().logit_bias()) {
     p.sampling.logit_bias.emplace_back(static_cast<int32_t>(token), bias);
   }
+  p.sampling.min_tokens = static_cast<int>(std::min<uint32_t>(req->sampling().min_tokens(), 1));
   p.model_fingerprint = req->model().model_fingerprint();
   p.calib_fingerprint = req->model().calib_fingerprint();
   p.want_packed = req->offer_packed_kv();

@@ -449,13 +449,25 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     r.error = e;
     return r;
   }
-  if (auto it = body.find("return_tokens_as_token_ids"); it != body.end() && !it->is_null()) {
+  for (auto [name, out] : {std::pair{"return_tokens_as_token_ids", &req.return_tokens_as_token_ids},
+                           {"ignore_eos", &req.ignore_eos}}) {
+    auto it = body.find(name);
+    if (it == body.end() || it->is_null()) continue;
     if (!it->is_boolean()) {
-      r.error = Invalid("'return_tokens_as_token_ids' must be a boolean",
-                        "return_tokens_as_token_ids");
+      r.error = Invalid(absl::StrCat("'", name, "' must be a boolean"), name);
       return r;
     }
-    req.return_tokens_as_token_ids = it->get<bool>();
+    *out = it->get<bool>();
+  }
+  if (auto it = body.find("min_tokens"); it != body.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
+        it->get<int64_t>() > limits.max_tokens_limit) {
+      r.error = Invalid(absl::StrCat("'min_tokens' must be an integer in [0, ",
+                                     limits.max_tokens_limit, "], got ", it->dump()),
+                        "min_tokens");
+      return r;
+    }
+    req.min_tokens = static_cast<int>(it->get<int64_t>());
   }
   if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer()) {

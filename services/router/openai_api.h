@@ -10,7 +10,8 @@
 //   (only 1), echo (only false), logit_bias (token id -> [-100, 100]), logprobs (completions: integer [0, 20]; chat: boolean, with
 //   top_logprobs [0, 20]), user;
 //   extensions: session_id (string; also header X-Session-Id), codec (string), top_k (integer
-//   >= -1; -1 and 0 = off, as in vLLM), return_tokens_as_token_ids (boolean, as in vLLM).
+//   >= -1; -1 and 0 = off, as in vLLM), return_tokens_as_token_ids, ignore_eos (booleans) and
+//   min_tokens (integer >= 0), as in vLLM.
 #ifndef OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
 #define OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
 
@@ -54,6 +55,8 @@ struct ApiRequest {
   double presence_penalty = 0.0;
   double frequency_penalty = 0.0;
   std::vector<std::pair<int32_t, double>> logit_bias;  // token id -> bias
+  bool ignore_eos = false;  // vLLM's extension
+  int min_tokens = 0;       // vLLM's extension; checked against max_tokens by the HTTP layer
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   int logprobs = -1;  // -1 = off; else the number of alternatives per token (top_logprobs)

@@ -280,6 +280,14 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
     e.code = "context_length_exceeded";
     return reject(e);
   }
+  const int max_tokens =
+      api.max_tokens.value_or(std::min(options_.default_max_tokens, context - prompt_tokens));
+  if (api.min_tokens > max_tokens) {
+    return reject(ApiError{400,
+                           absl::StrCat("'min_tokens' (", api.min_tokens,
+                                        ") must be at most max_tokens (", max_tokens, ")"),
+                           "invalid_request_error", "min_tokens", ""});
+  }
 
   // Admitted: from here on the tracker must see Finish exactly once.
   Exchange x;
@@ -303,14 +311,15 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   request.request_id = x.meta.id;
   request.model = model->id;
   request.prompt_token_ids = *std::move(tokens);
-  request.max_tokens = api.max_tokens.value_or(
-      std::min(options_.default_max_tokens, context - prompt_tokens));
+  request.max_tokens = max_tokens;
   request.temperature = api.temperature;
   request.top_p = api.top_p;
   request.top_k = api.top_k;
   request.presence_penalty = api.presence_penalty;
   request.frequency_penalty = api.frequency_penalty;
   request.logit_bias = api.logit_bias;
+  request.ignore_eos = api.ignore_eos;
+  request.min_tokens = api.min_tokens;
   request.seed = api.seed;
   request.stop = api.stop;
   request.logprobs = api.logprobs;

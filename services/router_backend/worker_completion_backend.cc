@@ -448,6 +448,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   preq.mutable_sampling()->set_top_p(static_cast<float>(request.top_p));
   preq.mutable_sampling()->set_top_k(static_cast<uint32_t>(request.top_k));
   preq.mutable_sampling()->set_seed(seed);
+  if (!request.ignore_eos) preq.mutable_sampling()->set_min_tokens(request.min_tokens);
   for (const auto& [token, bias] : request.logit_bias) {
     (*preq.mutable_sampling()->mutable_logit_bias())[static_cast<uint32_t>(token)] =
         static_cast<float>(bias);
@@ -477,7 +478,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   };
 
   const int32_t first = static_cast<int32_t>(presp.first_token());
-  if (tok.IsEndOfGeneration(first)) {
+  if (tok.IsEndOfGeneration(first) && !request.ignore_eos) {
     outcome.finish_reason = router::FinishReason::kStop;
     record();
     return outcome;
@@ -548,6 +549,8 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   greq.set_top_k(static_cast<uint32_t>(request.top_k));
   greq.set_presence_penalty(static_cast<float>(request.presence_penalty));
   greq.set_frequency_penalty(static_cast<float>(request.frequency_penalty));
+  greq.set_ignore_eos(request.ignore_eos);
+  greq.set_min_tokens(static_cast<uint32_t>(request.min_tokens));
   greq.mutable_logit_bias()->insert(preq.sampling().logit_bias().begin(),
                                     preq.sampling().logit_bias().end());
   if (request.logprobs >= 0) {

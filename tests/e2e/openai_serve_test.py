@@ -166,6 +166,21 @@ def run_client_checks(url):
         assert abs(out.token_logprobs[pos] - runner_up_logprob) < 1e-4, (out.token_logprobs, pos)
     print(f"logit_bias: banned positions 0 and {k}, runners-up took them")
 
+    # vLLM's ignore_eos and min_tokens (what benchmark harnesses send for fixed output
+    # lengths): the end-of-generation token stops neither, or not before min_tokens.
+    yes_no = [{"role": "user", "content": "Reply with one word: yes or no."}]
+    def chat_once(**extra):
+        r = client.chat.completions.create(model=model, messages=yes_no, max_tokens=24,
+                                           temperature=0, extra_body=extra)
+        return r.usage.completion_tokens, r.choices[0].finish_reason, r.choices[0].message.content
+    n_plain, why_plain, plain_answer = chat_once()
+    assert why_plain == "stop" and n_plain < 10, (n_plain, why_plain, plain_answer)
+    n, why, text = chat_once(ignore_eos=True)
+    assert (n, why) == (24, "length") and text.startswith(plain_answer), (n, why, text)
+    n, why, text = chat_once(min_tokens=10)
+    assert n >= 10 and text.startswith(plain_answer), (n, why, text)
+    print(f"ignore_eos / min_tokens: {n_plain} tokens ({plain_answer!r}) -> 24 / {n}")
+
     msgs = [{"role": "user", "content": "Name one colour of the rainbow."}]
     chat = client.chat.completions.create(model=model, messages=msgs, max_tokens=10,
                                           temperature=0)

@@ -163,6 +163,18 @@ TEST(Sampler, LogitBiasBansAndForcesTokens) {
   EXPECT_EQ(both.Sample(l), 1);
 }
 
+TEST(Sampler, MinTokensBansTheStopIdsUntilEnoughAreGenerated) {
+  const std::vector<float> l = {0.0f, 5.0f, 1.0f};  // 1 plays the end-of-generation token
+  Sampler s({.min_tokens = 3, .min_tokens_banned = {1}});
+  s.Observe(2);  // the first token, from the prefill: counts towards min_tokens
+  EXPECT_EQ(s.Sample(l), 2);
+  EXPECT_EQ(s.Sample(l), 2);
+  EXPECT_EQ(s.Sample(l), 1);  // 3 generated before it: allowed now
+  Sampler none({.min_tokens = 2});  // nothing to ban
+  EXPECT_EQ(none.Sample(l), 1);
+  EXPECT_FALSE(SamplingParams{.min_tokens = -1}.Validate().ok());
+}
+
 TEST(SamplingParams, ValidateRejectsBadValues) {
   EXPECT_TRUE(SamplingParams{}.Validate().ok());
   EXPECT_FALSE(SamplingParams{.temperature = -1}.Validate().ok());

@@ -230,7 +230,8 @@ TEST_F(RouterHttpTest, ExtensionFieldsReachTheBackend) {
                   {{"model", "fake-model"}, {"prompt", "x"}, {"codec", "kivi2"},
                    {"temperature", 0}, {"top_p", 0.9}, {"seed", 5}, {"stop", "\n"},
                    {"top_k", 40}, {"presence_penalty", 0.5}, {"frequency_penalty", -1.25},
-                   {"logit_bias", {{"7", -100}, {"3", 2.5}}}},
+                   {"logit_bias", {{"7", -100}, {"3", 2.5}}}, {"ignore_eos", true},
+                   {"min_tokens", 2}},
                   {{"X-Session-Id", "agent-42"}});
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
@@ -246,6 +247,8 @@ TEST_F(RouterHttpTest, ExtensionFieldsReachTheBackend) {
   EXPECT_EQ(req.presence_penalty, 0.5);
   EXPECT_EQ(req.frequency_penalty, -1.25);
   EXPECT_EQ(req.logit_bias, (std::vector<std::pair<int32_t, double>>{{3, 2.5}, {7, -100}}));
+  EXPECT_TRUE(req.ignore_eos);
+  EXPECT_EQ(req.min_tokens, 2);
   res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"top_k", -1}});
   EXPECT_EQ(backend_->last_request()->top_k, 0);  // vLLM's "off"
   res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"session_id", "s2"}});
@@ -313,6 +316,13 @@ TEST_F(RouterHttpTest, EveryInvalidRequestGetsAClear4xx) {
       {"logit_bias above 100", chat,
        {{"model", "fake-model"}, {"messages", user}, {"logit_bias", {{"5", 101}}}}, 400,
        "logit_bias", ""},
+      {"min_tokens above max_tokens", c,
+       {{"model", "fake-model"}, {"prompt", "x"}, {"max_tokens", 3}, {"min_tokens", 4}}, 400,
+       "min_tokens", ""},
+      {"min_tokens negative", c, {{"model", "fake-model"}, {"prompt", "x"}, {"min_tokens", -1}},
+       400, "min_tokens", ""},
+      {"ignore_eos not bool", c, {{"model", "fake-model"}, {"prompt", "x"}, {"ignore_eos", 1}},
+       400, "ignore_eos", ""},
       {"top_k below -1", c, {{"model", "fake-model"}, {"prompt", "x"}, {"top_k", -2}}, 400,
        "top_k", ""},
       {"top_k not integer", c, {{"model", "fake-model"}, {"prompt", "x"}, {"top_k", 1.5}}, 400,
