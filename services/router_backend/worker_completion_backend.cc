@@ -6,6 +6,8 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <span>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -109,40 +111,41 @@ double Jitter() {
 
 std::string TextEmitter::Push(int32_t token) {
   if (stopped_) return "";
-  ids_.push_back(token);
-  std::string full = tokenizer_->Decode(ids_, /*skip_special=*/true);
-  full.resize(CompleteUtf8Prefix(full));
-  text_ = std::move(full);
+  // Decode joins the tokens' bytes, so the text grows by this token's alone (re-decoding
+  // everything made a long completion quadratic); only its complete UTF-8 prefix is visible.
+  bytes_ += tokenizer_->Decode(std::span<const int32_t>(&token, 1), /*skip_special=*/true);
+  const std::string_view text(bytes_.data(), CompleteUtf8Prefix(bytes_));
   // A stop string anywhere after what was emitted ends the text right before it.
   size_t hold = 0;
   for (const std::string& stop : stop_) {
     if (stop.empty()) continue;
     const size_t from = emitted_ >= stop.size() ? emitted_ - stop.size() + 1 : 0;
-    const size_t at = text_.find(stop, from);
+    const size_t at = text.find(stop, from);
     if (at != std::string::npos && at + stop.size() > emitted_) {
       stopped_ = true;
-      std::string out = at > emitted_ ? text_.substr(emitted_, at - emitted_) : "";
+      std::string out(at > emitted_ ? text.substr(emitted_, at - emitted_) : "");
       emitted_ = std::max(emitted_, at);
       return out;
     }
     // Hold back a suffix that is a prefix of this stop string.
-    for (size_t k = std::min(stop.size() - 1, text_.size() - emitted_); k > hold; --k) {
-      if (text_.compare(text_.size() - k, k, stop, 0, k) == 0) {
+    for (size_t k = std::min(stop.size() - 1, text.size() - emitted_); k > hold; --k) {
+      if (text.compare(text.size() - k, k, stop, 0, k) == 0) {
         hold = k;
         break;
       }
     }
   }
-  const size_t upto = text_.size() - hold;
-  std::string out = upto > emitted_ ? text_.substr(emitted_, upto - emitted_) : "";
+  const size_t upto = text.size() - hold;
+  std::string out(upto > emitted_ ? text.substr(emitted_, upto - emitted_) : "");
   emitted_ = std::max(emitted_, upto);
   return out;
 }
 
 std::string TextEmitter::Flush() {
-  if (stopped_ || emitted_ >= text_.size()) return "";
-  std::string out = text_.substr(emitted_);
-  emitted_ = text_.size();
+  const size_t complete = CompleteUtf8Prefix(bytes_);
+  if (stopped_ || emitted_ >= complete) return "";
+  std::string out = bytes_.substr(emitted_, complete - emitted_);
+  emitted_ = complete;
   return out;
 }
 

@@ -128,9 +128,8 @@ class TextEmitter {
  private:
   const model::Tokenizer* tokenizer_;
   std::vector<std::string> stop_;
-  std::vector<int32_t> ids_;
-  std::string text_;      // all text so far (complete UTF-8)
-  size_t emitted_ = 0;    // bytes of text_ already returned
+  std::string bytes_;     // all the tokens' bytes so far (may end inside a UTF-8 character)
+  size_t emitted_ = 0;    // bytes of bytes_ already returned
   bool stopped_ = false;
 };
 
