@@ -101,6 +101,13 @@ struct Prefilled {
   pv1::PrefillResponse response;
 };
 
+// A sampling seed for a request that set none: sampling at temperature > 0 then differs from
+// request to request, as clients expect (a fixed default made every such request alike).
+uint64_t RandomSeed() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return rng();
+}
+
 // A factor in [0.5, 1.5), so that requests waiting for the same worker do not retry in step.
 double Jitter() {
   thread_local std::minstd_rand rng(std::random_device{}());
@@ -404,7 +411,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   RequestTrace trace;
   router::CompletionOutcome outcome;
   TextEmitter emitter(&tok, request.stop);
-  const uint64_t seed = request.seed.value_or(0);
+  const uint64_t seed = request.seed ? *request.seed : RandomSeed();
   bool consumer_gone = false;
   auto send = [&](router::TokenEvent ev) {
     if (!on_token(ev)) {

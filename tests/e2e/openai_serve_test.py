@@ -166,6 +166,14 @@ def run_client_checks(url):
         assert abs(out.token_logprobs[pos] - runner_up_logprob) < 1e-4, (out.token_logprobs, pos)
     print(f"logit_bias: banned positions 0 and {k}, runners-up took them")
 
+    # Sampling: a seed reproduces a completion; without one each request draws its own.
+    def sampled(**extra):
+        return client.completions.create(model=model, prompt="Once upon a time", max_tokens=16,
+                                         temperature=1.2, **extra).choices[0].text
+    assert sampled(seed=7) == sampled(seed=7)
+    unseeded = {sampled() for _ in range(3)}
+    assert len(unseeded) > 1, f"three unseeded samples were identical: {unseeded}"
+
     # vLLM's ignore_eos and min_tokens (what benchmark harnesses send for fixed output
     # lengths): the end-of-generation token stops neither, or not before min_tokens.
     yes_no = [{"role": "user", "content": "Reply with one word: yes or no."}]
