@@ -251,15 +251,15 @@ json LogprobsJson(Endpoint endpoint, const ResponseLogprobs& logprobs) {
 }
 
 json StreamChoice(const ResponseMeta& meta, const std::string* text, const json& finish,
-                  const ResponseLogprobs* logprobs = nullptr) {
+                  const ResponseLogprobs* logprobs, int index) {
   const json lp = logprobs ? LogprobsJson(meta.endpoint, *logprobs) : json(nullptr);
   if (meta.endpoint == Endpoint::kCompletions) {
-    return {{"index", 0}, {"text", text ? *text : ""}, {"logprobs", lp},
+    return {{"index", index}, {"text", text ? *text : ""}, {"logprobs", lp},
             {"finish_reason", finish}};
   }
   json delta = json::object();
   if (text) delta["content"] = *text;
-  return {{"index", 0}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}};
+  return {{"index", index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}};
 }
 
 // OpenAI's shape: {"<token id>": bias in [-100, 100], ...}.
@@ -428,16 +428,25 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     r.error = e;
     return r;
   }
-  for (const char* name : {"n", "best_of"}) {
-    auto it = body.find(name);
-    if (it == body.end() || it->is_null()) continue;
-    if (!it->is_number_integer() || it->get<int64_t>() < 1) {
-      r.error = Invalid(absl::StrCat("'", name, "' must be a positive integer"), name);
+  if (auto it = body.find("n"); it != body.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 1 ||
+        it->get<int64_t>() > kMaxChoices) {
+      r.error = Invalid(absl::StrCat("'n' must be an integer in [1, ", kMaxChoices, "], got ",
+                                     it->dump()),
+                        "n");
       return r;
     }
-    if (it->get<int64_t>() != 1) {
-      r.error = Invalid(absl::StrCat("'", name, "' > 1 is not supported; send separate requests"),
-                        name, "unsupported_value");
+    req.n = static_cast<int>(it->get<int64_t>());
+  }
+  // best_of = n is n; more would need ranking the extra completions, which is not supported.
+  if (auto it = body.find("best_of"); it != body.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 1) {
+      r.error = Invalid("'best_of' must be a positive integer", "best_of");
+      return r;
+    }
+    if (it->get<int64_t>() != req.n) {
+      r.error = Invalid("'best_of' other than n is not supported", "best_of",
+                        "unsupported_value");
       return r;
     }
   }
@@ -549,16 +558,26 @@ std::string_view FinishReasonName(FinishReason reason) {
 
 std::string CompletionBody(const ResponseMeta& meta, const std::string& text, FinishReason reason,
                            const Usage& usage, const ResponseLogprobs* logprobs) {
+  return CompletionBody(meta, std::vector<ChoiceBody>{{text, reason, logprobs}}, usage);
+}
+
+std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceBody>& choices,
+                           const Usage& usage) {
   json j = Envelope(meta, /*chunk=*/false);
-  json choice = {{"index", 0},
-                 {"logprobs", logprobs ? LogprobsJson(meta.endpoint, *logprobs) : json(nullptr)},
-                 {"finish_reason", FinishReasonName(reason)}};
-  if (meta.endpoint == Endpoint::kCompletions) {
-    choice["text"] = text;
-  } else {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  j["choices"] = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceBody& c = choices[i];
+    json choice = {
+        {"index", static_cast<int>(i)},
+        {"logprobs", c.logprobs ? LogprobsJson(meta.endpoint, *c.logprobs) : json(nullptr)},
+        {"finish_reason", FinishReasonName(c.reason)}};
+    if (meta.endpoint == Endpoint::kCompletions) {
+      choice["text"] = c.text;
+    } else {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    }
+    j["choices"].push_back(std::move(choice));
   }
-  j["choices"] = json::array({choice});
   j["usage"] = {{"prompt_tokens", usage.prompt_tokens},
                 {"completion_tokens", usage.completion_tokens},
                 {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
@@ -566,24 +585,25 @@ std::string CompletionBody(const ResponseMeta& meta, const std::string& text, Fi
 }
 
 std::string StreamTextEvent(const ResponseMeta& meta, const std::string& text,
-                            const ResponseLogprobs* logprobs) {
+                            const ResponseLogprobs* logprobs, int index) {
   json j = Envelope(meta, true);
-  j["choices"] = json::array({StreamChoice(meta, &text, nullptr, logprobs)});
+  j["choices"] = json::array({StreamChoice(meta, &text, nullptr, logprobs, index)});
   return Sse(j);
 }
 
-std::string StreamRoleEvent(const ResponseMeta& meta) {
+std::string StreamRoleEvent(const ResponseMeta& meta, int index) {
   json j = Envelope(meta, true);
-  j["choices"] = json::array({{{"index", 0},
+  j["choices"] = json::array({{{"index", index},
                                {"delta", {{"role", "assistant"}, {"content", ""}}},
                                {"logprobs", nullptr},
                                {"finish_reason", nullptr}}});
   return Sse(j);
 }
 
-std::string StreamFinishEvent(const ResponseMeta& meta, FinishReason reason) {
+std::string StreamFinishEvent(const ResponseMeta& meta, FinishReason reason, int index) {
   json j = Envelope(meta, true);
-  j["choices"] = json::array({StreamChoice(meta, nullptr, FinishReasonName(reason))});
+  j["choices"] =
+      json::array({StreamChoice(meta, nullptr, FinishReasonName(reason), nullptr, index)});
   return Sse(j);
 }
 

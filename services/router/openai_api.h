@@ -5,9 +5,9 @@
 //
 // Accepted fields (others are ignored, as OpenAI-compatible servers do):
 //   model (required), prompt | messages (required), max_tokens | max_completion_tokens,
-//   temperature [0,2], top_p (0,1], presence_penalty and frequency_penalty [-2,2], n (only 1),
+//   temperature [0,2], top_p (0,1], presence_penalty and frequency_penalty [-2,2], n [1,16],
 //   stream, stream_options.include_usage, stop (string or up to 4 strings), seed, best_of
-//   (only 1), echo (only false), logit_bias (token id -> [-100, 100]), logprobs (completions: integer [0, 20]; chat: boolean, with
+//   (only equal to n), echo (only false), logit_bias (token id -> [-100, 100]), logprobs (completions: integer [0, 20]; chat: boolean, with
 //   top_logprobs [0, 20]), user;
 //   extensions: session_id (string; also header X-Session-Id), codec (string), top_k (integer
 //   >= -1; -1 and 0 = off, as in vLLM), return_tokens_as_token_ids, ignore_eos (booleans) and
@@ -60,12 +60,16 @@ struct ApiRequest {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   int logprobs = -1;  // -1 = off; else the number of alternatives per token (top_logprobs)
+  int n = 1;          // choices, [1, kMaxChoices]
   bool return_tokens_as_token_ids = false;  // vLLM's extension: logprobs name ids, not pieces
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string session_id;      // "" when none
   std::string codec;           // "" → the configured default
 };
+
+// The most choices (`n`) one request may ask for.
+inline constexpr int kMaxChoices = 16;
 
 struct ApiLimits {
   int max_tokens_limit = 4096;
@@ -115,12 +119,21 @@ struct ResponseLogprobs {
 // -9999.0 (JSON has no infinity).
 std::string CompletionBody(const ResponseMeta& meta, const std::string& text, FinishReason reason,
                            const Usage& usage, const ResponseLogprobs* logprobs = nullptr);
-// One SSE event ("data: {...}\n\n") of object "text_completion" / "chat.completion.chunk".
-// For chat, StreamRoleEvent is the opening {"role":"assistant","content":""} delta.
+// The same with several choices (`n`), indexed 0, 1, ... in order.
+struct ChoiceBody {
+  std::string text;
+  FinishReason reason = FinishReason::kLength;
+  const ResponseLogprobs* logprobs = nullptr;
+};
+std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceBody>& choices,
+                           const Usage& usage);
+// One SSE event ("data: {...}\n\n") of object "text_completion" / "chat.completion.chunk",
+// for choice `index`. For chat, StreamRoleEvent is the opening {"role":"assistant",
+// "content":""} delta.
 std::string StreamTextEvent(const ResponseMeta& meta, const std::string& text,
-                            const ResponseLogprobs* logprobs = nullptr);
-std::string StreamRoleEvent(const ResponseMeta& meta);
-std::string StreamFinishEvent(const ResponseMeta& meta, FinishReason reason);
+                            const ResponseLogprobs* logprobs = nullptr, int index = 0);
+std::string StreamRoleEvent(const ResponseMeta& meta, int index = 0);
+std::string StreamFinishEvent(const ResponseMeta& meta, FinishReason reason, int index = 0);
 std::string StreamUsageEvent(const ResponseMeta& meta, const Usage& usage);  // empty choices
 std::string StreamErrorEvent(const ApiError& error);
 inline constexpr std::string_view kStreamDoneEvent = "data: [DONE]\n\n";

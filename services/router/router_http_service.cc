@@ -27,53 +27,61 @@ std::string EndpointLabel(Endpoint e) {
   return e == Endpoint::kCompletions ? "completions" : "chat_completions";
 }
 
-// Shared between the handler (consumer) and the thread running the backend (producer). The
-// producer only appends; the consumer decides the request's fate.
+// Shared between the handler (consumer) and the threads running the backend (producers), one
+// per choice (`n`). The producers only append; the consumer decides the request's fate.
 struct RunState {
   absl::Mutex mu;
-  std::deque<TokenEvent> tokens ABSL_GUARDED_BY(mu);
-  bool done ABSL_GUARDED_BY(mu) = false;
-  absl::StatusOr<CompletionOutcome> outcome ABSL_GUARDED_BY(mu) = absl::UnknownError("running");
+  std::deque<std::pair<int, TokenEvent>> tokens ABSL_GUARDED_BY(mu);  // (choice, token)
+  // Choices whose backend call returned, with its outcome, in the order they returned.
+  std::deque<std::pair<int, absl::StatusOr<CompletionOutcome>>> ended ABSL_GUARDED_BY(mu);
   std::atomic<bool> cancelled{false};
 
-  bool HasNews() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return done || !tokens.empty(); }
+  bool HasNews() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return !tokens.empty() || !ended.empty(); }
 };
 
-// Starts the backend on its own thread. The thread owns references to everything it touches.
-std::shared_ptr<RunState> StartRun(std::shared_ptr<CompletionBackend> backend,
-                                   CompletionRequest request) {
-  auto state = std::make_shared<RunState>();
-  std::thread([state, backend = std::move(backend), request = std::move(request)] {
+// Runs choice `choice` of a request on its own thread, which owns references to everything it
+// touches.
+void StartChoice(std::shared_ptr<CompletionBackend> backend, CompletionRequest request,
+                 int choice, std::shared_ptr<RunState> state) {
+  std::thread([state = std::move(state), backend = std::move(backend),
+               request = std::move(request), choice] {
     absl::StatusOr<CompletionOutcome> outcome =
-        backend->Complete(request, [&state](const TokenEvent& t) {
+        backend->Complete(request, [&state, choice](const TokenEvent& t) {
           if (state->cancelled.load()) return false;
           absl::MutexLock lock(&state->mu);
-          state->tokens.push_back(t);
+          state->tokens.emplace_back(choice, t);
           return true;
         });
     absl::MutexLock lock(&state->mu);
-    state->outcome = std::move(outcome);
-    state->done = true;
+    state->ended.emplace_back(choice, std::move(outcome));
   }).detach();
-  return state;
 }
 
-// Waits until the run has tokens or is done, or `deadline` passes; moves out pending tokens.
+struct News {
+  std::vector<std::pair<int, TokenEvent>> tokens;
+  std::vector<std::pair<int, absl::StatusOr<CompletionOutcome>>> ended;
+};
+
+// Waits until a choice has tokens or has ended, or `deadline` passes; moves out what is new.
 // Returns false on timeout with nothing new.
-bool WaitForNews(RunState& state, absl::Time deadline, std::vector<TokenEvent>* tokens,
-                 bool* done, absl::StatusOr<CompletionOutcome>* outcome) {
+bool WaitForNews(RunState& state, absl::Time deadline, News* news) {
   absl::MutexLock lock(&state.mu);
   state.mu.AwaitWithDeadline(absl::Condition(&state, &RunState::HasNews), deadline);
   if (!state.HasNews()) return false;
-  while (!state.tokens.empty()) {
-    tokens->push_back(std::move(state.tokens.front()));
-    state.tokens.pop_front();
-  }
-  if (state.done) {
-    *done = true;
-    *outcome = state.outcome;
-  }
+  for (auto& t : state.tokens) news->tokens.push_back(std::move(t));
+  state.tokens.clear();
+  for (auto& e : state.ended) news->ended.push_back(std::move(e));
+  state.ended.clear();
   return true;
+}
+
+// Choice j > 0 of a seeded request gets its own seed (SplitMix64 of seed + j), so that the n
+// completions differ and the whole set still reproduces.
+uint64_t ChoiceSeed(uint64_t seed, int choice) {
+  uint64_t z = seed + static_cast<uint64_t>(choice) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
 }
 
 absl::Status TimeoutStatus(absl::Duration timeout) {
@@ -92,22 +100,36 @@ struct Exchange {
   absl::Time received;
   absl::Time deadline;
   std::shared_ptr<RunState> run;
-  std::string text;                  // non-streaming: the whole output
-  ResponseLogprobs logprobs;         // non-streaming, when asked for: every token's
-  // Streaming: tokens not yet sent, one event each.
+  struct Choice {
+    std::string text;           // non-streaming: the whole output
+    ResponseLogprobs logprobs;  // non-streaming, when asked for: every token's
+    int text_chars = 0;  // characters of text delivered so far (the next token's text_offset)
+    std::optional<FinishReason> finish;  // set when it ended well
+  };
+  std::vector<Choice> choices;
+  // Choices 1..n-1 start once choice 0 has its first token, so that their prefills find the
+  // prompt's blocks in the kvstore instead of all computing them at once.
+  std::optional<CompletionRequest> later;
+  int running = 0;                // choices started and not yet ended
+  std::optional<absl::Status> failed;  // the first choice that failed
+  // Streaming: what is not yet sent, in order: tokens (one event each) and choice ends.
   struct Piece {
+    int choice = 0;
     std::string text;
     std::optional<TokenLogprob> logprob;
     int text_offset = 0;
+    std::optional<FinishReason> finish;  // set: the choice's finish event, no token
   };
   std::vector<Piece> pending;
   bool stream = false;
   bool want_logprobs = false;
-  int text_chars = 0;  // characters of text delivered so far (the next token's text_offset)
-  int completion_tokens = 0;
+  bool tokens_as_ids = false;
+  int completion_tokens = 0;  // all choices
   std::optional<absl::Time> first_token_at;
   absl::Time last_token_at;
   bool finished = false;  // tracker and metrics have seen the end
+
+  bool done() const { return failed.has_value() || (!later && running == 0); }
 };
 
 // Code points in `s` (UTF-8; a stray continuation byte does not count).
@@ -119,12 +141,15 @@ int Utf8Chars(std::string_view s) {
 
 // One stream event for a token: its text and, when asked for, its logprobs. Empty when there
 // is nothing to say (no text, no logprobs).
-std::string TokenStreamEvent(const ResponseMeta& meta, const std::string& text,
-                             const std::optional<TokenLogprob>& logprob, int text_offset,
+std::string TokenStreamEvent(const ResponseMeta& meta, const Exchange::Piece& piece,
                              bool tokens_as_ids) {
-  if (!logprob) return text.empty() ? std::string() : StreamTextEvent(meta, text);
-  const ResponseLogprobs one{{*logprob}, {text_offset}, tokens_as_ids};
-  return StreamTextEvent(meta, text, &one);
+  if (piece.finish) return StreamFinishEvent(meta, *piece.finish, piece.choice);
+  if (!piece.logprob) {
+    return piece.text.empty() ? std::string()
+                              : StreamTextEvent(meta, piece.text, nullptr, piece.choice);
+  }
+  const ResponseLogprobs one{{*piece.logprob}, {piece.text_offset}, tokens_as_ids};
+  return StreamTextEvent(meta, piece.text, &one, piece.choice);
 }
 
 }  // namespace
@@ -297,7 +322,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   x.include_usage = api.include_usage;
   x.stream = api.stream;
   x.want_logprobs = api.logprobs >= 0;
-  x.logprobs.tokens_as_ids = api.return_tokens_as_token_ids;
+  x.tokens_as_ids = api.return_tokens_as_token_ids;
   x.id = tracker_->Admit(options_.request_timeout, api.session_id);
   x.deadline = tracker_->Deadline(x.id);
   x.meta.endpoint = endpoint;
@@ -329,11 +354,31 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   tracker_->MarkRunning(x.id, prompt_tokens);
   VLOG(1) << x.meta.id << " admitted: " << prompt_tokens << " prompt tokens, max_tokens "
           << request.max_tokens << ", codec " << request.codec << ", session '"
-          << request.session_id << "'" << (api.stream ? ", streaming" : "");
-  x.run = StartRun(backend_, std::move(request));
+          << request.session_id << "'" << (api.n > 1 ? absl::StrCat(", n ", api.n) : "")
+          << (api.stream ? ", streaming" : "");
+  x.choices.resize(api.n);
+  x.run = std::make_shared<RunState>();
+  if (api.n > 1) x.later = request;
+  x.running = 1;
+  StartChoice(backend_, std::move(request), 0, x.run);
 
-  auto on_tokens = [this, &x](std::vector<TokenEvent>& tokens) {
-    for (TokenEvent& t : tokens) {
+  // Choices 1..n-1, each with its own request id and seed (random per choice when unseeded).
+  auto start_later = [this](Exchange& x) {
+    if (!x.later || x.failed) return;
+    for (int j = 1; j < static_cast<int>(x.choices.size()); ++j) {
+      CompletionRequest r = *x.later;
+      r.request_id = absl::StrCat(x.meta.id, "-", j);
+      if (r.seed) r.seed = ChoiceSeed(*r.seed, j);
+      ++x.running;
+      StartChoice(backend_, std::move(r), j, x.run);
+    }
+    x.later.reset();
+  };
+  // Takes in what the choices produced: tokens into each choice (or, streaming, into pending),
+  // ends into finish reasons or the request's failure.
+  // (By value: the streaming provider runs it after this handler has returned.)
+  auto absorb = [this, start_later](Exchange& x, News& news) {
+    for (auto& [choice, t] : news.tokens) {
       const absl::Time now = absl::Now();
       if (auto ttft = tracker_->OnToken(x.id)) {
         metrics_->ObserveTimeToFirstToken(absl::ToDoubleSeconds(*ttft));
@@ -341,24 +386,38 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
       }
       x.last_token_at = now;
       ++x.completion_tokens;
-      const int offset = x.text_chars;
-      x.text_chars += Utf8Chars(t.text);
+      Exchange::Choice& c = x.choices[choice];
+      const int offset = c.text_chars;
+      c.text_chars += Utf8Chars(t.text);
+      if (!x.want_logprobs) t.logprob.reset();
       if (x.stream) {
-        if (!x.want_logprobs) t.logprob.reset();
-        x.pending.push_back({std::move(t.text), std::move(t.logprob), offset});
+        x.pending.push_back({choice, std::move(t.text), std::move(t.logprob), offset, {}});
+      } else {
+        c.text += t.text;
+        if (t.logprob) {
+          c.logprobs.tokens.push_back(std::move(*t.logprob));
+          c.logprobs.text_offsets.push_back(offset);
+        }
+      }
+      if (choice == 0) start_later(x);
+    }
+    for (auto& [choice, outcome] : news.ended) {
+      --x.running;
+      if (!outcome.ok()) {
+        if (!x.failed) x.failed = outcome.status();
+        x.run->cancelled.store(true);  // the other choices stop too
         continue;
       }
-      x.text += t.text;
-      if (x.want_logprobs && t.logprob) {
-        x.logprobs.tokens.push_back(std::move(*t.logprob));
-        x.logprobs.text_offsets.push_back(offset);
-      }
+      x.choices[choice].finish = outcome->finish_reason;
+      if (x.stream) x.pending.push_back({choice, "", std::nullopt, 0, outcome->finish_reason});
+      if (choice == 0) start_later(x);
     }
   };
   // Records the end of the request in tracker and metrics.
   auto finish = [this, label](Exchange& x, const absl::Status& status, int http_status) {
     if (x.finished) return;
     x.finished = true;
+    x.run->cancelled.store(true);
     if (x.completion_tokens > 1 && x.first_token_at) {
       metrics_->ObserveTimePerOutputToken(
           absl::ToDoubleSeconds(x.last_token_at - *x.first_token_at) / (x.completion_tokens - 1));
@@ -375,29 +434,30 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
 
   // Wait for the first token (streaming) or the end (non-streaming); errors before any token
   // get a proper HTTP status.
-  bool done = false;
-  absl::StatusOr<CompletionOutcome> outcome = absl::UnknownError("running");
-  while (!done && (!api.stream || x.completion_tokens == 0)) {
-    std::vector<TokenEvent> news;
-    if (!WaitForNews(*x.run, x.deadline, &news, &done, &outcome)) {
-      x.run->cancelled.store(true);
+  while (!x.done() && (!api.stream || x.completion_tokens == 0)) {
+    News news;
+    if (!WaitForNews(*x.run, x.deadline, &news)) {
       const absl::Status s = TimeoutStatus(options_.request_timeout);
       SendError(res, ApiErrorFromStatus(s));
       finish(x, s, 504);
       return;
     }
-    on_tokens(news);
+    absorb(x, news);
   }
-  if (done && !outcome.ok() && (x.completion_tokens == 0 || !api.stream)) {
-    const ApiError e = ApiErrorFromStatus(outcome.status());
+  if (x.failed && (x.completion_tokens == 0 || !api.stream)) {
+    const ApiError e = ApiErrorFromStatus(*x.failed);
     SendError(res, e);
-    finish(x, outcome.status(), e.http_status);
+    finish(x, *x.failed, e.http_status);
     return;
   }
   if (!api.stream) {
-    res.set_content(CompletionBody(x.meta, x.text, outcome->finish_reason,
-                                   Usage{x.prompt_tokens, x.completion_tokens},
-                                   x.want_logprobs ? &x.logprobs : nullptr),
+    std::vector<ChoiceBody> bodies;
+    for (Exchange::Choice& c : x.choices) {
+      c.logprobs.tokens_as_ids = x.tokens_as_ids;
+      bodies.push_back({c.text, c.finish.value_or(FinishReason::kLength),
+                        x.want_logprobs ? &c.logprobs : nullptr});
+    }
+    res.set_content(CompletionBody(x.meta, bodies, Usage{x.prompt_tokens, x.completion_tokens}),
                     kJson);
     finish(x, absl::OkStatus(), 200);
     return;
@@ -406,34 +466,32 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   // Streaming: the first token(s) are in x.pending; the rest arrive in the provider.
   res.set_header("Cache-Control", "no-cache");
   auto shared = std::make_shared<Exchange>(std::move(x));
-  auto first_done = std::make_shared<std::pair<bool, absl::StatusOr<CompletionOutcome>>>(
-      done, std::move(outcome));
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, shared, first_done, finish](size_t, httplib::DataSink& sink) mutable {
+      [this, shared, absorb, finish](size_t, httplib::DataSink& sink) mutable {
         Exchange& x = *shared;
         auto write = [&sink](const std::string& s) { return sink.write(s.data(), s.size()); };
         auto client_gone = [&] {
-          x.run->cancelled.store(true);
           finish(x, absl::CancelledError("client disconnected"), 499);
           return false;
         };
-        if (x.endpoint == Endpoint::kChatCompletions && !write(StreamRoleEvent(x.meta))) {
-          return client_gone();
+        auto flush = [&] {
+          for (const Exchange::Piece& piece : x.pending) {
+            const std::string event = TokenStreamEvent(x.meta, piece, x.tokens_as_ids);
+            if (!event.empty() && !write(event)) return false;
+          }
+          x.pending.clear();
+          return true;
+        };
+        if (x.endpoint == Endpoint::kChatCompletions) {
+          for (int j = 0; j < static_cast<int>(x.choices.size()); ++j) {
+            if (!write(StreamRoleEvent(x.meta, j))) return client_gone();
+          }
         }
-        for (const Exchange::Piece& piece : x.pending) {
-          const std::string event =
-              TokenStreamEvent(x.meta, piece.text, piece.logprob, piece.text_offset,
-                               x.logprobs.tokens_as_ids);
-          if (!event.empty() && !write(event)) return client_gone();
-        }
-        x.pending.clear();
-        bool done = first_done->first;
-        absl::StatusOr<CompletionOutcome> outcome = std::move(first_done->second);
-        while (!done) {
-          std::vector<TokenEvent> news;
-          if (!WaitForNews(*x.run, x.deadline, &news, &done, &outcome)) {
-            x.run->cancelled.store(true);
+        if (!flush()) return client_gone();
+        while (!x.done()) {
+          News news;
+          if (!WaitForNews(*x.run, x.deadline, &news)) {
             const absl::Status s = TimeoutStatus(options_.request_timeout);
             write(StreamErrorEvent(ApiErrorFromStatus(s)));
             write(std::string(kStreamDoneEvent));
@@ -441,28 +499,18 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
             finish(x, s, 504);
             return true;
           }
-          for (TokenEvent& t : news) {
-            const absl::Time now = absl::Now();
-            tracker_->OnToken(x.id);
-            x.last_token_at = now;
-            ++x.completion_tokens;
-            const int offset = x.text_chars;
-            x.text_chars += Utf8Chars(t.text);
-            if (!x.want_logprobs) t.logprob.reset();
-            const std::string event =
-                TokenStreamEvent(x.meta, t.text, t.logprob, offset, x.logprobs.tokens_as_ids);
-            if (!event.empty() && !write(event)) return client_gone();
-          }
+          absorb(x, news);
+          if (!flush()) return client_gone();
         }
-        if (!outcome.ok()) {
-          write(StreamErrorEvent(ApiErrorFromStatus(outcome.status())));
+        if (x.failed) {
+          write(StreamErrorEvent(ApiErrorFromStatus(*x.failed)));
           write(std::string(kStreamDoneEvent));
           sink.done();
-          finish(x, outcome.status(), ApiErrorFromStatus(outcome.status()).http_status);
+          finish(x, *x.failed, ApiErrorFromStatus(*x.failed).http_status);
           return true;
         }
-        bool ok = write(StreamFinishEvent(x.meta, outcome->finish_reason));
-        if (ok && x.include_usage) {
+        bool ok = true;
+        if (x.include_usage) {
           ok = write(StreamUsageEvent(x.meta, Usage{x.prompt_tokens, x.completion_tokens}));
         }
         if (ok) ok = write(std::string(kStreamDoneEvent));
@@ -475,7 +523,6 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
       // provider ran, so the request still ends (cancelled) in the tracker.
       [shared, finish](bool) mutable {
         if (!shared->finished) {
-          shared->run->cancelled.store(true);
           finish(*shared, absl::CancelledError("client disconnected before streaming began"), 499);
         }
       });

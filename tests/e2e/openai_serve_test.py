@@ -174,6 +174,25 @@ def run_client_checks(url):
     unseeded = {sampled() for _ in range(3)}
     assert len(unseeded) > 1, f"three unseeded samples were identical: {unseeded}"
 
+    # n > 1: indexed choices that differ from each other, reproduce under a seed, and stream
+    # (interleaved by index) to the same texts.
+    many = client.completions.create(model=model, prompt="Once upon a time", max_tokens=12,
+                                     temperature=1.0, n=3, seed=11)
+    texts = [ch.text for ch in sorted(many.choices, key=lambda ch: ch.index)]
+    assert [ch.index for ch in many.choices] == [0, 1, 2] and len(set(texts)) > 1, texts
+    again = client.completions.create(model=model, prompt="Once upon a time", max_tokens=12,
+                                      temperature=1.0, n=3, seed=11)
+    assert [ch.text for ch in again.choices] == texts, ([ch.text for ch in again.choices], texts)
+    one = client.completions.create(model=model, prompt="Once upon a time", max_tokens=12,
+                                    temperature=1.0, seed=11).choices[0].text
+    assert one == texts[0], (one, texts)  # choice 0 keeps the client's seed
+    streamed = ["", "", ""]
+    for chunk in client.completions.create(model=model, prompt="Once upon a time", max_tokens=12,
+                                           temperature=1.0, n=3, seed=11, stream=True):
+        streamed[chunk.choices[0].index] += chunk.choices[0].text
+    assert streamed == texts, (streamed, texts)
+    print(f"n=3: {texts}")
+
     # vLLM's ignore_eos and min_tokens (what benchmark harnesses send for fixed output
     # lengths): the end-of-generation token stops neither, or not before min_tokens.
     yes_no = [{"role": "user", "content": "Reply with one word: yes or no."}]

@@ -65,6 +65,7 @@ class FakeCompletionBackend final : public CompletionBackend {
     {
       absl::MutexLock lock(&mu_);
       last_request_ = request;
+      requests_.push_back(request);
       ++calls_;
     }
     if (!script_.fail_before_first.ok()) return script_.fail_before_first;
@@ -95,11 +96,16 @@ class FakeCompletionBackend final : public CompletionBackend {
     absl::MutexLock lock(&mu_);
     return calls_;
   }
+  std::vector<CompletionRequest> requests() {  // every Complete call, in arrival order
+    absl::MutexLock lock(&mu_);
+    return requests_;
+  }
   FakeScript& script() { return script_; }  // change only between requests
 
  private:
   FakeScript script_;
   absl::Mutex mu_;
+  std::vector<CompletionRequest> requests_ ABSL_GUARDED_BY(mu_);
   std::optional<CompletionRequest> last_request_;
   int calls_ = 0;
 };

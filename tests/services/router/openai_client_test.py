@@ -157,7 +157,7 @@ class OpenAIClientTest(unittest.TestCase):
         with self.assertRaises(openai.BadRequestError):
             self.client.completions.create(model="oscarkv-echo", prompt="hi", temperature=3)
         with self.assertRaises(openai.BadRequestError):
-            self.client.completions.create(model="oscarkv-echo", prompt="hi", n=2)
+            self.client.completions.create(model="oscarkv-echo", prompt="hi", n=17)
         with self.assertRaises(openai.BadRequestError) as e:
             self.client.completions.create(model="oscarkv-echo", prompt="hi", logprobs=21)
         self.assertEqual(e.exception.body["param"], "logprobs")

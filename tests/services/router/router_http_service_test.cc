@@ -1,6 +1,7 @@
 // HTTP-level tests: a real RouterServer on a loopback port with a FakeCompletionBackend, driven
 // by a real HTTP client.
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -190,6 +191,80 @@ TEST_F(RouterHttpTest, CompletionStreamingFormat) {
   ExpectAllFinished();
 }
 
+// n > 1: one backend call per choice (choice 0 first, the rest once it has a token), each with
+// its own request id and seed; the choices come back indexed and the usage adds them up.
+TEST_F(RouterHttpTest, NChoicesRunSeparatelyAndComeBackIndexed) {
+  Start();
+  auto res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"n", 3},
+                                      {"best_of", 3}, {"seed", 5}, {"max_tokens", 2}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json j = json::parse(res->body);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["text"], "Hello,");
+    EXPECT_EQ(j["choices"][i]["finish_reason"], "length");
+  }
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 1);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 6);
+  const std::vector<CompletionRequest> calls = backend_->requests();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0].seed, 5u);  // choice 0 keeps the client's seed
+  std::set<std::string> ids;
+  std::set<uint64_t> seeds;
+  for (const CompletionRequest& r : calls) {
+    ids.insert(r.request_id);
+    seeds.insert(r.seed.value());
+  }
+  EXPECT_EQ(ids.size(), 3u);
+  EXPECT_EQ(seeds.size(), 3u);
+
+  // Streaming chat: a role delta per choice, each choice's deltas and finish, one usage.
+  res = Post("/v1/chat/completions", {{"model", "fake-model"},
+                                      {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                      {"n", 2}, {"stream", true},
+                                      {"stream_options", {{"include_usage", true}}}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::vector<std::string> text(2);
+  std::vector<int> roles(2, 0), finishes(2, 0);
+  int usage_events = 0;
+  for (const std::string& e : SseEvents(res->body)) {
+    if (e == "[DONE]") continue;
+    const json chunk = json::parse(e);
+    if (chunk["choices"].empty()) {
+      ++usage_events;
+      EXPECT_EQ(chunk["usage"]["completion_tokens"], 8);
+      continue;
+    }
+    const json& c = chunk["choices"][0];
+    const int index = c["index"].get<int>();
+    ASSERT_TRUE(index == 0 || index == 1) << e;
+    if (c["delta"].contains("role")) ++roles[index];
+    if (c["delta"].contains("content")) text[index] += c["delta"]["content"].get<std::string>();
+    if (!c["finish_reason"].is_null()) {
+      ++finishes[index];
+      EXPECT_EQ(c["finish_reason"], "stop");
+    }
+  }
+  EXPECT_EQ(text, (std::vector<std::string>{"Hello, world!", "Hello, world!"}));
+  EXPECT_EQ(roles, (std::vector<int>{1, 1}));
+  EXPECT_EQ(finishes, (std::vector<int>{1, 1}));
+  EXPECT_EQ(usage_events, 1);
+  ExpectAllFinished();
+}
+
+// A choice that fails fails the request (and the others stop).
+TEST_F(RouterHttpTest, AFailingChoiceFailsTheRequest) {
+  FakeScript script;
+  script.fail_after_tokens = 2;
+  Start(script);
+  auto res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"n", 2}});
+  ExpectError(res, 500);
+  ExpectAllFinished();
+}
+
 TEST_F(RouterHttpTest, ChatStreamingFormatWithUsage) {
   Start();
   auto res = Post("/v1/chat/completions",
@@ -327,8 +402,9 @@ TEST_F(RouterHttpTest, EveryInvalidRequestGetsAClear4xx) {
        "top_k", ""},
       {"top_k not integer", c, {{"model", "fake-model"}, {"prompt", "x"}, {"top_k", 1.5}}, 400,
        "top_k", ""},
-      {"n > 1", chat, {{"model", "fake-model"}, {"messages", user}, {"n", 2}}, 400, "n",
-       "unsupported_value"},
+      {"n above 16", chat, {{"model", "fake-model"}, {"messages", user}, {"n", 17}}, 400, "n", ""},
+      {"best_of above n", c, {{"model", "fake-model"}, {"prompt", "x"}, {"best_of", 2}}, 400,
+       "best_of", "unsupported_value"},
       {"stream not bool", c, {{"model", "fake-model"}, {"prompt", "x"}, {"stream", "yes"}}, 400,
        "stream", ""},
       {"too many stops", c,
