@@ -78,10 +78,50 @@ std::optional<ApiError> ReadTopK(const json& body, int* out) {
   return std::nullopt;
 }
 
-std::optional<ApiError> ReadPrompt(const json& body, PromptInput* prompt) {
+// A list of token ids (non-empty, each in int32 range) into `out`.
+std::optional<ApiError> ReadTokenIds(const json& p, std::vector<int32_t>* out) {
+  if (p.empty()) return Invalid("'prompt' must not be empty", "prompt");
+  for (const json& x : p) {
+    if (!x.is_number_integer()) return Invalid("'prompt' token ids must be integers", "prompt");
+    const int64_t v = x.get<int64_t>();
+    if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
+      return Invalid(absl::StrCat("'prompt' token id out of range: ", v), "prompt");
+    }
+    out->push_back(static_cast<int32_t>(v));
+  }
+  return std::nullopt;
+}
+
+// Several prompts: a list of (non-empty) strings, or a list of token-id lists.
+std::optional<ApiError> ReadBatchedPrompts(const json& p, std::vector<PromptInput>* prompts) {
+  if (p.size() > static_cast<size_t>(kMaxTotalChoices)) {
+    return Invalid(absl::StrCat("at most ", kMaxTotalChoices, " prompts per request"), "prompt");
+  }
+  for (const json& x : p) {
+    PromptInput one;
+    if (x.is_string() && p[0].is_string()) {
+      if (x.get_ref<const std::string&>().empty()) {
+        return Invalid("'prompt' must not hold an empty prompt", "prompt");
+      }
+      one.text = x.get<std::string>();
+    } else if (x.is_array() && p[0].is_array()) {
+      one.token_ids.emplace();
+      if (auto e = ReadTokenIds(x, &*one.token_ids)) return e;
+    } else {
+      return Invalid("batched 'prompt' must be a list of strings or a list of token-id lists",
+                     "prompt");
+    }
+    prompts->push_back(std::move(one));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadPrompt(const json& body, std::vector<PromptInput>* prompts) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) return Invalid("'prompt' is required", "prompt");
   const json& p = *it;
+  prompts->emplace_back();
+  PromptInput* prompt = &prompts->back();
   if (p.is_string()) {
     if (p.get_ref<const std::string&>().empty()) {
       return Invalid("'prompt' must not be empty", "prompt");
@@ -92,35 +132,21 @@ std::optional<ApiError> ReadPrompt(const json& body, PromptInput* prompt) {
   if (p.is_array()) {
     if (p.empty()) return Invalid("'prompt' must not be empty", "prompt");
     if (std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
-      std::vector<int32_t> ids;
-      for (const json& x : p) {
-        const int64_t v = x.get<int64_t>();
-        if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
-          return Invalid(absl::StrCat("'prompt' token id out of range: ", v), "prompt");
-        }
-        ids.push_back(static_cast<int32_t>(v));
-      }
-      prompt->token_ids = std::move(ids);
-      return std::nullopt;
+      prompt->token_ids.emplace();
+      return ReadTokenIds(p, &*prompt->token_ids);
     }
-    if (p.size() == 1 && p[0].is_string()) {
-      if (p[0].get_ref<const std::string&>().empty()) {
-        return Invalid("'prompt' must not be empty", "prompt");
-      }
-      prompt->text = p[0].get<std::string>();
-      return std::nullopt;
-    }
-    if (p.size() > 1 && (p[0].is_string() || p[0].is_array())) {
-      return Invalid("batched prompts (a list of several prompts) are not supported; send one "
-                     "request per prompt",
-                     "prompt", "unsupported_value");
+    if (p[0].is_string() || p[0].is_array()) {
+      prompts->clear();
+      return ReadBatchedPrompts(p, prompts);
     }
   }
-  return Invalid("'prompt' must be a string, a list of one string, or a list of token ids",
+  return Invalid("'prompt' must be a string, a list of token ids, or a list of either",
                  "prompt");
 }
 
-std::optional<ApiError> ReadMessages(const json& body, PromptInput* prompt) {
+std::optional<ApiError> ReadMessages(const json& body, std::vector<PromptInput>* prompts) {
+  prompts->emplace_back();
+  PromptInput* prompt = &prompts->back();
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) return Invalid("'messages' is required", "messages");
   if (!it->is_array() || it->empty()) {
@@ -411,8 +437,8 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     return r;
   }
   req.model = model->get<std::string>();
-  std::optional<ApiError> e = endpoint == Endpoint::kCompletions ? ReadPrompt(body, &req.prompt)
-                                                                 : ReadMessages(body, &req.prompt);
+  std::optional<ApiError> e = endpoint == Endpoint::kCompletions ? ReadPrompt(body, &req.prompts)
+                                                                 : ReadMessages(body, &req.prompts);
   if (!e) e = ReadMaxTokens(body, "max_tokens", limits.max_tokens_limit, &req.max_tokens);
   if (!e && endpoint == Endpoint::kChatCompletions && !req.max_tokens) {
     e = ReadMaxTokens(body, "max_completion_tokens", limits.max_tokens_limit, &req.max_tokens);
@@ -437,6 +463,12 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
       return r;
     }
     req.n = static_cast<int>(it->get<int64_t>());
+  }
+  if (req.n * req.prompts.size() > static_cast<size_t>(kMaxTotalChoices)) {
+    r.error = Invalid(absl::StrCat("prompts x n must be at most ", kMaxTotalChoices, ", got ",
+                                   req.prompts.size(), " x ", req.n),
+                      "n");
+    return r;
   }
   // best_of = n is n; more would need ranking the extra completions, which is not supported.
   if (auto it = body.find("best_of"); it != body.end() && !it->is_null()) {

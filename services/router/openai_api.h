@@ -47,7 +47,9 @@ ApiError ApiErrorFromStatus(const absl::Status& status);
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
-  PromptInput prompt;
+  // One prompt, or several (/v1/completions' batched prompts: a list of strings or of token-id
+  // lists); choice i * n + j of the response is prompt i's j-th completion.
+  std::vector<PromptInput> prompts;
   std::optional<int> max_tokens;  // absent → config default, clipped to the context
   double temperature = 1.0;
   double top_p = 1.0;
@@ -70,6 +72,8 @@ struct ApiRequest {
 
 // The most choices (`n`) one request may ask for.
 inline constexpr int kMaxChoices = 16;
+// The most choices (prompts x n) one request may ask for in all.
+inline constexpr int kMaxTotalChoices = 64;
 
 struct ApiLimits {
   int max_tokens_limit = 4096;

@@ -107,9 +107,11 @@ struct Exchange {
     std::optional<FinishReason> finish;  // set when it ended well
   };
   std::vector<Choice> choices;
-  // Choices 1..n-1 start once choice 0 has its first token, so that their prefills find the
-  // prompt's blocks in the kvstore instead of all computing them at once.
-  std::optional<CompletionRequest> later;
+  // Per prompt, its choices after the first (index, request): they start once the first has a
+  // token, so that their prefills find the prompt's blocks in the kvstore instead of all
+  // computing them at once.
+  std::vector<std::vector<std::pair<int, CompletionRequest>>> later;
+  int waiting = 0;                // choices in `later`
   int running = 0;                // choices started and not yet ended
   std::optional<absl::Status> failed;  // the first choice that failed
   // Streaming: what is not yet sent, in order: tokens (one event each) and choice ends.
@@ -129,7 +131,7 @@ struct Exchange {
   absl::Time last_token_at;
   bool finished = false;  // tracker and metrics have seen the end
 
-  bool done() const { return failed.has_value() || (!later && running == 0); }
+  bool done() const { return failed.has_value() || (waiting == 0 && running == 0); }
 };
 
 // Code points in `s` (UTF-8; a stray continuation byte does not count).
@@ -279,39 +281,51 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
     return reject(e);
   }
 
-  absl::StatusOr<std::vector<int32_t>> tokens = backend_->Tokenize(model->id, api.prompt);
-  if (!tokens.ok()) {
-    ApiError e = ApiErrorFromStatus(tokens.status());
-    if (e.http_status == 400) e.param = endpoint == Endpoint::kCompletions ? "prompt" : "messages";
-    return reject(e);
-  }
-  const int prompt_tokens = static_cast<int>(tokens->size());
-  if (prompt_tokens == 0) {
-    return reject(ApiError{400, "the prompt is empty after tokenization", "invalid_request_error",
-                           endpoint == Endpoint::kCompletions ? "prompt" : "messages", ""});
-  }
+  // Each prompt: tokenized, within the context, with its max_tokens (when not given: the
+  // default clipped to the context it leaves).
+  const std::string prompt_param = endpoint == Endpoint::kCompletions ? "prompt" : "messages";
   const int context = model->context_length;
-  if (prompt_tokens >= context ||
-      (api.max_tokens && prompt_tokens + *api.max_tokens > context)) {
-    ApiError e;
-    e.message = absl::StrCat("This model's maximum context length is ", context,
-                             " tokens. However, you requested ",
-                             prompt_tokens + api.max_tokens.value_or(1), " tokens (", prompt_tokens,
-                             " in the prompt, ", api.max_tokens.value_or(1),
-                             " for the completion). Please reduce the prompt or max_tokens.");
-    e.param = api.max_tokens && prompt_tokens < context
-                  ? "max_tokens"
-                  : (endpoint == Endpoint::kCompletions ? "prompt" : "messages");
-    e.code = "context_length_exceeded";
-    return reject(e);
-  }
-  const int max_tokens =
-      api.max_tokens.value_or(std::min(options_.default_max_tokens, context - prompt_tokens));
-  if (api.min_tokens > max_tokens) {
-    return reject(ApiError{400,
-                           absl::StrCat("'min_tokens' (", api.min_tokens,
-                                        ") must be at most max_tokens (", max_tokens, ")"),
-                           "invalid_request_error", "min_tokens", ""});
+  std::vector<std::vector<int32_t>> prompt_ids;
+  std::vector<int> max_tokens;
+  int prompt_tokens = 0;
+  for (size_t i = 0; i < api.prompts.size(); ++i) {
+    const std::string which =
+        api.prompts.size() > 1 ? absl::StrCat(" (prompt ", i, ")") : std::string();
+    absl::StatusOr<std::vector<int32_t>> tokens = backend_->Tokenize(model->id, api.prompts[i]);
+    if (!tokens.ok()) {
+      ApiError e = ApiErrorFromStatus(tokens.status());
+      if (e.http_status == 400) e.param = prompt_param;
+      e.message += which;
+      return reject(e);
+    }
+    const int n_tokens = static_cast<int>(tokens->size());
+    if (n_tokens == 0) {
+      return reject(ApiError{400, absl::StrCat("the prompt is empty after tokenization", which),
+                             "invalid_request_error", prompt_param, ""});
+    }
+    if (n_tokens >= context || (api.max_tokens && n_tokens + *api.max_tokens > context)) {
+      ApiError e;
+      e.message = absl::StrCat("This model's maximum context length is ", context,
+                               " tokens. However, you requested ",
+                               n_tokens + api.max_tokens.value_or(1), " tokens (", n_tokens,
+                               " in the prompt, ", api.max_tokens.value_or(1),
+                               " for the completion)", which,
+                               ". Please reduce the prompt or max_tokens.");
+      e.param = api.max_tokens && n_tokens < context ? "max_tokens" : prompt_param;
+      e.code = "context_length_exceeded";
+      return reject(e);
+    }
+    max_tokens.push_back(
+        api.max_tokens.value_or(std::min(options_.default_max_tokens, context - n_tokens)));
+    if (api.min_tokens > max_tokens.back()) {
+      return reject(ApiError{400,
+                             absl::StrCat("'min_tokens' (", api.min_tokens,
+                                          ") must be at most max_tokens (", max_tokens.back(),
+                                          ")", which),
+                             "invalid_request_error", "min_tokens", ""});
+    }
+    prompt_tokens += n_tokens;
+    prompt_ids.push_back(*std::move(tokens));
   }
 
   // Admitted: from here on the tracker must see Finish exactly once.
@@ -332,47 +346,57 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   x.meta.session_id = api.session_id;
   metrics_->in_flight().Add(1);
 
-  CompletionRequest request;
-  request.request_id = x.meta.id;
-  request.model = model->id;
-  request.prompt_token_ids = *std::move(tokens);
-  request.max_tokens = max_tokens;
-  request.temperature = api.temperature;
-  request.top_p = api.top_p;
-  request.top_k = api.top_k;
-  request.presence_penalty = api.presence_penalty;
-  request.frequency_penalty = api.frequency_penalty;
-  request.logit_bias = api.logit_bias;
-  request.ignore_eos = api.ignore_eos;
-  request.min_tokens = api.min_tokens;
-  request.seed = api.seed;
-  request.stop = api.stop;
-  request.logprobs = api.logprobs;
-  request.session_id = api.session_id;
-  request.codec = api.codec.empty() ? options_.default_codec : api.codec;
-  request.deadline = x.deadline;
+  CompletionRequest base;
+  base.model = model->id;
+  base.temperature = api.temperature;
+  base.top_p = api.top_p;
+  base.top_k = api.top_k;
+  base.presence_penalty = api.presence_penalty;
+  base.frequency_penalty = api.frequency_penalty;
+  base.logit_bias = api.logit_bias;
+  base.ignore_eos = api.ignore_eos;
+  base.min_tokens = api.min_tokens;
+  base.stop = api.stop;
+  base.logprobs = api.logprobs;
+  base.session_id = api.session_id;
+  base.codec = api.codec.empty() ? options_.default_codec : api.codec;
+  base.deadline = x.deadline;
   tracker_->MarkRunning(x.id, prompt_tokens);
-  VLOG(1) << x.meta.id << " admitted: " << prompt_tokens << " prompt tokens, max_tokens "
-          << request.max_tokens << ", codec " << request.codec << ", session '"
-          << request.session_id << "'" << (api.n > 1 ? absl::StrCat(", n ", api.n) : "")
-          << (api.stream ? ", streaming" : "");
-  x.choices.resize(api.n);
+  VLOG(1) << x.meta.id << " admitted: " << prompt_tokens << " prompt tokens in "
+          << api.prompts.size() << " prompt(s), n " << api.n << ", codec " << base.codec
+          << ", session '" << base.session_id << "'" << (api.stream ? ", streaming" : "");
+  // Choice i * n + j is prompt i's j-th: its own request id and seed (choice 0 the client's;
+  // the others derived from it, or random per choice when unseeded). Each prompt's first
+  // choice starts now; its others once it has a token (Exchange::later).
+  const int n = api.n;
+  x.choices.resize(api.prompts.size() * n);
+  x.later.resize(api.prompts.size());
   x.run = std::make_shared<RunState>();
-  if (api.n > 1) x.later = request;
-  x.running = 1;
-  StartChoice(backend_, std::move(request), 0, x.run);
-
-  // Choices 1..n-1, each with its own request id and seed (random per choice when unseeded).
-  auto start_later = [this](Exchange& x) {
-    if (!x.later || x.failed) return;
-    for (int j = 1; j < static_cast<int>(x.choices.size()); ++j) {
-      CompletionRequest r = *x.later;
-      r.request_id = absl::StrCat(x.meta.id, "-", j);
-      if (r.seed) r.seed = ChoiceSeed(*r.seed, j);
-      ++x.running;
-      StartChoice(backend_, std::move(r), j, x.run);
+  for (size_t i = 0; i < api.prompts.size(); ++i) {
+    for (int j = 0; j < n; ++j) {
+      const int index = static_cast<int>(i) * n + j;
+      CompletionRequest r = base;
+      r.request_id = index == 0 ? x.meta.id : absl::StrCat(x.meta.id, "-", index);
+      r.prompt_token_ids = prompt_ids[i];
+      r.max_tokens = max_tokens[i];
+      if (api.seed) r.seed = index == 0 ? *api.seed : ChoiceSeed(*api.seed, index);
+      if (j == 0) {
+        ++x.running;
+        StartChoice(backend_, std::move(r), index, x.run);
+      } else {
+        x.later[i].emplace_back(index, std::move(r));
+        ++x.waiting;
+      }
     }
-    x.later.reset();
+  }
+  auto start_later = [this, n](Exchange& x, int choice) {
+    if (choice % n != 0 || x.failed) return;
+    for (auto& [index, r] : x.later[choice / n]) {
+      ++x.running;
+      --x.waiting;
+      StartChoice(backend_, std::move(r), index, x.run);
+    }
+    x.later[choice / n].clear();
   };
   // Takes in what the choices produced: tokens into each choice (or, streaming, into pending),
   // ends into finish reasons or the request's failure.
@@ -399,7 +423,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
           c.logprobs.text_offsets.push_back(offset);
         }
       }
-      if (choice == 0) start_later(x);
+      start_later(x, choice);
     }
     for (auto& [choice, outcome] : news.ended) {
       --x.running;
@@ -410,7 +434,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
       }
       x.choices[choice].finish = outcome->finish_reason;
       if (x.stream) x.pending.push_back({choice, "", std::nullopt, 0, outcome->finish_reason});
-      if (choice == 0) start_later(x);
+      start_later(x, choice);
     }
   };
   // Records the end of the request in tracker and metrics.

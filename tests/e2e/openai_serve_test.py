@@ -248,6 +248,13 @@ def run_client_checks(url):
     print(f"[measure] {len(prompts)} concurrent completions: {tokens:.0f} decode tokens in "
           f"{steps:.0f} steps ({tokens / steps:.2f} per step), {dt:.2f} s")
 
+    # Batched prompts (one request, a list of prompts): one choice per prompt, in order, each
+    # its sequential answer.
+    batch = client.completions.create(model=model, prompt=prompts, max_tokens=16, temperature=0)
+    assert [ch.index for ch in batch.choices] == list(range(len(prompts))), batch.choices
+    for p, ch in zip(prompts, batch.choices):
+        assert ch.text == alone[p], (p, ch.text, alone[p])
+
     # A burst larger than the prefill worker's slots (--max_concurrent 4) waits for them instead
     # of failing with 429: every request completes, each with its own sequential answer. The
     # client's own retries (it retries a 429 twice by default) are off, so the server must wait.

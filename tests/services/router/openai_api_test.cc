@@ -19,13 +19,13 @@ ParseResult Parse(Endpoint e, const json& body, std::string_view session_header 
 TEST(OpenAiApi, ParsesEveryPromptForm) {
   auto r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", "hi"}});
   ASSERT_FALSE(r.error) << r.error->message;
-  EXPECT_EQ(r.request.prompt.text, "hi");
+  EXPECT_EQ(r.request.prompts.at(0).text, "hi");
   r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", {"one"}}});
   ASSERT_FALSE(r.error);
-  EXPECT_EQ(r.request.prompt.text, "one");
+  EXPECT_EQ(r.request.prompts.at(0).text, "one");
   r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", {1, 2, 3}}});
   ASSERT_FALSE(r.error);
-  EXPECT_EQ(r.request.prompt.token_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(r.request.prompts.at(0).token_ids, (std::vector<int32_t>{1, 2, 3}));
   r = Parse(Endpoint::kChatCompletions,
             {{"model", "m"},
              {"messages",
@@ -33,8 +33,27 @@ TEST(OpenAiApi, ParsesEveryPromptForm) {
                {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}},
                                                {{"type", "text"}, {"text", "b"}}}}}}}});
   ASSERT_FALSE(r.error) << r.error->message;
-  ASSERT_EQ(r.request.prompt.messages->size(), 2u);
-  EXPECT_EQ((*r.request.prompt.messages)[1].content, "ab");
+  ASSERT_EQ(r.request.prompts.at(0).messages->size(), 2u);
+  EXPECT_EQ((*r.request.prompts.at(0).messages)[1].content, "ab");
+  // Batched prompts: several strings, or several token-id lists.
+  r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", {"a", "b", "c"}}});
+  ASSERT_FALSE(r.error) << r.error->message;
+  ASSERT_EQ(r.request.prompts.size(), 3u);
+  EXPECT_EQ(r.request.prompts[2].text, "c");
+  r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", {{1, 2}, {3}}}});
+  ASSERT_FALSE(r.error) << r.error->message;
+  ASSERT_EQ(r.request.prompts.size(), 2u);
+  EXPECT_EQ(r.request.prompts[1].token_ids, std::vector<int32_t>{3});
+  for (const json& bad : {json({"a", ""}), json({json("a"), json({1})}), json({json({1}), json::array()}),
+                          json({json({1, -2})})}) {
+    r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", bad}});
+    ASSERT_TRUE(r.error) << bad;
+    EXPECT_EQ(r.error->param, "prompt") << bad;
+  }
+  r = Parse(Endpoint::kCompletions,
+            {{"model", "m"}, {"prompt", std::vector<std::string>(8, "p")}, {"n", 9}});
+  ASSERT_TRUE(r.error);  // 72 choices > 64
+  EXPECT_EQ(r.error->param, "n");
 }
 
 TEST(OpenAiApi, ParsesSamplingAndExtensionFields) {

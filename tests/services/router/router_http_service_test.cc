@@ -255,6 +255,26 @@ TEST_F(RouterHttpTest, NChoicesRunSeparatelyAndComeBackIndexed) {
   ExpectAllFinished();
 }
 
+// Batched prompts: choice i * n + j is prompt i's j-th; usage adds the prompts' tokens.
+TEST_F(RouterHttpTest, BatchedPromptsGiveOneChoiceEachInOrder) {
+  Start();
+  auto res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", {"ab", "cde"}},
+                                      {"n", 2}, {"max_tokens", 1}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json j = json::parse(res->body);
+  ASSERT_EQ(j["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(j["choices"][i]["index"], i);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4);
+  std::multiset<size_t> prompt_lengths;
+  for (const CompletionRequest& r : backend_->requests()) {
+    prompt_lengths.insert(r.prompt_token_ids.size());
+  }
+  EXPECT_EQ(prompt_lengths, (std::multiset<size_t>{2, 2, 3, 3}));
+  ExpectAllFinished();
+}
+
 // A choice that fails fails the request (and the others stop).
 TEST_F(RouterHttpTest, AFailingChoiceFailsTheRequest) {
   FakeScript script;
@@ -350,8 +370,11 @@ TEST_F(RouterHttpTest, EveryInvalidRequestGetsAClear4xx) {
       {"missing prompt", c, {{"model", "fake-model"}}, 400, "prompt", ""},
       {"prompt wrong type", c, {{"model", "fake-model"}, {"prompt", 5}}, 400, "prompt", ""},
       {"empty prompt", c, {{"model", "fake-model"}, {"prompt", ""}}, 400, "prompt", ""},
-      {"batched prompts", c, {{"model", "fake-model"}, {"prompt", {"a", "b"}}}, 400, "prompt",
-       "unsupported_value"},
+      {"batched prompts with an empty one", c,
+       {{"model", "fake-model"}, {"prompt", {"a", ""}}}, 400, "prompt", ""},
+      {"batched prompt too long", c,
+       {{"model", "fake-model"}, {"prompt", {"a", std::string(64, 'a')}}}, 400, "prompt",
+       "context_length_exceeded"},
       {"token outside vocabulary", c, {{"model", "fake-model"}, {"prompt", {1, 5000}}}, 400,
        "prompt", ""},
       {"missing messages", chat, {{"model", "fake-model"}}, 400, "messages", ""},
