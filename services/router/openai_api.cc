@@ -288,6 +288,40 @@ json StreamChoice(const ResponseMeta& meta, const std::string* text, const json&
   return {{"index", index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}};
 }
 
+// Fields whose request the server cannot honour get an error rather than being dropped: a
+// client that sends tools or asks for JSON output must not silently get plain text. Empty
+// tools, tool_choice "none" and response_format "text" mean nothing and pass.
+std::optional<ApiError> RejectUnsupportedFeatures(const json& body) {
+  auto present = [&](const char* name) {
+    auto it = body.find(name);
+    return it != body.end() && !it->is_null() && !(it->is_array() && it->empty());
+  };
+  auto tool_choice = body.find("tool_choice");
+  const bool choice_none = tool_choice != body.end() && *tool_choice == "none";
+  if (present("tool_choice") && !choice_none && *tool_choice != "auto") {
+    return Invalid("'tool_choice' other than \"none\" is not supported: the served model's chat "
+                   "template has no tool-call format",
+                   "tool_choice", "unsupported_value");
+  }
+  for (const char* name : {"tools", "functions"}) {
+    if (present(name) && !choice_none) {
+      return Invalid(absl::StrCat("'", name, "' (tool calling) is not supported: the served "
+                                  "model's chat template has no tool-call format; describe the "
+                                  "tools in a system message, or send tool_choice \"none\""),
+                     name, "unsupported_value");
+    }
+  }
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    const bool text = it->is_object() && it->value("type", "") == "text";
+    if (!text) {
+      return Invalid("'response_format' other than {\"type\": \"text\"} (JSON or schema output) "
+                     "is not supported",
+                     "response_format", "unsupported_value");
+    }
+  }
+  return std::nullopt;
+}
+
 // OpenAI's shape: {"<token id>": bias in [-100, 100], ...}.
 std::optional<ApiError> ReadLogitBias(const json& body,
                                       std::vector<std::pair<int32_t, double>>* out) {
@@ -481,6 +515,10 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
                         "unsupported_value");
       return r;
     }
+  }
+  if (std::optional<ApiError> e = RejectUnsupportedFeatures(body)) {
+    r.error = e;
+    return r;
   }
   if (auto it = body.find("echo"); it != body.end() && !it->is_null() && *it != false) {
     r.error = Invalid("'echo' is not supported", "echo", "unsupported_value");

@@ -285,6 +285,23 @@ TEST_F(RouterHttpTest, AFailingChoiceFailsTheRequest) {
   ExpectAllFinished();
 }
 
+// What means nothing passes: empty tools, tool_choice "none" (with tools), response_format text.
+TEST_F(RouterHttpTest, NoOpToolAndFormatFieldsAreAccepted) {
+  Start();
+  const json user = {{{"role", "user"}, {"content", "hi"}}};
+  const json tools = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
+  for (const json& extra : {json{{"tools", json::array()}},
+                            json{{"tools", tools}, {"tool_choice", "none"}},
+                            json{{"tool_choice", "auto"}},
+                            json{{"response_format", {{"type", "text"}}}}}) {
+    json body = {{"model", "fake-model"}, {"messages", user}};
+    body.update(extra);
+    auto res = Post("/v1/chat/completions", body);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << extra << ": " << res->body;
+  }
+}
+
 TEST_F(RouterHttpTest, ChatStreamingFormatWithUsage) {
   Start();
   auto res = Post("/v1/chat/completions",
@@ -421,6 +438,20 @@ TEST_F(RouterHttpTest, EveryInvalidRequestGetsAClear4xx) {
        400, "min_tokens", ""},
       {"ignore_eos not bool", c, {{"model", "fake-model"}, {"prompt", "x"}, {"ignore_eos", 1}},
        400, "ignore_eos", ""},
+      {"tools", chat,
+       {{"model", "fake-model"}, {"messages", user},
+        {"tools", {{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}},
+       400, "tools", "unsupported_value"},
+      {"tool_choice required", chat,
+       {{"model", "fake-model"}, {"messages", user}, {"tool_choice", "required"}}, 400,
+       "tool_choice", "unsupported_value"},
+      {"functions", chat,
+       {{"model", "fake-model"}, {"messages", user}, {"functions", {{{"name", "f"}}}}}, 400,
+       "functions", "unsupported_value"},
+      {"response_format json", chat,
+       {{"model", "fake-model"}, {"messages", user},
+        {"response_format", {{"type", "json_object"}}}},
+       400, "response_format", "unsupported_value"},
       {"top_k below -1", c, {{"model", "fake-model"}, {"prompt", "x"}, {"top_k", -2}}, 400,
        "top_k", ""},
       {"top_k not integer", c, {{"model", "fake-model"}, {"prompt", "x"}, {"top_k", 1.5}}, 400,
