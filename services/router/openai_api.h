@@ -4,15 +4,16 @@
 // Pure functions; thread-safe.
 //
 // Accepted fields (others are ignored, as OpenAI-compatible servers do):
-//   model (required), prompt | messages (required), max_tokens | max_completion_tokens,
-//   temperature [0,2], top_p (0,1], presence_penalty and frequency_penalty [-2,2], n [1,16],
-//   stream, stream_options.include_usage, stop (string or up to 4 strings), seed, best_of
-//   (only equal to n), echo (only false), logit_bias (token id -> [-100, 100]), logprobs (completions: integer [0, 20]; chat: boolean, with
-//   top_logprobs [0, 20]), user; rejected as unsupported: non-empty tools / functions (unless
-//   tool_choice "none"), tool_choice other than none/auto, response_format other than text;
-//   extensions: session_id (string; also header X-Session-Id), codec (string), top_k (integer
-//   >= -1; -1 and 0 = off, as in vLLM), return_tokens_as_token_ids, ignore_eos (booleans) and
-//   min_tokens (integer >= 0), as in vLLM.
+//   model (required), prompt (one or a batch) | messages (required), max_tokens |
+//   max_completion_tokens, temperature [0,2], top_p (0,1], presence_penalty and
+//   frequency_penalty [-2,2], logit_bias (token id -> [-100,100]), n [1,16], best_of (only = n),
+//   stream, stream_options.include_usage, stop (string or up to 4 strings), seed, logprobs
+//   (completions: integer [0,20]; chat: boolean, with top_logprobs [0,20]), echo (only false),
+//   user. Rejected as unsupported: non-empty tools / functions (unless tool_choice "none"),
+//   tool_choice other than none / auto, response_format other than text.
+//   Extensions: session_id (string; also header X-Session-Id), codec (string); as in vLLM:
+//   top_k (integer >= -1; -1 and 0 = off), return_tokens_as_token_ids, ignore_eos (booleans),
+//   min_tokens (integer >= 0).
 #ifndef OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
 #define OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
 
