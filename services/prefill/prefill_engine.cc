@@ -223,15 +223,8 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   }
   out.timings.transfer_seconds = Since(t0);
 
-  // 4. First token (not an end-of-generation one under min_tokens).
-  engine::SamplingParams sampling = params.sampling;
-  if (sampling.min_tokens > 0) {
-    const model::Tokenizer& tok = engine_->model().tokenizer();
-    for (int32_t t = 0; t < tok.vocab_size(); ++t) {
-      if (tok.IsEndOfGeneration(t)) sampling.min_tokens_banned.push_back(t);
-    }
-  }
-  engine::Sampler sampler(sampling);
+  // 4. First token (under min_tokens, none of the sampling's min_tokens_banned).
+  engine::Sampler sampler(params.sampling);
   out.first_token = sampler.Sample(result->last_logits);
   if (params.logprobs >= 0) {
     out.first_token_logprobs =

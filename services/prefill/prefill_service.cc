@@ -39,6 +39,9 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
     p.sampling.logit_bias.emplace_back(static_cast<int32_t>(token), bias);
   }
   p.sampling.min_tokens = static_cast<int>(std::min<uint32_t>(req->sampling().min_tokens(), 1));
+  for (uint32_t t : req->sampling().stop_token_ids()) {
+    p.sampling.min_tokens_banned.push_back(static_cast<int32_t>(t));
+  }
   p.model_fingerprint = req->model().model_fingerprint();
   p.calib_fingerprint = req->model().calib_fingerprint();
   p.want_packed = req->offer_packed_kv();

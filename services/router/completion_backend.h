@@ -54,6 +54,7 @@ struct CompletionRequest {
   std::vector<std::pair<int32_t, double>> logit_bias;  // token id >= 0 -> bias in [-100, 100]
   bool ignore_eos = false;           // end-of-generation tokens do not end it (vLLM's)
   int min_tokens = 0;                // [0, max_tokens]: no stop before this many (vLLM's)
+  std::vector<int32_t> stop_token_ids;  // >= 0: end the completion, not delivered (vLLM's)
   std::optional<uint64_t> seed;      // sampling seed, when the client set one
   std::vector<std::string> stop;     // up to 4 stop strings; the backend stops after a match
   int logprobs = -1;                 // >= 0: set TokenEvent::logprob, with this many (<= 20)

@@ -538,6 +538,21 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     }
     *out = it->get<bool>();
   }
+  if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
+    constexpr size_t kMaxStopTokens = 64;
+    const bool ids = it->is_array() && it->size() <= kMaxStopTokens &&
+                     std::all_of(it->begin(), it->end(), [](const json& t) {
+                       return t.is_number_integer() && t.get<int64_t>() >= 0 &&
+                              t.get<int64_t>() <= std::numeric_limits<int32_t>::max();
+                     });
+    if (!ids) {
+      r.error = Invalid(absl::StrCat("'stop_token_ids' must be a list of up to ", kMaxStopTokens,
+                                     " token ids"),
+                        "stop_token_ids");
+      return r;
+    }
+    for (const json& t : *it) req.stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
   if (auto it = body.find("min_tokens"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
         it->get<int64_t>() > limits.max_tokens_limit) {

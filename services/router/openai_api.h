@@ -13,7 +13,7 @@
 //   tool_choice other than none / auto, response_format other than text.
 //   Extensions: session_id (string; also header X-Session-Id), codec (string); as in vLLM:
 //   top_k (integer >= -1; -1 and 0 = off), return_tokens_as_token_ids, ignore_eos (booleans),
-//   min_tokens (integer >= 0).
+//   min_tokens (integer >= 0), stop_token_ids (up to 64 token ids).
 #ifndef OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
 #define OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
 
@@ -61,6 +61,7 @@ struct ApiRequest {
   std::vector<std::pair<int32_t, double>> logit_bias;  // token id -> bias
   bool ignore_eos = false;  // vLLM's extension
   int min_tokens = 0;       // vLLM's extension; checked against max_tokens by the HTTP layer
+  std::vector<int32_t> stop_token_ids;  // vLLM's extension
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   int logprobs = -1;  // -1 = off; else the number of alternatives per token (top_logprobs)

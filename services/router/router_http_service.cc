@@ -356,6 +356,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   base.logit_bias = api.logit_bias;
   base.ignore_eos = api.ignore_eos;
   base.min_tokens = api.min_tokens;
+  base.stop_token_ids = api.stop_token_ids;
   base.stop = api.stop;
   base.logprobs = api.logprobs;
   base.session_id = api.session_id;

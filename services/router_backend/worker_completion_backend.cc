@@ -458,7 +458,17 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   preq.mutable_sampling()->set_top_p(static_cast<float>(request.top_p));
   preq.mutable_sampling()->set_top_k(static_cast<uint32_t>(request.top_k));
   preq.mutable_sampling()->set_seed(seed);
-  if (!request.ignore_eos) preq.mutable_sampling()->set_min_tokens(request.min_tokens);
+  // The tokens that end a completion (not delivered): the request's, and the model's
+  // end-of-generation ones unless ignore_eos. min_tokens keeps the prefill off them too.
+  std::vector<int32_t> stops(request.stop_token_ids.begin(), request.stop_token_ids.end());
+  for (int32_t t = 0; t < tok.vocab_size() && !request.ignore_eos; ++t) {
+    if (tok.IsEndOfGeneration(t)) stops.push_back(t);
+  }
+  auto is_stop = [&](int32_t t) { return std::find(stops.begin(), stops.end(), t) != stops.end(); };
+  if (request.min_tokens > 0) {
+    preq.mutable_sampling()->set_min_tokens(static_cast<uint32_t>(request.min_tokens));
+    for (int32_t t : stops) preq.mutable_sampling()->add_stop_token_ids(static_cast<uint32_t>(t));
+  }
   for (const auto& [token, bias] : request.logit_bias) {
     (*preq.mutable_sampling()->mutable_logit_bias())[static_cast<uint32_t>(token)] =
         static_cast<float>(bias);
@@ -488,7 +498,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   };
 
   const int32_t first = static_cast<int32_t>(presp.first_token());
-  if (tok.IsEndOfGeneration(first) && !request.ignore_eos) {
+  if (is_stop(first)) {
     outcome.finish_reason = router::FinishReason::kStop;
     record();
     return outcome;
@@ -560,6 +570,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   greq.set_presence_penalty(static_cast<float>(request.presence_penalty));
   greq.set_frequency_penalty(static_cast<float>(request.frequency_penalty));
   greq.set_ignore_eos(request.ignore_eos);
+  for (int32_t t : request.stop_token_ids) greq.add_stop_token_ids(static_cast<uint32_t>(t));
   greq.set_min_tokens(static_cast<uint32_t>(request.min_tokens));
   greq.mutable_logit_bias()->insert(preq.sampling().logit_bias().begin(),
                                     preq.sampling().logit_bias().end());

@@ -165,6 +165,22 @@ def run_client_checks(url):
         assert out.tokens[pos] == runner_up, (pos, out.tokens, runner_up)
         assert abs(out.token_logprobs[pos] - runner_up_logprob) < 1e-4, (out.token_logprobs, pos)
     print(f"logit_bias: banned positions 0 and {k}, runners-up took them")
+    # vLLM's stop_token_ids end the completion before the token (the first one, from the
+    # prefill worker, or a later one, from the decode worker).
+    pieces = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0,
+                                       logprobs=0).choices[0].logprobs.tokens
+    for pos in (0, k):
+        out = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0,
+                                        extra_body={"stop_token_ids":
+                                                    [int(ids.tokens[pos].split(":")[1])]})
+        assert out.choices[0].finish_reason == "stop", out.choices[0]
+        assert out.choices[0].text == "".join(pieces[:pos]), (pos, out.choices[0].text, pieces)
+    # ... unless min_tokens keeps the prefill off it: then its runner-up starts the text.
+    floor = client.completions.create(model=model, prompt=prompt, max_tokens=2, temperature=0,
+                                      logprobs=0, extra_body={
+                                          "stop_token_ids": [int(ids.tokens[0].split(":")[1])],
+                                          "min_tokens": 1, **as_ids}).choices[0]
+    assert floor.logprobs.tokens[0] == list(ids.top_logprobs[0])[1], (floor, ids.top_logprobs[0])
 
     # Sampling: a seed reproduces a completion; without one each request draws its own.
     def sampled(**extra):

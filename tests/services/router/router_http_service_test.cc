@@ -343,7 +343,7 @@ TEST_F(RouterHttpTest, ExtensionFieldsReachTheBackend) {
                    {"temperature", 0}, {"top_p", 0.9}, {"seed", 5}, {"stop", "\n"},
                    {"top_k", 40}, {"presence_penalty", 0.5}, {"frequency_penalty", -1.25},
                    {"logit_bias", {{"7", -100}, {"3", 2.5}}}, {"ignore_eos", true},
-                   {"min_tokens", 2}},
+                   {"min_tokens", 2}, {"stop_token_ids", {7, 9}}},
                   {{"X-Session-Id", "agent-42"}});
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
@@ -361,6 +361,7 @@ TEST_F(RouterHttpTest, ExtensionFieldsReachTheBackend) {
   EXPECT_EQ(req.logit_bias, (std::vector<std::pair<int32_t, double>>{{3, 2.5}, {7, -100}}));
   EXPECT_TRUE(req.ignore_eos);
   EXPECT_EQ(req.min_tokens, 2);
+  EXPECT_EQ(req.stop_token_ids, (std::vector<int32_t>{7, 9}));
   res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"top_k", -1}});
   EXPECT_EQ(backend_->last_request()->top_k, 0);  // vLLM's "off"
   res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}, {"session_id", "s2"}});
@@ -436,6 +437,9 @@ TEST_F(RouterHttpTest, EveryInvalidRequestGetsAClear4xx) {
        "min_tokens", ""},
       {"min_tokens negative", c, {{"model", "fake-model"}, {"prompt", "x"}, {"min_tokens", -1}},
        400, "min_tokens", ""},
+      {"stop_token_ids not ids", c,
+       {{"model", "fake-model"}, {"prompt", "x"}, {"stop_token_ids", {1, -2}}}, 400,
+       "stop_token_ids", ""},
       {"ignore_eos not bool", c, {{"model", "fake-model"}, {"prompt", "x"}, {"ignore_eos", 1}},
        400, "ignore_eos", ""},
       {"tools", chat,
