@@ -21,7 +21,7 @@ struct TokenLogprobs {
 };
 
 // `logits` non-empty, 0 <= token < logits.size(), 0 <= top_n; top_n is capped at the vocabulary.
-// Non-finite logits count as -inf (as in Sampler). Computed in float64.
+// Non-finite logits count as -inf (as in Sampler). The normaliser sums float exps in float64.
 TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int top_n);
 
 }  // namespace oscarkv::engine

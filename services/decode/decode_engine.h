@@ -60,7 +60,7 @@ struct ReceiveSlots {
 struct GenerateParams {
   int32_t first_token = 0;             // produced by prefill; fed first, not streamed again
   int max_new_tokens = 1;              // tokens to stream after first_token; >= 1
-  std::vector<int32_t> stop_token_ids; // in addition to the model's end-of-generation tokens
+  std::vector<int32_t> stop_token_ids; // with the model's end-of-generation ones (unless ignore_eos)
   engine::SamplingParams sampling;
   int logprobs = -1;  // >= 0: each token's logprobs with this many alternatives; -1 = off
   bool ignore_eos = false;  // end-of-generation tokens are ordinary tokens (vLLM's ignore_eos)
