@@ -31,6 +31,10 @@ struct GenerateFlags {
   int max_tokens = 64;            // Default: 64
   bool chat = false;              // wrap the prompt in the model's chat template; Default: false
   float temperature = 0.0f;       // 0 = greedy; Default: 0
+  float top_p = 1.0f;             // Default: 1 (off)
+  int top_k = 0;                  // Default: 0 (off)
+  float presence_penalty = 0.0f;  // OpenAI's; Default: 0
+  float frequency_penalty = 0.0f; // OpenAI's; Default: 0
   uint64_t seed = 0;              // Default: 0
   int threads = 0;                // Default: 0 (OpenBLAS default)
   std::string codec = "oscar";    // KV cache codec; Default: oscar
@@ -38,6 +42,15 @@ struct GenerateFlags {
   std::string device = "cpu";     // cpu | cuda; Default: cpu
   int gpu = 0;                    // CUDA device ordinal with --device cuda; Default: 0
 };
+
+engine::SamplingParams SamplingFromFlags(const GenerateFlags& f) {
+  return {.temperature = f.temperature,
+          .top_p = f.top_p,
+          .top_k = f.top_k,
+          .seed = f.seed,
+          .presence_penalty = f.presence_penalty,
+          .frequency_penalty = f.frequency_penalty};
+}
 
 // `--device cuda`: the same prompt through lib/model_gpu (bf16 weights, paged three-tier KV on
 // the GPU). Greedy only; the sampler runs on the host over logits when --temperature > 0.
@@ -58,9 +71,7 @@ absl::Status RunGenerateGpu(const GenerateFlags& f, const model::Model& m,
   options.kv_budget_bytes = int64_t{1} << 30;
   OSCARKV_ASSIGN_OR_RETURN(auto gpu, model_gpu::GpuModel::Create(m.config(), std::move(weights),
                                                                  factory->tier_config(), options));
-  engine::SamplingParams sampling{.temperature = f.temperature, .seed = f.seed};
-  OSCARKV_RETURN_IF_ERROR(sampling.Validate());
-  engine::Sampler sampler(sampling);
+  engine::Sampler sampler(SamplingFromFlags(f));  // validated in RunGenerate
   const model::Tokenizer& tok = m.tokenizer();
   using Clock = std::chrono::steady_clock;
   std::vector<float> logits;
@@ -95,6 +106,8 @@ absl::Status RunGenerateGpu(const GenerateFlags& f, const model::Model& m,
 }
 
 absl::Status RunGenerate(const GenerateFlags& f) {
+  // Bad sampling flags fail before the model loads.
+  OSCARKV_RETURN_IF_ERROR(SamplingFromFlags(f).Validate());
   OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(f.model));
   model::ModelOptions opts;
   opts.threads = f.threads;
@@ -121,9 +134,7 @@ absl::Status RunGenerate(const GenerateFlags& f) {
   const auto t0 = Clock::now();
   OSCARKV_ASSIGN_OR_RETURN(engine::PrefillResult prefill, engine->Prefill(ids));
   const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  engine::SamplingParams sampling{.temperature = f.temperature, .seed = f.seed};
-  OSCARKV_RETURN_IF_ERROR(sampling.Validate());
-  engine::Sampler sampler(sampling);
+  engine::Sampler sampler(SamplingFromFlags(f));  // validated in RunGenerate
   std::vector<float> logits = std::move(prefill.last_logits);
   model::Sequence* seq = prefill.sequence.get();
   int generated = 0;
@@ -157,6 +168,12 @@ void RegisterGenerateCommand(CLI::App& app, CommandResult& result) {
   cmd->add_option("--max-tokens", flags->max_tokens, "Tokens to generate (default 64)");
   cmd->add_flag("--chat", flags->chat, "Apply the model's chat template to the prompt");
   cmd->add_option("--temperature", flags->temperature, "Sampling temperature; 0 = greedy");
+  cmd->add_option("--top-p", flags->top_p, "Nucleus sampling threshold in (0, 1]; 1 = off");
+  cmd->add_option("--top-k", flags->top_k, "Sample from the k most likely tokens; 0 = off");
+  cmd->add_option("--presence-penalty", flags->presence_penalty,
+                  "OpenAI's presence penalty over the generated tokens, in [-2, 2]");
+  cmd->add_option("--frequency-penalty", flags->frequency_penalty,
+                  "OpenAI's frequency penalty over the generated tokens, in [-2, 2]");
   cmd->add_option("--seed", flags->seed, "Sampling seed");
   cmd->add_option("--threads", flags->threads, "CPU threads (0 = OpenBLAS default)");
   cmd->add_option("--codec", flags->codec,
