@@ -311,6 +311,10 @@ std::optional<ApiError> RejectUnsupportedFeatures(const json& body) {
                      name, "unsupported_value");
     }
   }
+  if (auto it = body.find("suffix");
+      it != body.end() && !it->is_null() && !(it->is_string() && it->get_ref<const std::string&>().empty())) {
+    return Invalid("'suffix' (insertion) is not supported", "suffix", "unsupported_value");
+  }
   if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
     const bool text = it->is_object() && it->value("type", "") == "text";
     if (!text) {

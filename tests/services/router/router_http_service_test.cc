@@ -452,6 +452,8 @@ TEST_F(RouterHttpTest, EveryInvalidRequestGetsAClear4xx) {
       {"functions", chat,
        {{"model", "fake-model"}, {"messages", user}, {"functions", {{{"name", "f"}}}}}, 400,
        "functions", "unsupported_value"},
+      {"suffix", c, {{"model", "fake-model"}, {"prompt", "x"}, {"suffix", "end"}}, 400, "suffix",
+       "unsupported_value"},
       {"response_format json", chat,
        {{"model", "fake-model"}, {"messages", user},
         {"response_format", {{"type", "json_object"}}}},

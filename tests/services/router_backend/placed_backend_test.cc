@@ -469,7 +469,10 @@ TEST_F(PlacedBackendTest, TheDeadlineCapsTheWaitForABusyPrefillWorker) {
   r.deadline = absl::Now() + absl::Milliseconds(200);
   const absl::Time t0 = absl::Now();
   auto out = backend_->Complete(r, [](const router::TokenEvent&) { return true; });
-  ASSERT_TRUE(absl::IsResourceExhausted(out.status())) << out.status();
+  // Busy to the end (429), or, on a loaded machine, the deadline lands inside an attempt's RPC
+  // (504): either way the wait stopped at the deadline.
+  ASSERT_TRUE(absl::IsResourceExhausted(out.status()) || absl::IsDeadlineExceeded(out.status()))
+      << out.status();
   EXPECT_LT(absl::Now() - t0, absl::Milliseconds(700));
 }
 
