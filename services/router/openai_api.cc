@@ -140,7 +140,7 @@ std::optional<ApiError> ReadPrompt(const json& body, std::vector<PromptInput>* p
       return ReadBatchedPrompts(p, prompts);
     }
   }
-  return Invalid("'prompt' must be a string, a list of token ids, or a list of either",
+  return Invalid("'prompt' must be a string, a list of token ids, or a batch of either",
                  "prompt");
 }
 
