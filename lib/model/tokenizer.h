@@ -72,6 +72,8 @@ class Tokenizer {
   PreTokenizer pre_tokenizer() const { return pre_; }
   // True for tokens that end generation: EOS, EOT, <|im_end|>, <|endoftext|>.
   bool IsEndOfGeneration(int32_t id) const;
+  // Those tokens' ids (what IsEndOfGeneration answers true for).
+  const std::vector<int32_t>& end_of_generation_ids() const { return end_ids_; }
   // Id of a token by its exact text, or -1.
   int32_t TokenId(std::string_view text) const;
 

@@ -253,8 +253,9 @@ absl::Status DecodeEngine::Generate(uint64_t id, const GenerateParams& params,
   r.max_new_tokens = params.max_new_tokens;
   r.stop_token_ids = params.stop_token_ids;
   const model::Tokenizer& tok = engine_->model().tokenizer();
-  for (int32_t t = 0; t < vocab && !params.ignore_eos; ++t) {
-    if (tok.IsEndOfGeneration(t)) r.stop_token_ids.push_back(t);
+  if (!params.ignore_eos) {
+    r.stop_token_ids.insert(r.stop_token_ids.end(), tok.end_of_generation_ids().begin(),
+                            tok.end_of_generation_ids().end());
   }
   r.sampling = params.sampling;
   // The sampler has seen first_token (the batcher observes it), so its count is the

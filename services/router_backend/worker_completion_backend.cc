@@ -461,8 +461,9 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   // The tokens that end a completion (not delivered): the request's, and the model's
   // end-of-generation ones unless ignore_eos. min_tokens keeps the prefill off them too.
   std::vector<int32_t> stops(request.stop_token_ids.begin(), request.stop_token_ids.end());
-  for (int32_t t = 0; t < tok.vocab_size() && !request.ignore_eos; ++t) {
-    if (tok.IsEndOfGeneration(t)) stops.push_back(t);
+  if (!request.ignore_eos) {
+    stops.insert(stops.end(), tok.end_of_generation_ids().begin(),
+                 tok.end_of_generation_ids().end());
   }
   auto is_stop = [&](int32_t t) { return std::find(stops.begin(), stops.end(), t) != stops.end(); };
   if (request.min_tokens > 0) {
