@@ -39,4 +39,15 @@ TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int 
   return out;
 }
 
+void AppendPromptLogprobs(std::span<const int32_t> prompt, int64_t first,
+                          std::span<const float> logits, int64_t vocab, int top_n,
+                          std::vector<TokenLogprobs>* out) {
+  const int64_t rows = static_cast<int64_t>(logits.size()) / vocab;
+  const int64_t scored = std::min<int64_t>(rows, static_cast<int64_t>(prompt.size()) - 1 - first);
+  for (int64_t r = 0; r < scored; ++r) {
+    out->push_back(ComputeLogprobs(logits.subspan(r * vocab, vocab),
+                                   prompt[first + r + 1], top_n));
+  }
+}
+
 }  // namespace oscarkv::engine

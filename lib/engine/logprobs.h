@@ -24,6 +24,15 @@ struct TokenLogprobs {
 // Non-finite logits count as -inf (as in Sampler). The normaliser sums float exps in float64.
 TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int top_n);
 
+// The logprobs of a prompt's own tokens, from one chunk of prefill logits (ServingEngine's
+// ChunkLogitsSink): row r of `logits` ([rows, vocab]) follows prompt position first + r and
+// scores prompt[first + r + 1]; the row after the prompt's last token scores nothing. Appends to
+// `out` in position order, so chunks given in order leave out[i] = the logprobs of prompt[i + 1].
+// Requires logits.size() a multiple of vocab and first + rows <= prompt.size().
+void AppendPromptLogprobs(std::span<const int32_t> prompt, int64_t first,
+                          std::span<const float> logits, int64_t vocab, int top_n,
+                          std::vector<TokenLogprobs>* out);
+
 }  // namespace oscarkv::engine
 
 #endif  // OSCARKV_LIB_ENGINE_LOGPROBS_H_

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -81,6 +82,11 @@ struct PrefillResult {
   int64_t computed_tokens = 0;                // tokens run through the model
 };
 
+// Receives the logits of each computed prefill chunk: `logits` is [rows, vocab], row r the
+// distribution after prompt position first_position + r (so it predicts the token after it).
+using ChunkLogitsSink =
+    std::function<absl::Status(int64_t first_position, std::span<const float> logits)>;
+
 class ServingEngine {
  public:
   // `model` must outlive the engine. Errors of KvCacheFactory::Create; kInvalidArgument for
@@ -108,12 +114,15 @@ class ServingEngine {
   // Prefills `prompt`. `reused`: parsed blocks for a leading run of the prompt's reusable
   // blocks (from the kvstore, in order, keys already matched); any that go past the reuse
   // boundary of this prompt are ignored. `build_sequence`: also rebuild the decode cache from
-  // the blocks (PrefillResult::sequence), as a decode worker would.
+  // the blocks (PrefillResult::sequence), as a decode worker would. `on_chunk_logits` (optional):
+  // every position's logits go there, chunk by chunk (the model's lm head then runs on every
+  // row, not only the last; reused positions have none); its error ends the prefill.
   // @return kInvalidArgument for an empty prompt or bad tokens; kFailedPrecondition when a
   //   reused block does not fit (codec, fingerprints, positions); model errors.
   absl::StatusOr<PrefillResult> Prefill(std::span<const int32_t> prompt,
                                         std::span<const kvformat::BlockView> reused = {},
-                                        bool build_sequence = true) const;
+                                        bool build_sequence = true,
+                                        const ChunkLogitsSink* on_chunk_logits = nullptr) const;
 
   // Rebuilds a sequence from ALL of a prompt's blocks (as Prefill produced them, in order):
   // the result decodes exactly like PrefillResult::sequence.

@@ -411,8 +411,14 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
   RmsNormTo(x_out, weights_.output_norm.data(), out_rows, dm, eps, h.data());
   logits->resize(out_rows * c.vocab_size);
   static const std::vector<float> kNoBias;
-  Lin(weights_.output_matrix(), weights_.q_output, kNoBias, h.data(), out_rows, dm, c.vocab_size,
-      logits->data(), quant);
+  // The last row goes through the same one-row product as without all_logits, so that asking for
+  // every row does not move the next token's distribution by a rounding.
+  if (out_rows > 1) {
+    Lin(weights_.output_matrix(), weights_.q_output, kNoBias, h.data(), out_rows - 1, dm,
+        c.vocab_size, logits->data(), quant);
+  }
+  Lin(weights_.output_matrix(), weights_.q_output, kNoBias, h.data() + (out_rows - 1) * dm, 1, dm,
+      c.vocab_size, logits->data() + (out_rows - 1) * c.vocab_size, quant);
   return absl::OkStatus();
 }
 

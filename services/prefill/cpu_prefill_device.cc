@@ -1,4 +1,5 @@
 // The CPU prefill device: ServingEngine::Prefill.
+#include <algorithm>
 #include <utility>
 
 #include "lib/base/status_macros.h"
@@ -18,11 +19,22 @@ class CpuPrefillDevice final : public PrefillDevice {
 
   absl::StatusOr<DevicePrefillResult> Prefill(std::span<const int32_t> prompt,
                                               std::span<const kvformat::BlockView> reused,
-                                              bool /*want_packed: never offered*/) override {
+                                              const DevicePrefillOptions& options) override {
+    // (want_packed: never offered.)
+    DevicePrefillResult out;
+    const int top_n = options.prompt_logprobs;
+    const int64_t vocab = engine_->model().config().vocab_size;
+    const engine::ChunkLogitsSink sink = [&](int64_t first, std::span<const float> logits) {
+      engine::AppendPromptLogprobs(prompt, first, logits, vocab, top_n, &out.prompt_logprobs);
+      return absl::OkStatus();
+    };
+    if (top_n >= 0) {
+      reused = {};  // every position needs its logits
+      out.prompt_logprobs.reserve(prompt.size() - std::min<size_t>(prompt.size(), 1));
+    }
     OSCARKV_ASSIGN_OR_RETURN(
         engine::PrefillResult r,
-        engine_->Prefill(prompt, reused, /*build_sequence=*/false));
-    DevicePrefillResult out;
+        engine_->Prefill(prompt, reused, /*build_sequence=*/false, top_n >= 0 ? &sink : nullptr));
     out.last_logits = std::move(r.last_logits);
     out.blocks = std::move(r.blocks);
     out.reused_tokens = r.reused_tokens;

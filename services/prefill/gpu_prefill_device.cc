@@ -67,9 +67,15 @@ class GpuPrefillDevice final : public PrefillDevice {
 
   absl::StatusOr<DevicePrefillResult> Prefill(std::span<const int32_t> prompt,
                                               std::span<const kvformat::BlockView> reused,
-                                              bool want_packed) override {
+                                              const DevicePrefillOptions& options) override {
+    if (options.prompt_logprobs >= 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          "prompt logprobs (echo with logprobs) are computed by CPU prefill workers only; this "
+          "worker prefills on ", name()));
+    }
     if (!options_.one_pass) return PrefillChunked(prompt, reused);
-    return want_packed && offers_packed_kv() ? PrefillPacked(prompt) : PrefillOnePass(prompt);
+    return options.want_packed && offers_packed_kv() ? PrefillPacked(prompt)
+                                                     : PrefillOnePass(prompt);
   }
 
   int Sweep() override {

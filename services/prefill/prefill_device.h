@@ -1,7 +1,8 @@
 // Where a prefill worker runs the model over a prompt: on the CPU (ServingEngine's chunked
 // prefill over the stored prefix) or on a GPU (GpuModel's one-pass prefill, the pages cut into
 // blocks by model_gpu::BlocksFromPackedKv). Either way the output is the prompt's kvformat blocks,
-// cut as ServingEngine cuts them, and the last position's logits.
+// cut as ServingEngine cuts them, and the last position's logits (on the CPU, when asked, the
+// logprobs of the prompt's own tokens too).
 #ifndef OSCARKV_SERVICES_PREFILL_PREFILL_DEVICE_H_
 #define OSCARKV_SERVICES_PREFILL_PREFILL_DEVICE_H_
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "lib/engine/logprobs.h"
 #include "lib/engine/serving_engine.h"
 #include "lib/kvformat/block.h"
 #include "lib/kvformat/block_key.h"
@@ -32,8 +34,19 @@ struct PackedKvHandoff {
   double pack_seconds = 0;        // packing + checksum on the device
 };
 
+struct DevicePrefillOptions {
+  // Hand the KV over as a PackedKvHandoff instead of blocks (when offers_packed_kv()).
+  bool want_packed = false;
+  // >= 0: fill DevicePrefillResult::prompt_logprobs, with this many alternatives (<= 20); every
+  // prompt token is then computed (`reused` blocks are not used). -1 = off.
+  int prompt_logprobs = -1;
+};
+
 struct DevicePrefillResult {
   std::vector<float> last_logits;             // [vocab]
+  // With DevicePrefillOptions::prompt_logprobs: entry i scores prompt[i + 1] after prompt[0..i]
+  // (prompt.size() - 1 entries; the first token has no context).
+  std::vector<engine::TokenLogprobs> prompt_logprobs;
   std::vector<engine::SequenceBlock> blocks;  // ALL the prompt's blocks (empty with `packed`)
   std::optional<PackedKvHandoff> packed;      // set when asked for and offered
   int64_t reused_tokens = 0;                  // taken from `reused` blocks
@@ -59,11 +72,12 @@ class PrefillDevice {
   // whose transfer backend reaches GPU memory, in one-pass mode).
   virtual bool offers_packed_kv() const { return false; }
   // Prefills `prompt`; `reused` as ServingEngine::Prefill takes it (ignored when
-  // !shares_kvstore()). With `want_packed` and offers_packed_kv(), the result holds `packed`
-  // instead of blocks. @return ServingEngine::Prefill's errors, device and transfer errors.
+  // !shares_kvstore()). With options.want_packed and offers_packed_kv(), the result holds
+  // `packed` instead of blocks. @return ServingEngine::Prefill's errors, device and transfer
+  // errors; kUnimplemented for prompt logprobs on a device that does not compute them (GPU).
   virtual absl::StatusOr<DevicePrefillResult> Prefill(std::span<const int32_t> prompt,
                                                       std::span<const kvformat::BlockView> reused,
-                                                      bool want_packed = false) = 0;
+                                                      const DevicePrefillOptions& options) = 0;
   // Drops expired packed handoffs; returns how many.
   virtual int Sweep() { return 0; }
 };

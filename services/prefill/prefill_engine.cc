@@ -147,8 +147,11 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   // 1. Prefix lookup and fetch.
   auto t0 = std::chrono::steady_clock::now();
   Prefix prefix;
+  if (params.prompt_logprobs && params.logprobs < 0) {
+    return absl::InvalidArgumentError("prompt logprobs need logprobs (top_logprobs) set");
+  }
   const bool use_store = params.use_kvstore && store_ != nullptr && device_->shares_kvstore();
-  if (use_store) {
+  if (use_store && !params.prompt_logprobs) {
     const std::vector<kvformat::BlockKey> keys = device_->ReusableKeys(params.tokens);
     if (!keys.empty()) {
       absl::StatusOr<Prefix> p = FetchPrefix(params, keys);
@@ -165,14 +168,16 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
 
   // 2. Prefill the rest.
   t0 = std::chrono::steady_clock::now();
-  const bool want_packed = params.want_packed && params.push_to.empty();
+  DevicePrefillOptions device_options;
+  device_options.want_packed = params.want_packed && params.push_to.empty();
+  device_options.prompt_logprobs = params.prompt_logprobs ? params.logprobs : -1;
   absl::StatusOr<DevicePrefillResult> result =
-      device_->Prefill(params.tokens, prefix.views, want_packed);
+      device_->Prefill(params.tokens, prefix.views, device_options);
   if (!result.ok() && !prefix.views.empty()) {
     LOG(WARNING) << params.request_id << ": reused blocks refused (" << result.status()
                  << "), computing in full";
     prefix.views.clear();
-    result = device_->Prefill(params.tokens, {}, want_packed);
+    result = device_->Prefill(params.tokens, {}, device_options);
   }
   if (!result.ok()) {
     metrics_->failures_total.Increment();
@@ -181,6 +186,7 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   out.timings.compute_seconds = Since(t0);
   out.reused_tokens = result->reused_tokens;
   out.computed_tokens = result->computed_tokens;
+  out.prompt_logprobs = std::move(result->prompt_logprobs);
 
   // 3. Stage all blocks for the decode worker; publish the reusable ones to the store. A packed
   // handoff replaces the blocks (its device keeps the bytes).

@@ -52,12 +52,19 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
     }
     p.logprobs = static_cast<int>(req->top_logprobs());
   }
+  if (req->prompt_logprobs() && !req->logprobs()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prompt_logprobs needs logprobs");
+  }
+  p.prompt_logprobs = req->prompt_logprobs();
   absl::StatusOr<PrefillOutput> out = engine_->Prefill(p);
   if (!out.ok()) return rpc::ToGrpcStatus(out.status());
   resp->set_request_id(req->request_id());
   resp->set_first_token(static_cast<uint32_t>(out->first_token));
   if (out->first_token_logprobs) {
     rpc::ToProto(*out->first_token_logprobs, resp->mutable_first_token_logprobs());
+  }
+  for (const engine::TokenLogprobs& t : out->prompt_logprobs) {
+    rpc::ToProto(t, resp->add_prompt_logprobs());
   }
   resp->set_reused_tokens(static_cast<uint32_t>(out->reused_tokens));
   for (size_t i = 0; i < out->staged.blocks.size(); ++i) {

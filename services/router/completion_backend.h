@@ -45,7 +45,8 @@ struct CompletionRequest {
   std::string request_id;            // unique per router process, e.g. "cmpl-5f0c..."
   std::string model;                 // one of the ids Models() returned
   std::vector<int32_t> prompt_token_ids;  // the tokenized prompt (from Tokenize), never empty
-  int max_tokens = 16;               // >= 1; prompt + max_tokens <= the model's context length
+  int max_tokens = 16;               // >= 1 (>= 0 with echo); prompt + max_tokens <= the
+                                     // model's context length
   double temperature = 1.0;          // [0, 2]; 0 means greedy
   double top_p = 1.0;                // (0, 1]
   int top_k = 0;                     // >= 0; 0 = off
@@ -59,6 +60,10 @@ struct CompletionRequest {
   std::vector<std::string> stop;     // up to 4 stop strings; the backend stops after a match
   int logprobs = -1;                 // >= 0: set TokenEvent::logprob, with this many (<= 20)
                                      // alternatives; -1 = off
+  // Deliver the prompt first: one TokenEvent with `prompt` set per prompt token (its text
+  // detokenized, no stop strings applied; with logprobs, each scored after the tokens before
+  // it, the first unscored), then the generated tokens. /v1/completions' echo.
+  bool echo = false;
   std::string session_id;            // Continuum program id ("" when none); see ARCHITECTURE §5
   std::string codec;                 // KV codec name (config default or an allowed override)
   absl::Time deadline = absl::InfiniteFuture();  // the backend returns kDeadlineExceeded after it
@@ -76,14 +81,18 @@ struct TokenLogprob {
   double logprob = 0;
   std::vector<TokenAlternative> top;  // the most likely tokens, most likely first
   int32_t token_id = 0;
+  bool scored = true;  // false: an echoed prompt's first token, which nothing predicts
+                       // (logprob and top unset; JSON null)
 };
 
-// One generated token. `text` is the detokenized piece to append to the output (may be empty for
-// a token that completes a multi-byte character later; pieces concatenate to valid UTF-8).
+// One generated token, or with `prompt` an echoed prompt token. `text` is the detokenized piece
+// to append to the output (may be empty for a token that completes a multi-byte character
+// later; pieces concatenate to valid UTF-8).
 struct TokenEvent {
   int32_t token_id = 0;
   std::string text;
   std::optional<TokenLogprob> logprob;  // when the request asked for logprobs
+  bool prompt = false;  // an echoed prompt token (CompletionRequest::echo), not generated
 };
 
 // Why generation ended.
@@ -91,12 +100,12 @@ enum class FinishReason { kStop, kLength };
 
 struct CompletionOutcome {
   FinishReason finish_reason = FinishReason::kLength;  // kStop: EOS or stop string; kLength: max_tokens
-  int completion_tokens = 0;                           // tokens delivered through the callback
+  int completion_tokens = 0;  // generated tokens delivered through the callback (not echoed ones)
 };
 
-// Called once per generated token, in order, never concurrently for one request. Returns false
-// when the consumer is gone (client disconnected, deadline passed): the backend must then stop
-// generating and return kCancelled (or kDeadlineExceeded) soon.
+// Called once per generated (or echoed) token, in order, never concurrently for one request.
+// Returns false when the consumer is gone (client disconnected, deadline passed): the backend
+// must then stop generating and return kCancelled (or kDeadlineExceeded) soon.
 using TokenCallback = std::function<bool(const TokenEvent&)>;
 
 // A served model, as listed by /v1/models.
@@ -121,7 +130,8 @@ class CompletionBackend {
                                                         const PromptInput& prompt) = 0;
 
   //! Generates up to request.max_tokens tokens after request.prompt_token_ids, calling
-  //! `on_token` for each one. Blocks until generation ends. Must honour request.deadline.
+  //! `on_token` for each one (after the prompt's tokens, with request.echo). Blocks until
+  //! generation ends. Must honour request.deadline.
   //! @return the outcome, or kCancelled (callback returned false), kDeadlineExceeded,
   //! kUnavailable (no worker could take it; retryable), kResourceExhausted (overloaded),
   //! kInvalidArgument (request rejected by a worker), kInternal.

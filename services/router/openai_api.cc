@@ -49,7 +49,8 @@ std::optional<ApiError> ReadNumber(const json& body, const char* name, double lo
   return std::nullopt;
 }
 
-std::optional<ApiError> ReadMaxTokens(const json& body, const char* name, int limit,
+// `echo`: 0 is allowed too (the prompt back, nothing generated).
+std::optional<ApiError> ReadMaxTokens(const json& body, const char* name, int limit, bool echo,
                                       std::optional<int>* out) {
   auto it = body.find(name);
   if (it == body.end() || it->is_null()) return std::nullopt;
@@ -57,10 +58,26 @@ std::optional<ApiError> ReadMaxTokens(const json& body, const char* name, int li
     return Invalid(absl::StrCat("'", name, "' must be an integer"), name);
   }
   const int64_t v = it->get<int64_t>();
-  if (v < 1 || v > limit) {
-    return Invalid(absl::StrCat("'", name, "' must be in [1, ", limit, "], got ", v), name);
+  const int least = echo ? 0 : 1;
+  if (v < least || v > limit) {
+    return Invalid(absl::StrCat("'", name, "' must be in [", least, ", ", limit, "], got ", v,
+                                v == 0 ? " (0 only with echo)" : ""),
+                   name);
   }
   *out = static_cast<int>(v);
+  return std::nullopt;
+}
+
+// /v1/completions' echo (a boolean; null = false). Chat has none in OpenAI's API (vLLM's chat
+// echo, of the last message, is not supported).
+std::optional<ApiError> ReadEcho(const json& body, Endpoint endpoint, bool* out) {
+  auto it = body.find("echo");
+  if (it == body.end() || it->is_null() || *it == false) return std::nullopt;
+  if (endpoint == Endpoint::kChatCompletions) {
+    return Invalid("'echo' is not supported on chat completions", "echo", "unsupported_value");
+  }
+  if (!it->is_boolean()) return Invalid("'echo' must be a boolean", "echo");
+  *out = true;
   return std::nullopt;
 }
 
@@ -249,13 +266,18 @@ json LogprobsJson(Endpoint endpoint, const ResponseLogprobs& logprobs) {
     for (size_t i = 0; i < logprobs.tokens.size(); ++i) {
       const TokenLogprob& t = logprobs.tokens[i];
       tokens.push_back(name(t.piece, t.token_id));
+      offsets.push_back(i < logprobs.text_offsets.size() ? logprobs.text_offsets[i] : 0);
+      if (!t.scored) {
+        token_logprobs.push_back(nullptr);
+        top.push_back(nullptr);
+        continue;
+      }
       token_logprobs.push_back(FiniteLogprob(t.logprob));
       json alternatives = json::object();
       for (const TokenAlternative& a : t.top) {
         alternatives[name(a.piece, a.token_id)] = FiniteLogprob(a.logprob);
       }
       top.push_back(std::move(alternatives));
-      offsets.push_back(i < logprobs.text_offsets.size() ? logprobs.text_offsets[i] : 0);
     }
     return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top},
             {"text_offset", offsets}};
@@ -477,9 +499,13 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
   req.model = model->get<std::string>();
   std::optional<ApiError> e = endpoint == Endpoint::kCompletions ? ReadPrompt(body, &req.prompts)
                                                                  : ReadMessages(body, &req.prompts);
-  if (!e) e = ReadMaxTokens(body, "max_tokens", limits.max_tokens_limit, &req.max_tokens);
+  if (!e) e = ReadEcho(body, endpoint, &req.echo);
+  if (!e) {
+    e = ReadMaxTokens(body, "max_tokens", limits.max_tokens_limit, req.echo, &req.max_tokens);
+  }
   if (!e && endpoint == Endpoint::kChatCompletions && !req.max_tokens) {
-    e = ReadMaxTokens(body, "max_completion_tokens", limits.max_tokens_limit, &req.max_tokens);
+    e = ReadMaxTokens(body, "max_completion_tokens", limits.max_tokens_limit, false,
+                      &req.max_tokens);
   }
   if (!e) e = ReadNumber(body, "temperature", 0, false, 2, &req.temperature);
   if (!e) e = ReadNumber(body, "top_p", 0, true, 1, &req.top_p);
@@ -522,10 +548,6 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
   }
   if (std::optional<ApiError> e = RejectUnsupportedFeatures(body)) {
     r.error = e;
-    return r;
-  }
-  if (auto it = body.find("echo"); it != body.end() && !it->is_null() && *it != false) {
-    r.error = Invalid("'echo' is not supported", "echo", "unsupported_value");
     return r;
   }
   if (std::optional<ApiError> e = ReadLogprobs(body, endpoint, &req.logprobs)) {

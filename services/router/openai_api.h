@@ -8,8 +8,8 @@
 //   max_completion_tokens, temperature [0,2], top_p (0,1], presence_penalty and
 //   frequency_penalty [-2,2], logit_bias (token id -> [-100,100]), n [1,16], best_of (only = n),
 //   stream, stream_options.include_usage, stop (string or up to 4 strings), seed, logprobs
-//   (completions: integer [0,20]; chat: boolean, with top_logprobs [0,20]), echo (only false),
-//   user. Rejected as unsupported: non-empty tools / functions (unless tool_choice "none"),
+//   (completions: integer [0,20]; chat: boolean, with top_logprobs [0,20]), echo (completions;
+//   max_tokens may then be 0), user. Rejected as unsupported: non-empty tools / functions (unless tool_choice "none"),
 //   tool_choice other than none / auto, response_format other than text, a non-empty suffix.
 //   Extensions: session_id (string; also header X-Session-Id), codec (string); as in vLLM:
 //   top_k (integer >= -1; -1 and 0 = off), return_tokens_as_token_ids, ignore_eos (booleans),
@@ -52,7 +52,9 @@ struct ApiRequest {
   // One prompt, or several (/v1/completions' batched prompts: a list of strings or of token-id
   // lists); choice i * n + j of the response is prompt i's j-th completion.
   std::vector<PromptInput> prompts;
-  std::optional<int> max_tokens;  // absent → config default, clipped to the context
+  std::optional<int> max_tokens;  // absent → config default, clipped to the context; 0 only
+                                  // with echo
+  bool echo = false;              // completions: the prompt comes back before the completion
   double temperature = 1.0;
   double top_p = 1.0;
   int top_k = 0;  // 0 = off
@@ -112,7 +114,8 @@ struct Usage {
 };
 
 // The logprobs of a response's tokens (or of one stream chunk's), each with the offset of its
-// text in the completion, in characters (/v1/completions' text_offset).
+// text in the choice's text (the echoed prompt's included), in characters (/v1/completions'
+// text_offset).
 struct ResponseLogprobs {
   std::vector<TokenLogprob> tokens;
   std::vector<int> text_offsets;  // parallel to tokens
@@ -123,7 +126,8 @@ struct ResponseLogprobs {
 // null when `logprobs` is nullptr, else in the endpoint's shape: for /v1/completions {tokens,
 // token_logprobs, top_logprobs (objects in order, most likely first), text_offset}, for chat
 // {content: [{token, logprob, bytes, top_logprobs}], refusal}. A -inf logprob is written as
-// -9999.0 (JSON has no infinity).
+// -9999.0 (JSON has no infinity); an unscored token (an echoed prompt's first) has null
+// token_logprobs and top_logprobs entries.
 std::string CompletionBody(const ResponseMeta& meta, const std::string& text, FinishReason reason,
                            const Usage& usage, const ResponseLogprobs* logprobs = nullptr);
 // The same with several choices (`n`), indexed 0, 1, ... in order.

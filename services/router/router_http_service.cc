@@ -126,7 +126,8 @@ struct Exchange {
   bool stream = false;
   bool want_logprobs = false;
   bool tokens_as_ids = false;
-  int completion_tokens = 0;  // all choices
+  int completion_tokens = 0;  // all choices, generated tokens only
+  int delivered = 0;          // all choices, echoed prompt tokens included
   std::optional<absl::Time> first_token_at;
   absl::Time last_token_at;
   bool finished = false;  // tracker and metrics have seen the end
@@ -359,6 +360,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   base.stop_token_ids = api.stop_token_ids;
   base.stop = api.stop;
   base.logprobs = api.logprobs;
+  base.echo = api.echo;
   base.session_id = api.session_id;
   base.codec = api.codec.empty() ? options_.default_codec : api.codec;
   base.deadline = x.deadline;
@@ -404,13 +406,16 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   // (By value: the streaming provider runs it after this handler has returned.)
   auto absorb = [this, start_later](Exchange& x, News& news) {
     for (auto& [choice, t] : news.tokens) {
-      const absl::Time now = absl::Now();
-      if (auto ttft = tracker_->OnToken(x.id)) {
-        metrics_->ObserveTimeToFirstToken(absl::ToDoubleSeconds(*ttft));
-        x.first_token_at = now;
+      ++x.delivered;
+      if (!t.prompt) {
+        const absl::Time now = absl::Now();
+        if (auto ttft = tracker_->OnToken(x.id)) {
+          metrics_->ObserveTimeToFirstToken(absl::ToDoubleSeconds(*ttft));
+          x.first_token_at = now;
+        }
+        x.last_token_at = now;
+        ++x.completion_tokens;
       }
-      x.last_token_at = now;
-      ++x.completion_tokens;
       Exchange::Choice& c = x.choices[choice];
       const int offset = c.text_chars;
       c.text_chars += Utf8Chars(t.text);
@@ -424,7 +429,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
           c.logprobs.text_offsets.push_back(offset);
         }
       }
-      start_later(x, choice);
+      if (!t.prompt) start_later(x, choice);
     }
     for (auto& [choice, outcome] : news.ended) {
       --x.running;
@@ -459,7 +464,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
 
   // Wait for the first token (streaming) or the end (non-streaming); errors before any token
   // get a proper HTTP status.
-  while (!x.done() && (!api.stream || x.completion_tokens == 0)) {
+  while (!x.done() && (!api.stream || x.delivered == 0)) {
     News news;
     if (!WaitForNews(*x.run, x.deadline, &news)) {
       const absl::Status s = TimeoutStatus(options_.request_timeout);
@@ -469,7 +474,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
     }
     absorb(x, news);
   }
-  if (x.failed && (x.completion_tokens == 0 || !api.stream)) {
+  if (x.failed && (x.delivered == 0 || !api.stream)) {
     const ApiError e = ApiErrorFromStatus(*x.failed);
     SendError(res, e);
     finish(x, *x.failed, e.http_status);

@@ -8,7 +8,9 @@
 // whitespace-separated words in order, one word per token, separated by single spaces: "Say
 // this is a test" with max_tokens 3 gives "Say this is" (finish "length"); with max_tokens >= 5,
 // "Say this is a test" (finish "stop"). The echo is certain: with logprobs each token has
-// logprob 0 and its only alternative is itself. Model id "oscarkv-echo", context 4096 tokens.
+// logprob 0 and its only alternative is itself. With `echo`, the prompt comes first, one token
+// per byte (the text of a multi-byte character with its last byte), each certain but the first
+// (unscored). Model id "oscarkv-echo", context 4096 tokens.
 // Thread-safe.
 #ifndef OSCARKV_SERVICES_ROUTER_TESTING_ECHO_BACKEND_H_
 #define OSCARKV_SERVICES_ROUTER_TESTING_ECHO_BACKEND_H_

@@ -478,6 +478,34 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     preq.set_logprobs(true);
     preq.set_top_logprobs(static_cast<uint32_t>(request.logprobs));
   }
+  // Echo: the prompt's tokens go out first (not counted as generated), after the prefill, which
+  // scores them when logprobs are asked for. Echo alone with max_tokens 0 needs no worker.
+  const bool echo_scored = request.echo && request.logprobs >= 0;
+  preq.set_prompt_logprobs(echo_scored);
+  auto echo_prompt = [&](const pv1::PrefillResponse* scores) -> absl::Status {
+    const std::vector<int32_t>& prompt = request.prompt_token_ids;
+    if (scores != nullptr &&
+        scores->prompt_logprobs_size() + 1 != static_cast<int>(prompt.size())) {
+      return absl::InternalError(absl::StrCat("the prefill scored ", scores->prompt_logprobs_size(),
+                                              " prompt tokens, expected ", prompt.size() - 1));
+    }
+    TextEmitter text(&tok, {});
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      router::TokenEvent ev{prompt[i], text.Push(prompt[i]), std::nullopt, /*prompt=*/true};
+      if (i + 1 == prompt.size()) ev.text += text.Flush();
+      if (scores != nullptr) {
+        ev.logprob = i == 0 ? router::TokenLogprob{tok.TokenToPiece(prompt[0]), 0, {}, prompt[0],
+                                                   /*scored=*/false}
+                            : ToTokenLogprob(tok, prompt[i], scores->prompt_logprobs(i - 1));
+      }
+      if (!on_token(ev)) return absl::CancelledError("consumer gone");
+    }
+    return absl::OkStatus();
+  };
+  if (request.echo && !echo_scored && request.max_tokens == 0) {
+    OSCARKV_RETURN_IF_ERROR(echo_prompt(nullptr));
+    return outcome;  // kLength, nothing generated
+  }
   absl::StatusOr<Prefilled> prefilled = impl_->PlaceAndPrefill(request, preq);
   if (!prefilled.ok()) return prefilled.status();
   Route& route = *prefilled->route;
@@ -498,6 +526,16 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     impl_->last = trace;
   };
 
+  if (request.echo) {
+    if (absl::Status s = echo_prompt(echo_scored ? &presp : nullptr); !s.ok()) {
+      record();
+      return s;
+    }
+    if (request.max_tokens == 0) {
+      record();
+      return outcome;  // kLength, nothing generated
+    }
+  }
   const int32_t first = static_cast<int32_t>(presp.first_token());
   if (is_stop(first)) {
     outcome.finish_reason = router::FinishReason::kStop;
@@ -545,6 +583,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     LOG(WARNING) << request.request_id << ": packed KV handoff to " << route.decode_id
                  << " failed (" << started << "), prefilling again with blocks";
     preq.set_offer_packed_kv(false);
+    preq.set_prompt_logprobs(false);  // already delivered
     pv1::PrefillResponse again;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, request.deadline);

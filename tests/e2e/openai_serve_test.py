@@ -8,6 +8,7 @@ every ```python example there (run with OSCARKV_URL set to this server).
 Exit code 0 = pass; 77 = skipped (no model or no openai package).
 """
 import argparse
+import math
 import os
 import re
 import subprocess
@@ -146,11 +147,57 @@ def run_client_checks(url):
     print(f"logprobs: {list(zip(lp.tokens, [round(x, 3) for x in lp.token_logprobs]))}, "
           f"{checked} checked against the prefill")
 
+    # echo with logprobs (what lm-eval-harness sends for loglikelihood: token-id prompts,
+    # max_tokens 0 or 1): the prompt comes back with every token scored but the first, by the
+    # prefill; the tokens the decode worker generated score the same when sent back as prompt.
+    as_ids = {"return_tokens_as_token_ids": True}
+    ids_out = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0,
+                                        logprobs=0, extra_body=as_ids).choices[0].logprobs
+    prompt_ids = [int(t.split(":")[1]) for t in client.completions.create(
+        model=model, prompt=prompt, max_tokens=0, echo=True, logprobs=0,
+        extra_body=as_ids).choices[0].logprobs.tokens]
+    assert len(prompt_ids) == base.usage.prompt_tokens, (prompt_ids, base.usage)
+    gen_ids = [int(t.split(":")[1]) for t in ids_out.tokens]
+    scored = client.completions.create(model=model, prompt=prompt_ids + gen_ids, max_tokens=1,
+                                       echo=True, logprobs=1, temperature=0)
+    slp = scored.choices[0].logprobs
+    n_ctx = len(prompt_ids)
+    assert scored.usage.prompt_tokens == n_ctx + 6 and scored.usage.completion_tokens == 1
+    assert len(slp.tokens) == n_ctx + 7 and slp.token_logprobs[0] is None, slp
+    assert slp.top_logprobs[0] is None
+    assert scored.choices[0].text.startswith(prompt + lp_out.choices[0].text), scored.choices[0]
+    echo_diffs = [abs(a - b) for a, b in zip(slp.token_logprobs[n_ctx:n_ctx + 6],
+                                             ids_out.token_logprobs)]
+    assert max(echo_diffs) < 0.05, (slp.token_logprobs[n_ctx:], ids_out.token_logprobs)
+    offsets = [len("".join(slp.tokens[:i])) for i in range(len(slp.tokens))]
+    assert slp.text_offset == offsets, (slp.text_offset, offsets)
+    # A prompt over several prefill chunks (256 tokens): later chunks attend to earlier ones in
+    # the codec's stored form. Every position is computed (no stored prefix), so a repeat gives
+    # the same numbers, and the stream gives them too.
+    with open(os.path.join(REPO, "data/text/austen/emma.txt"), encoding="utf-8") as f:
+        long_prompt = f.read()[30000:33000]
+    def echo_long(**extra):
+        return client.completions.create(model=model, prompt=long_prompt, max_tokens=0, echo=True,
+                                         logprobs=2, **extra)
+    long1, long2 = echo_long(), echo_long()
+    l1 = long1.choices[0].logprobs
+    assert long1.choices[0].text == long_prompt and long1.usage.completion_tokens == 0
+    assert len(l1.tokens) == long1.usage.prompt_tokens > 600, long1.usage
+    assert l1.token_logprobs == long2.choices[0].logprobs.token_logprobs
+    assert all(len(t) == 2 and max(t.values()) >= v for t, v in
+               zip(l1.top_logprobs[1:], l1.token_logprobs[1:])), "alternatives out of order"
+    streamed = [v for ch in echo_long(stream=True) if ch.choices[0].logprobs
+                for v in ch.choices[0].logprobs.token_logprobs]
+    assert streamed == l1.token_logprobs
+    ppl = math.exp(-sum(l1.token_logprobs[1:]) / (len(l1.tokens) - 1))
+    assert 3 < ppl < 60, ppl
+    print(f"echo: generated tokens rescored within {max(echo_diffs):.4f} nats; "
+          f"{len(l1.tokens)}-token prompt perplexity {ppl:.2f}")
+
     # logit_bias -100 bans a token: the first (sampled by the prefill worker) and a later one
     # (sampled by the decode worker) give way to their runners-up. Logprobs stay the model's own
     # (raw), so the runner-up reads what it read before. Ids through vLLM's
     # return_tokens_as_token_ids.
-    as_ids = {"return_tokens_as_token_ids": True}
     ids = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0,
                                     logprobs=2, extra_body=as_ids).choices[0].logprobs
     assert all(t.startswith("token_id:") for t in ids.tokens), ids.tokens

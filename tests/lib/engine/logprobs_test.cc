@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -68,6 +69,33 @@ TEST(Logprobs, TopIsASortsPrefixEvenWithManyTies) {
     ASSERT_EQ(lp.top.size(), static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) ASSERT_EQ(lp.top[i].first, ids[i]) << "n " << n << " rank " << i;
   }
+}
+
+// A prompt's own tokens scored chunk by chunk: row r of a chunk starting at `first` scores the
+// token after position first + r; the row after the last token scores nothing.
+TEST(PromptLogprobs, EachRowScoresTheNextPromptTokenAndTheLastRowNothing) {
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+  constexpr int64_t kVocab = 6;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  std::vector<float> logits(prompt.size() * kVocab);
+  for (float& x : logits) x = d(rng);
+  std::vector<TokenLogprobs> out;
+  const std::span<const float> all(logits);
+  AppendPromptLogprobs(prompt, 0, all.first(3 * kVocab), kVocab, 2, &out);  // rows 0-2
+  ASSERT_EQ(out.size(), 3u);
+  AppendPromptLogprobs(prompt, 3, all.subspan(3 * kVocab), kVocab, 2, &out);  // rows 3-4
+  ASSERT_EQ(out.size(), prompt.size() - 1);
+  for (size_t i = 0; i + 1 < prompt.size(); ++i) {
+    const TokenLogprobs want = ComputeLogprobs(all.subspan(i * kVocab, kVocab), prompt[i + 1], 2);
+    EXPECT_EQ(out[i].token, prompt[i + 1]) << i;
+    EXPECT_EQ(out[i].logprob, want.logprob) << i;
+    EXPECT_EQ(out[i].top, want.top) << i;
+  }
+  // A one-token prompt has nothing to score.
+  out.clear();
+  AppendPromptLogprobs(std::span(prompt).first(1), 0, all.first(kVocab), kVocab, 0, &out);
+  EXPECT_TRUE(out.empty());
 }
 
 }  // namespace

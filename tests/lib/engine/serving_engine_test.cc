@@ -158,6 +158,77 @@ TEST_F(ServingEngineTest, Bf16CodecMatchesTheModelsPromptForward) {
                 prefill->last_logits.begin());
 }
 
+// Every computed position's logits reach the sink, chunk by chunk; with the BF16 codec they are
+// the model's one-pass prompt forward at each position (the Bf16 test's budget at 99% of the
+// positions, 4x it at every one), the last row is last_logits exactly, and reused positions have
+// none. A sink's error ends the prefill.
+TEST_F(ServingEngineTest, ChunkLogitsSinkSeesEveryComputedPosition) {
+  auto engine = ServingEngine::Create(model_, {.codec = "bf16"});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<int32_t> prompt = Text(9000, 600);
+  const int64_t vocab = model_->config().vocab_size;
+  std::vector<int64_t> starts;
+  std::vector<float> rows;
+  const ChunkLogitsSink sink = [&](int64_t first, std::span<const float> logits) {
+    EXPECT_EQ(first, static_cast<int64_t>(rows.size()) / vocab);
+    starts.push_back(first);
+    rows.insert(rows.end(), logits.begin(), logits.end());
+    return absl::OkStatus();
+  };
+  auto prefill = (*engine)->Prefill(prompt, {}, /*build_sequence=*/false, &sink);
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  EXPECT_EQ(starts, (std::vector<int64_t>{0, 256, 512}));
+  ASSERT_EQ(rows.size(), prompt.size() * vocab);
+  EXPECT_TRUE(std::equal(prefill->last_logits.begin(), prefill->last_logits.end(),
+                         rows.end() - vocab));
+  auto plain = (*engine)->Prefill(prompt, {}, /*build_sequence=*/false);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->last_logits, prefill->last_logits);  // all rows or one: the same last row
+  auto forward = model_->Forward(prompt);
+  ASSERT_TRUE(forward.ok());
+  int argmax_differs = 0, over_budget = 0;
+  for (size_t p = 0; p < prompt.size(); ++p) {
+    const float* want = forward->data() + p * vocab;
+    const float* got = rows.data() + p * vocab;
+    float max_diff = 0, max_abs = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      max_diff = std::max(max_diff, std::abs(want[i] - got[i]));
+      max_abs = std::max(max_abs, std::abs(want[i]));
+    }
+    over_budget += max_diff >= 5e-3f * max_abs;
+    EXPECT_LT(max_diff, 2e-2f * max_abs) << "position " << p;
+    argmax_differs += std::max_element(want, want + vocab) - want !=
+                      std::max_element(got, got + vocab) - got;
+  }
+  EXPECT_LE(over_budget, static_cast<int>(prompt.size()) / 100);
+  EXPECT_LE(argmax_differs, 3) << "of " << prompt.size() << " positions (near-ties only)";
+
+  // Reused blocks: only the computed positions reach the sink.
+  auto hadamard = ServingEngine::Create(model_, {.codec = "oscar-hadamard"});
+  ASSERT_TRUE(hadamard.ok());
+  auto first = (*hadamard)->Prefill(prompt);
+  ASSERT_TRUE(first.ok());
+  starts.clear();
+  rows.clear();
+  const std::vector<kvformat::BlockView> stored = Views(first->blocks, /*reusable_only=*/true);
+  const ChunkLogitsSink count = [&](int64_t first_position, std::span<const float> logits) {
+    starts.push_back(first_position);
+    rows.insert(rows.end(), logits.begin(), logits.end());
+    return absl::OkStatus();
+  };
+  auto warm = (*hadamard)->Prefill(prompt, stored, /*build_sequence=*/false, &count);
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_EQ(warm->reused_tokens, 256);
+  EXPECT_EQ(starts, (std::vector<int64_t>{256, 512}));
+  EXPECT_EQ(rows.size(), (prompt.size() - 256) * vocab);
+
+  const ChunkLogitsSink fail = [](int64_t, std::span<const float>) {
+    return absl::DataLossError("sink refused");
+  };
+  EXPECT_EQ((*engine)->Prefill(prompt, {}, false, &fail).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
 TEST_F(ServingEngineTest, RejectsEvaluationOnlyCodecsAndForeignBlocks) {
   EXPECT_EQ(ServingEngine::Create(model_, {.codec = "kivi2"}).status().code(),
             absl::StatusCode::kUnimplemented);

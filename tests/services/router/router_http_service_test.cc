@@ -147,6 +147,54 @@ TEST_F(RouterHttpTest, MaxTokensCutsWithFinishReasonLength) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 2);
 }
 
+// echo: the prompt's text and tokens come first (its first token unscored: null logprobs),
+// text offsets run over both, and usage counts only the generated tokens; max_tokens 0 gives
+// the prompt alone. Streamed, the prompt's tokens are events before the completion's.
+TEST_F(RouterHttpTest, EchoPutsThePromptBeforeTheCompletion) {
+  Start();
+  auto res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "ab"}, {"echo", true},
+                                      {"max_tokens", 2}, {"logprobs", 1}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  const json& choice = j["choices"][0];
+  EXPECT_EQ(choice["text"], "abHello,");
+  EXPECT_EQ(choice["finish_reason"], "length");
+  const json& lp = choice["logprobs"];
+  EXPECT_EQ(lp["tokens"], json({"a", "b", "Hello", ","}));
+  EXPECT_EQ(lp["token_logprobs"][0], nullptr);
+  EXPECT_EQ(lp["top_logprobs"][0], nullptr);
+  EXPECT_EQ(lp["token_logprobs"][1], -0.5);
+  EXPECT_EQ(lp["top_logprobs"][1], json({{"b", -0.5}}));
+  EXPECT_EQ(lp["text_offset"], json({0, 1, 2, 7}));
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 2);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 2);
+  EXPECT_TRUE(backend_->last_request()->echo);
+
+  res = Post("/v1/completions",
+             {{"model", "fake-model"}, {"prompt", "ab"}, {"echo", true}, {"max_tokens", 0}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["text"], "ab");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(backend_->last_request()->max_tokens, 0);
+
+  res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "ab"}, {"echo", true},
+                                 {"max_tokens", 1}, {"stream", true}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::string text;
+  for (const std::string& e : SseEvents(res->body)) {
+    if (e == "[DONE]") continue;
+    const json chunk = json::parse(e);
+    if (!chunk["choices"].empty()) text += chunk["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "abHello");
+  ExpectAllFinished();
+}
+
 TEST_F(RouterHttpTest, ChatNonStreamingShape) {
   Start();
   auto res = Post("/v1/chat/completions",
@@ -469,8 +517,15 @@ TEST_F(RouterHttpTest, EveryInvalidRequestGetsAClear4xx) {
        "stream", ""},
       {"too many stops", c,
        {{"model", "fake-model"}, {"prompt", "x"}, {"stop", {"a", "b", "c", "d", "e"}}}, 400, "stop", ""},
-      {"echo", c, {{"model", "fake-model"}, {"prompt", "x"}, {"echo", true}}, 400, "echo",
-       "unsupported_value"},
+      {"echo on chat", chat, {{"model", "fake-model"}, {"messages", user}, {"echo", true}}, 400,
+       "echo", "unsupported_value"},
+      {"echo not bool", c, {{"model", "fake-model"}, {"prompt", "x"}, {"echo", 1}}, 400, "echo",
+       ""},
+      {"max_tokens 0 without echo", c, {{"model", "fake-model"}, {"prompt", "x"}, {"max_tokens", 0}},
+       400, "max_tokens", ""},
+      {"max_completion_tokens 0", chat,
+       {{"model", "fake-model"}, {"messages", user}, {"max_completion_tokens", 0}}, 400,
+       "max_completion_tokens", ""},
       {"prompt fills the context", c, {{"model", "fake-model"}, {"prompt", long_prompt}}, 400,
        "prompt", "context_length_exceeded"},
       {"prompt + max_tokens over the context", c,
