@@ -345,11 +345,11 @@ def run_doc_examples(docs, url):
         if "OSCARKV_URL" not in code:
             continue
         if lang == "bash":
-            out = subprocess.run(["bash", "-euo", "pipefail", "-c", code], env=env,
+            out = subprocess.run(["bash", "-euo", "pipefail", "-c", code], env=env, cwd=REPO,
                                  capture_output=True, text=True, timeout=120)
         else:
-            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                                 text=True, timeout=120)
+            out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO,
+                                 capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, f"doc example failed:\n{code}\n{out.stdout}\n{out.stderr}"
         assert out.stdout.strip(), f"doc example printed nothing:\n{code}"
         ran += 1

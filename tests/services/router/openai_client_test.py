@@ -140,6 +140,17 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertEqual(tokens, ["Say", " this"])
         no = self.client.completions.create(model="oscarkv-echo", prompt=PROMPT, max_tokens=1)
         self.assertIsNone(no.choices[0].logprobs)
+        # echo: the prompt's tokens (one per byte here) lead, the first unscored (None).
+        echoed = self.client.completions.create(model="oscarkv-echo", prompt="Say it",
+                                                max_tokens=1, echo=True, logprobs=1)
+        lp = echoed.choices[0].logprobs
+        self.assertEqual(echoed.choices[0].text, "Say itSay")
+        self.assertEqual(lp.tokens, ["S", "a", "y", " ", "i", "t", "Say"])
+        self.assertEqual(lp.token_logprobs[0], None)
+        self.assertEqual(lp.top_logprobs[0], None)
+        self.assertEqual(lp.top_logprobs[1], {"a": 0.0})
+        self.assertEqual(lp.text_offset, [0, 1, 2, 3, 4, 5, 6])
+        self.assertEqual(echoed.usage.completion_tokens, 1)
 
     def test_errors(self):
         with self.assertRaises(openai.NotFoundError) as e:
@@ -186,6 +197,8 @@ DOC_EXPECT = {
                          '"session_id":"demo-session-1"', '"choices":[]', "data: [DONE]"],
     "curl-logprobs": ['"tokens":["Say"," this"]', '"token_logprobs":[0.0,0.0]',
                       '"top_logprobs":[{"Say":0.0},{" this":0.0}]', '"text_offset":[0,3]'],
+    "curl-echo": ['"text":"Hi there"', '"token_logprobs":[null,0.0,0.0,', '"top_logprobs":[null,{},',
+                  '"completion_tokens":0', '"finish_reason":"length"'],
     "curl-error": ['"code":"model_not_found"', '"type":"invalid_request_error"'],
     "python-openai": ["Say this is length 3\nSay this is a test\nSay this is a test\n"],
 }
