@@ -55,19 +55,50 @@ TEST(Logprobs, NonFiniteLogitsAreMinusInfinityAndTiesGoToTheLowerId) {
 }
 
 // Many ties (logits rounded to a few values): the top list is a full sort's prefix, by logit
-// then id.
+// then id; with some -inf logits (the scalar path) and with all finite (the blocked one, which
+// skips blocks whose max cannot enter the list).
 TEST(Logprobs, TopIsASortsPrefixEvenWithManyTies) {
-  std::mt19937_64 rng(11);
-  std::uniform_int_distribution<int> d(0, 6);
-  std::vector<float> l(3000);
-  for (float& x : l) x = d(rng) == 6 ? -INFINITY : static_cast<float>(d(rng));
-  std::vector<int32_t> ids(l.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
-  for (int n : {1, 7, 20, 3000}) {
-    const TokenLogprobs lp = ComputeLogprobs(l, 0, n);
-    ASSERT_EQ(lp.top.size(), static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) ASSERT_EQ(lp.top[i].first, ids[i]) << "n " << n << " rank " << i;
+  for (const bool with_inf : {true, false}) {
+    SCOPED_TRACE(with_inf ? "with -inf" : "all finite");
+    std::mt19937_64 rng(11);
+    std::uniform_int_distribution<int> d(0, 6);
+    std::vector<float> l(3000);
+    for (float& x : l) x = with_inf && d(rng) == 6 ? -INFINITY : static_cast<float>(d(rng));
+    std::vector<int32_t> ids(l.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    for (int n : {1, 7, 20, 3000}) {
+      const TokenLogprobs lp = ComputeLogprobs(l, 0, n);
+      ASSERT_EQ(lp.top.size(), static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(lp.top[i].first, ids[i]) << "n " << n << " rank " << i;
+      }
+    }
+  }
+}
+
+// The vectorised path (all logits finite) against a float64 softmax on a vocabulary-sized row,
+// and against the scalar path: the same row with one logit made NaN (which counts as -inf).
+TEST(Logprobs, VectorisedPathMatchesFloat64AndTheScalarPath) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> d(0.0f, 4.0f);
+  std::vector<float> l(49152);
+  for (float& x : l) x = d(rng);
+  l[77] = -1e30f;  // finite, far below: exp underflows to 0 in both
+  double max = -INFINITY;
+  for (float x : l) max = std::max(max, double{x});
+  double z = 0;
+  for (float x : l) z += std::exp(double{x} - max);
+  const TokenLogprobs fast = ComputeLogprobs(l, 1234, 20);
+  EXPECT_NEAR(fast.logprob, (double{l[1234]} - max) - std::log(z), 2e-5);
+  std::vector<float> with_nan = l;
+  with_nan[77] = NAN;
+  const TokenLogprobs slow = ComputeLogprobs(with_nan, 1234, 20);
+  EXPECT_NEAR(fast.logprob, slow.logprob, 2e-5);
+  ASSERT_EQ(fast.top.size(), 20u);
+  for (size_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(fast.top[i].first, slow.top[i].first) << i;
+    EXPECT_NEAR(fast.top[i].second, slow.top[i].second, 2e-5) << i;
   }
 }
 
