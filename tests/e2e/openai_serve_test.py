@@ -169,6 +169,13 @@ def run_client_checks(url):
     echo_diffs = [abs(a - b) for a, b in zip(slp.token_logprobs[n_ctx:n_ctx + 6],
                                              ids_out.token_logprobs)]
     assert max(echo_diffs) < 0.05, (slp.token_logprobs[n_ctx:], ids_out.token_logprobs)
+    # Echo without logprobs: the prompt's text before the completion's (max_tokens 0: no worker).
+    plain_echo = client.completions.create(model=model, prompt=prompt, max_tokens=6, echo=True,
+                                           temperature=0)
+    assert plain_echo.choices[0].text == prompt + lp_out.choices[0].text, plain_echo.choices[0]
+    assert plain_echo.usage.completion_tokens == 6, plain_echo.usage
+    bare = client.completions.create(model=model, prompt=prompt, max_tokens=0, echo=True)
+    assert bare.choices[0].text == prompt and bare.usage.completion_tokens == 0, bare
     offsets = [len("".join(slp.tokens[:i])) for i in range(len(slp.tokens))]
     assert slp.text_offset == offsets, (slp.text_offset, offsets)
     # A prompt over several prefill chunks (256 tokens): later chunks attend to earlier ones in
