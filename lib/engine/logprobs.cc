@@ -48,6 +48,12 @@ TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int 
   TokenLogprobs out;
   out.token = token;
   out.logprob = logprob(static_cast<size_t>(token));
+  const float mine = value(static_cast<size_t>(token));
+  if (finite) {
+    out.rank = 1 + (all > mine).count();
+  } else {
+    for (size_t i = 0; i < logits.size(); ++i) out.rank += value(i) > mine;
+  }
   const size_t n = std::min(logits.size(), static_cast<size_t>(std::max(0, top_n)));
   if (n == 0) return out;
   // The n best by (logit desc, id asc) in one pass: ids arrive ascending, so a logit equal to

@@ -17,6 +17,7 @@ inline constexpr int kMaxTopLogprobs = 20;
 struct TokenLogprobs {
   int32_t token = 0;
   float logprob = 0.0f;                           // log p(token), <= 0; -inf for a -inf logit
+  int64_t rank = 1;  // 1 + the tokens with a larger logit (vLLM's rank; ties share the rank)
   std::vector<std::pair<int32_t, float>> top;     // most likely first, lowest id on ties
 };
 

@@ -147,11 +147,8 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   // 1. Prefix lookup and fetch.
   auto t0 = std::chrono::steady_clock::now();
   Prefix prefix;
-  if (params.prompt_logprobs && params.logprobs < 0) {
-    return absl::InvalidArgumentError("prompt logprobs need logprobs (top_logprobs) set");
-  }
   const bool use_store = params.use_kvstore && store_ != nullptr && device_->shares_kvstore();
-  if (use_store && !params.prompt_logprobs) {
+  if (use_store && params.prompt_logprobs < 0) {
     const std::vector<kvformat::BlockKey> keys = device_->ReusableKeys(params.tokens);
     if (!keys.empty()) {
       absl::StatusOr<Prefix> p = FetchPrefix(params, keys);
@@ -170,7 +167,7 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   t0 = std::chrono::steady_clock::now();
   DevicePrefillOptions device_options;
   device_options.want_packed = params.want_packed && params.push_to.empty();
-  device_options.prompt_logprobs = params.prompt_logprobs ? params.logprobs : -1;
+  device_options.prompt_logprobs = params.prompt_logprobs;
   absl::StatusOr<DevicePrefillResult> result =
       device_->Prefill(params.tokens, prefix.views, device_options);
   if (!result.ok() && !prefix.views.empty()) {

@@ -41,10 +41,10 @@ struct PrefillParams {
   bool use_kvstore = true;           // look up and publish to the kvstore (when configured)
   engine::SamplingParams sampling;           // for the first token
   int logprobs = -1;  // >= 0: the first token's logprobs with this many alternatives; -1 = off
-  // The prompt's own tokens' logprobs (PrefillOutput::prompt_logprobs): every token is then
-  // computed, no stored prefix is fetched (its positions would have no logits). Needs
-  // logprobs >= 0, whose alternatives it uses.
-  bool prompt_logprobs = false;
+  // >= 0: the prompt's own tokens' logprobs (PrefillOutput::prompt_logprobs) with this many
+  // alternatives: every token is then computed, no stored prefix is fetched (its positions would
+  // have no logits). -1 = off.
+  int prompt_logprobs = -1;
   uint64_t model_fingerprint = 0;    // expected identity; 0 = unchecked
   uint64_t calib_fingerprint = 0;
   // Push mode: where the decode worker wants each prompt block (one per block, in order);
@@ -66,7 +66,7 @@ struct PrefillTimings {
 struct PrefillOutput {
   int32_t first_token = 0;
   std::optional<engine::TokenLogprobs> first_token_logprobs;  // when params.logprobs >= 0
-  // With params.prompt_logprobs: entry i scores tokens[i + 1] (tokens.size() - 1 entries).
+  // With params.prompt_logprobs >= 0: entry i scores tokens[i + 1] (tokens.size() - 1 entries).
   std::vector<engine::TokenLogprobs> prompt_logprobs;
   StagedBlocks staged;             // ALL prompt blocks, located in this worker's outbox
   std::optional<PackedKvHandoff> packed;  // instead of staged blocks (want_packed, offered)

@@ -52,10 +52,13 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
     }
     p.logprobs = static_cast<int>(req->top_logprobs());
   }
-  if (req->prompt_logprobs() && !req->logprobs()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prompt_logprobs needs logprobs");
+  if (req->prompt_logprobs()) {
+    if (req->prompt_top_logprobs() > engine::kMaxTopLogprobs) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("prompt_top_logprobs must be <= ", engine::kMaxTopLogprobs));
+    }
+    p.prompt_logprobs = static_cast<int>(req->prompt_top_logprobs());
   }
-  p.prompt_logprobs = req->prompt_logprobs();
   absl::StatusOr<PrefillOutput> out = engine_->Prefill(p);
   if (!out.ok()) return rpc::ToGrpcStatus(out.status());
   resp->set_request_id(req->request_id());

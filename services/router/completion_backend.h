@@ -64,6 +64,10 @@ struct CompletionRequest {
   // detokenized, no stop strings applied; with logprobs, each scored after the tokens before
   // it, the first unscored), then the generated tokens. /v1/completions' echo.
   bool echo = false;
+  // >= 0 (<= 20): deliver the prompt's tokens as with echo, each scored with this many
+  // alternatives (vLLM's prompt_logprobs); with echo and logprobs too, each prompt event
+  // carries max(logprobs, prompt_logprobs) alternatives. -1 = off.
+  int prompt_logprobs = -1;
   std::string session_id;            // Continuum program id ("" when none); see ARCHITECTURE §5
   std::string codec;                 // KV codec name (config default or an allowed override)
   absl::Time deadline = absl::InfiniteFuture();  // the backend returns kDeadlineExceeded after it
@@ -83,6 +87,7 @@ struct TokenLogprob {
   int32_t token_id = 0;
   bool scored = true;  // false: an echoed prompt's first token, which nothing predicts
                        // (logprob and top unset; JSON null)
+  int64_t rank = 1;    // 1 + the tokens the model finds more likely (vLLM's rank)
 };
 
 // One generated token, or with `prompt` an echoed prompt token. `text` is the detokenized piece
@@ -92,7 +97,8 @@ struct TokenEvent {
   int32_t token_id = 0;
   std::string text;
   std::optional<TokenLogprob> logprob;  // when the request asked for logprobs
-  bool prompt = false;  // an echoed prompt token (CompletionRequest::echo), not generated
+  bool prompt = false;  // a prompt token (CompletionRequest::echo / prompt_logprobs), not
+                        // generated
 };
 
 // Why generation ended.

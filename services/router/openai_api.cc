@@ -255,6 +255,31 @@ json Bytes(const std::string& piece) {
   return b;
 }
 
+// vLLM's prompt_logprobs: per prompt token null (the first) or {"<id>": {logprob, rank,
+// decoded_token}}, the prompt's token first, then its alternatives (ranked 1..k).
+json PromptLogprobsJson(const std::vector<TokenLogprob>& tokens) {
+  json out = json::array();
+  for (const TokenLogprob& t : tokens) {
+    if (!t.scored) {
+      out.push_back(nullptr);
+      continue;
+    }
+    json entry = json::object();
+    entry[std::to_string(t.token_id)] = {{"logprob", FiniteLogprob(t.logprob)},
+                                         {"rank", t.rank},
+                                         {"decoded_token", t.piece}};
+    for (size_t k = 0; k < t.top.size(); ++k) {
+      const std::string id = std::to_string(t.top[k].token_id);
+      if (entry.contains(id)) continue;
+      entry[id] = {{"logprob", FiniteLogprob(t.top[k].logprob)},
+                   {"rank", static_cast<int64_t>(k + 1)},
+                   {"decoded_token", t.top[k].piece}};
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 // The choice's "logprobs" in the endpoint's shape (CompletionBody in openai_api.h).
 json LogprobsJson(Endpoint endpoint, const ResponseLogprobs& logprobs) {
   auto name = [&](const std::string& piece, int32_t id) {
@@ -554,6 +579,16 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     r.error = e;
     return r;
   }
+  if (auto it = body.find("prompt_logprobs"); it != body.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
+        it->get<int64_t>() > kMaxTopLogprobs) {
+      r.error = Invalid(absl::StrCat("'prompt_logprobs' must be an integer in [0, ",
+                                     kMaxTopLogprobs, "], got ", it->dump()),
+                        "prompt_logprobs");
+      return r;
+    }
+    req.prompt_logprobs = static_cast<int>(it->get<int64_t>());
+  }
   for (auto [name, out] : {std::pair{"return_tokens_as_token_ids", &req.return_tokens_as_token_ids},
                            {"ignore_eos", &req.ignore_eos}}) {
     auto it = body.find(name);
@@ -603,6 +638,11 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
       return r;
     }
     req.stream = it->get<bool>();
+  }
+  if (req.stream && req.prompt_logprobs >= 0) {  // as vLLM: they would not fit one chunk
+    r.error = Invalid("'prompt_logprobs' is not available with 'stream'", "prompt_logprobs",
+                      "unsupported_value");
+    return r;
   }
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) {
@@ -684,10 +724,16 @@ std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceBod
         {"finish_reason", FinishReasonName(c.reason)}};
     if (meta.endpoint == Endpoint::kCompletions) {
       choice["text"] = c.text;
+      if (c.prompt_logprobs) choice["prompt_logprobs"] = PromptLogprobsJson(*c.prompt_logprobs);
     } else {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     }
     j["choices"].push_back(std::move(choice));
+  }
+  // vLLM puts chat's at the top: the choices share the prompt.
+  if (meta.endpoint == Endpoint::kChatCompletions && !choices.empty() &&
+      choices[0].prompt_logprobs) {
+    j["prompt_logprobs"] = PromptLogprobsJson(*choices[0].prompt_logprobs);
   }
   j["usage"] = {{"prompt_tokens", usage.prompt_tokens},
                 {"completion_tokens", usage.completion_tokens},

@@ -13,7 +13,8 @@
 //   tool_choice other than none / auto, response_format other than text, a non-empty suffix.
 //   Extensions: session_id (string; also header X-Session-Id), codec (string); as in vLLM:
 //   top_k (integer >= -1; -1 and 0 = off), return_tokens_as_token_ids, ignore_eos (booleans),
-//   min_tokens (integer >= 0), stop_token_ids (up to 64 token ids).
+//   min_tokens (integer >= 0), stop_token_ids (up to 64 token ids), prompt_logprobs (integer
+//   [0,20]; not with stream).
 #ifndef OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
 #define OSCARKV_SERVICES_ROUTER_OPENAI_API_H_
 
@@ -67,6 +68,7 @@ struct ApiRequest {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   int logprobs = -1;  // -1 = off; else the number of alternatives per token (top_logprobs)
+  int prompt_logprobs = -1;  // vLLM's extension: -1 = off; else alternatives per prompt token
   int n = 1;          // choices, [1, kMaxChoices]
   bool return_tokens_as_token_ids = false;  // vLLM's extension: logprobs name ids, not pieces
   bool stream = false;
@@ -135,6 +137,9 @@ struct ChoiceBody {
   std::string text;
   FinishReason reason = FinishReason::kLength;
   const ResponseLogprobs* logprobs = nullptr;
+  // vLLM's prompt_logprobs (per choice on completions, choice 0's at the top level on chat):
+  // one entry per prompt token, the first unscored (null).
+  const std::vector<TokenLogprob>* prompt_logprobs = nullptr;
 };
 std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceBody>& choices,
                            const Usage& usage);

@@ -103,6 +103,7 @@ struct Exchange {
   struct Choice {
     std::string text;           // non-streaming: the whole output
     ResponseLogprobs logprobs;  // non-streaming, when asked for: every token's
+    std::vector<TokenLogprob> prompt_logprobs;  // vLLM's prompt_logprobs, when asked for
     int text_chars = 0;  // characters of text delivered so far (the next token's text_offset)
     std::optional<FinishReason> finish;  // set when it ended well
   };
@@ -125,6 +126,9 @@ struct Exchange {
   std::vector<Piece> pending;
   bool stream = false;
   bool want_logprobs = false;
+  int logprobs = -1;         // alternatives per token (the request's logprobs)
+  bool echo = false;
+  int prompt_logprobs = -1;  // vLLM's: alternatives per prompt token; -1 = off
   bool tokens_as_ids = false;
   int completion_tokens = 0;  // all choices, generated tokens only
   int delivered = 0;          // all choices, echoed prompt tokens included
@@ -337,6 +341,9 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   x.include_usage = api.include_usage;
   x.stream = api.stream;
   x.want_logprobs = api.logprobs >= 0;
+  x.logprobs = api.logprobs;
+  x.echo = api.echo;
+  x.prompt_logprobs = api.prompt_logprobs;
   x.tokens_as_ids = api.return_tokens_as_token_ids;
   x.id = tracker_->Admit(options_.request_timeout, api.session_id);
   x.deadline = tracker_->Deadline(x.id);
@@ -361,6 +368,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   base.stop = api.stop;
   base.logprobs = api.logprobs;
   base.echo = api.echo;
+  base.prompt_logprobs = api.prompt_logprobs;
   base.session_id = api.session_id;
   base.codec = api.codec.empty() ? options_.default_codec : api.codec;
   base.deadline = x.deadline;
@@ -406,6 +414,21 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   // (By value: the streaming provider runs it after this handler has returned.)
   auto absorb = [this, start_later](Exchange& x, News& news) {
     for (auto& [choice, t] : news.tokens) {
+      Exchange::Choice& c = x.choices[choice];
+      if (t.prompt) {
+        // The backend scored it with the larger of the two alternative counts; each use keeps
+        // its own.
+        auto cut = [&t](int n) {
+          TokenLogprob lp = *t.logprob;
+          lp.top.resize(std::min(lp.top.size(), static_cast<size_t>(std::max(0, n))));
+          return lp;
+        };
+        if (x.prompt_logprobs >= 0 && t.logprob) {
+          c.prompt_logprobs.push_back(cut(x.prompt_logprobs));
+        }
+        if (!x.echo) continue;
+        if (t.logprob) t.logprob = cut(x.logprobs);
+      }
       ++x.delivered;
       if (!t.prompt) {
         const absl::Time now = absl::Now();
@@ -416,7 +439,6 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
         x.last_token_at = now;
         ++x.completion_tokens;
       }
-      Exchange::Choice& c = x.choices[choice];
       const int offset = c.text_chars;
       c.text_chars += Utf8Chars(t.text);
       if (!x.want_logprobs) t.logprob.reset();
@@ -485,7 +507,8 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
     for (Exchange::Choice& c : x.choices) {
       c.logprobs.tokens_as_ids = x.tokens_as_ids;
       bodies.push_back({c.text, c.finish.value_or(FinishReason::kLength),
-                        x.want_logprobs ? &c.logprobs : nullptr});
+                        x.want_logprobs ? &c.logprobs : nullptr,
+                        x.prompt_logprobs >= 0 ? &c.prompt_logprobs : nullptr});
     }
     res.set_content(CompletionBody(x.meta, bodies, Usage{x.prompt_tokens, x.completion_tokens}),
                     kJson);

@@ -1,5 +1,6 @@
 #include "services/router/testing_echo_backend.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -39,7 +40,7 @@ absl::StatusOr<CompletionOutcome> EchoCompletionBackend::Complete(const Completi
   for (int32_t id : request.prompt_token_ids) text.push_back(id >= 0 && id < 256 ? id : '?');
   std::vector<std::string> words = absl::StrSplit(text, absl::ByAnyChar(" \t\n"), absl::SkipEmpty());
   CompletionOutcome out;
-  if (request.echo) {
+  if (request.echo || request.prompt_logprobs >= 0) {
     std::string held;  // bytes of an unfinished UTF-8 character
     for (size_t i = 0; i < request.prompt_token_ids.size(); ++i) {
       const int32_t id = request.prompt_token_ids[i];
@@ -47,9 +48,10 @@ absl::StatusOr<CompletionOutcome> EchoCompletionBackend::Complete(const Completi
       const bool continues =
           i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xC0) == 0x80;
       TokenEvent t{id, continues ? std::string() : std::exchange(held, ""), std::nullopt, true};
-      if (request.logprobs >= 0) {
+      const int top = std::max(request.echo ? request.logprobs : -1, request.prompt_logprobs);
+      if (top >= 0) {
         t.logprob = TokenLogprob{std::string(1, text[i]), 0.0, {}, id, /*scored=*/i > 0};
-        if (request.logprobs > 0 && i > 0) t.logprob->top.push_back({t.logprob->piece, 0.0, id});
+        if (top > 0 && i > 0) t.logprob->top.push_back({t.logprob->piece, 0.0, id});
       }
       if (!on_token(t)) return absl::CancelledError("echo: consumer gone");
     }

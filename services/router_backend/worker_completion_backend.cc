@@ -28,7 +28,8 @@ namespace dv1 = ::oscarkv::decode::v1;
 // A worker's logprobs of `token`, with the tokens as their bytes.
 router::TokenLogprob ToTokenLogprob(const model::Tokenizer& tok, int32_t token,
                                     const ::oscarkv::common::v1::TokenLogprobs& in) {
-  router::TokenLogprob out{tok.TokenToPiece(token), in.logprob(), {}, token};
+  router::TokenLogprob out{tok.TokenToPiece(token), in.logprob(), {}, token, /*scored=*/true,
+                           std::max<int64_t>(1, in.rank())};
   const int n = std::min(in.top_token_ids_size(), in.top_logprobs_size());
   out.top.reserve(n);
   for (int i = 0; i < n; ++i) {
@@ -478,10 +479,16 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     preq.set_logprobs(true);
     preq.set_top_logprobs(static_cast<uint32_t>(request.logprobs));
   }
-  // Echo: the prompt's tokens go out first (not counted as generated), after the prefill, which
-  // scores them when logprobs are asked for. Echo alone with max_tokens 0 needs no worker.
-  const bool echo_scored = request.echo && request.logprobs >= 0;
-  preq.set_prompt_logprobs(echo_scored);
+  // Echo / prompt logprobs: the prompt's tokens go out first (not counted as generated), after
+  // the prefill, which scores them when logprobs (with echo) or prompt_logprobs are asked for.
+  // Echo alone with max_tokens 0 needs no worker.
+  const int prompt_top = std::max(request.echo ? request.logprobs : -1, request.prompt_logprobs);
+  const bool echo_scored = prompt_top >= 0;
+  const bool send_prompt = request.echo || echo_scored;
+  if (echo_scored) {
+    preq.set_prompt_logprobs(true);
+    preq.set_prompt_top_logprobs(static_cast<uint32_t>(prompt_top));
+  }
   auto echo_prompt = [&](const pv1::PrefillResponse* scores) -> absl::Status {
     const std::vector<int32_t>& prompt = request.prompt_token_ids;
     if (scores != nullptr &&
@@ -526,7 +533,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     impl_->last = trace;
   };
 
-  if (request.echo) {
+  if (send_prompt) {
     if (absl::Status s = echo_prompt(echo_scored ? &presp : nullptr); !s.ok()) {
       record();
       return s;

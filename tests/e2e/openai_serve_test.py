@@ -198,6 +198,24 @@ def run_client_checks(url):
     assert streamed == l1.token_logprobs
     ppl = math.exp(-sum(l1.token_logprobs[1:]) / (len(l1.tokens) - 1))
     assert 3 < ppl < 60, ppl
+    # vLLM's prompt_logprobs: the same scores as echo's, with ranks, on chat too (the template's
+    # tokens), and no prompt in the text.
+    vl = client.completions.create(model=model, prompt=long_prompt, max_tokens=1, temperature=0,
+                                   extra_body={"prompt_logprobs": 2}).model_dump()["choices"][0]
+    entries = vl["prompt_logprobs"]
+    assert entries[0] is None and len(entries) == len(l1.tokens), len(entries)
+    assert not vl["text"].startswith(long_prompt[:20]), vl["text"]
+    for pos, entry in enumerate(entries[1:], start=1):
+        first = next(iter(entry.values()))  # the prompt's own token comes first
+        assert first["logprob"] == l1.token_logprobs[pos], (pos, first, l1.token_logprobs[pos])
+        best = [v for v in entry.values() if v["rank"] == 1]
+        assert best and max(v["logprob"] for v in entry.values()) == best[0]["logprob"], entry
+        assert (first["rank"] == 1) == (first["logprob"] == best[0]["logprob"]), entry
+    chat_scored = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Say hi."}], max_tokens=1,
+        extra_body={"prompt_logprobs": 0}).model_dump()
+    assert chat_scored["prompt_logprobs"][0] is None, chat_scored
+    assert len(chat_scored["prompt_logprobs"]) == chat_scored["usage"]["prompt_tokens"]
     print(f"echo: generated tokens rescored within {max(echo_diffs):.4f} nats; "
           f"{len(l1.tokens)}-token prompt perplexity {ppl:.2f}")
 

@@ -77,6 +77,20 @@ TEST(Logprobs, TopIsASortsPrefixEvenWithManyTies) {
   }
 }
 
+// rank: 1 + the logits strictly above the token's (vLLM's), equal logits sharing a rank, on
+// both paths (a NaN counts as -inf).
+TEST(Logprobs, RankCountsTheMoreLikelyTokens) {
+  const std::vector<float> l = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+  EXPECT_EQ(ComputeLogprobs(l, 1, 0).rank, 1);
+  EXPECT_EQ(ComputeLogprobs(l, 3, 0).rank, 1);
+  EXPECT_EQ(ComputeLogprobs(l, 2, 0).rank, 3);
+  EXPECT_EQ(ComputeLogprobs(l, 4, 0).rank, 5);
+  std::vector<float> with_nan = l;
+  with_nan[0] = NAN;
+  EXPECT_EQ(ComputeLogprobs(with_nan, 2, 0).rank, 3);
+  EXPECT_EQ(ComputeLogprobs(with_nan, 0, 0).rank, 5);  // NaN as -inf: below the other four
+}
+
 // The vectorised path (all logits finite) against a float64 softmax on a vocabulary-sized row,
 // and against the scalar path: the same row with one logit made NaN (which counts as -inf).
 TEST(Logprobs, VectorisedPathMatchesFloat64AndTheScalarPath) {

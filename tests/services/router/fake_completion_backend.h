@@ -3,14 +3,16 @@
 // prompt byte; chat messages become "<role>:<content>\n" bytes; token-id prompts pass through
 // (ids >= 1000 are rejected as outside the vocabulary). Generation emits script.pieces in order,
 // one per token; running out of pieces finishes with "stop", reaching max_tokens with "length".
-// With `echo`, the prompt comes first, one token per id (text: the byte), with logprobs -0.5
-// each (alternative: itself) but the first, unscored. Generated tokens have logprob -1 (no
+// With `echo` (or prompt_logprobs), the prompt comes first, one token per id (text: the byte),
+// with logprobs -0.5 each (alternatives: itself, then "?" id 999 at -1.5) but the first,
+// unscored. Generated tokens have logprob -1 (no
 // alternatives) when logprobs are asked for.
 // Failure modes on cue: fail before the first token, fail after N tokens, or stall (ignoring the
 // deadline) to test the router's own timeout.
 #ifndef OSCARKV_TESTS_SERVICES_ROUTER_FAKE_COMPLETION_BACKEND_H_
 #define OSCARKV_TESTS_SERVICES_ROUTER_FAKE_COMPLETION_BACKEND_H_
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 #include <string>
@@ -74,13 +76,15 @@ class FakeCompletionBackend final : public CompletionBackend {
     if (!script_.fail_before_first.ok()) return script_.fail_before_first;
     absl::SleepFor(script_.stall_for);
     CompletionOutcome out;
-    if (request.echo) {
+    if (request.echo || request.prompt_logprobs >= 0) {
+      const int top = std::max(request.echo ? request.logprobs : -1, request.prompt_logprobs);
       for (size_t i = 0; i < request.prompt_token_ids.size(); ++i) {
         const int32_t id = request.prompt_token_ids[i];
         TokenEvent t{id, std::string(1, static_cast<char>(id)), std::nullopt, /*prompt=*/true};
-        if (request.logprobs >= 0) {
+        if (top >= 0) {
           t.logprob = TokenLogprob{t.text, i == 0 ? 0.0 : -0.5, {}, id, /*scored=*/i > 0};
-          if (i > 0 && request.logprobs > 0) t.logprob->top.push_back({t.text, -0.5, id});
+          if (i > 0 && top > 0) t.logprob->top.push_back({t.text, -0.5, id});
+          if (i > 0 && top > 1) t.logprob->top.push_back({"?", -1.5, 999});
         }
         if (!on_token(t)) return absl::CancelledError("fake: consumer gone");
       }

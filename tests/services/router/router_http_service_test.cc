@@ -195,6 +195,47 @@ TEST_F(RouterHttpTest, EchoPutsThePromptBeforeTheCompletion) {
   ExpectAllFinished();
 }
 
+// vLLM's prompt_logprobs: per prompt token null (the first) or {"<id>": {logprob, rank,
+// decoded_token}} with the token first, its own count of alternatives apart from echo's;
+// per choice on completions, at the top on chat; not with stream.
+TEST_F(RouterHttpTest, PromptLogprobsInVllmsShape) {
+  Start();
+  auto res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "ab"}, {"echo", true},
+                                      {"max_tokens", 1}, {"logprobs", 1}, {"prompt_logprobs", 2}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  const json& choice = j["choices"][0];
+  EXPECT_EQ(choice["prompt_logprobs"],
+            json::parse(R"([null, {"98": {"logprob": -0.5, "rank": 1, "decoded_token": "b"},
+                                   "999": {"logprob": -1.5, "rank": 2, "decoded_token": "?"}}])"));
+  EXPECT_EQ(choice["logprobs"]["top_logprobs"][1], json({{"b", -0.5}}));  // echo's: 1 alternative
+  EXPECT_EQ(backend_->last_request()->prompt_logprobs, 2);
+
+  res = Post("/v1/chat/completions", {{"model", "fake-model"}, {"max_tokens", 1},
+                                      {"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                      {"prompt_logprobs", 0}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  j = json::parse(res->body);
+  const json& prompt = j["prompt_logprobs"];
+  ASSERT_EQ(prompt.size(), std::string("user:x\n").size());
+  EXPECT_EQ(prompt[0], nullptr);
+  EXPECT_EQ(prompt[1], json::parse(R"({"115": {"logprob": -0.5, "rank": 1, "decoded_token": "s"}})"));
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello");  // no echo in the text
+  EXPECT_FALSE(j["choices"][0].contains("prompt_logprobs"));
+
+  const json e = ExpectError(Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "ab"},
+                                                     {"prompt_logprobs", 1}, {"stream", true}}),
+                             400);
+  EXPECT_EQ(e["param"], "prompt_logprobs");
+  EXPECT_EQ(e["code"], "unsupported_value");
+  ExpectError(Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "ab"},
+                                       {"prompt_logprobs", 21}}),
+              400);
+  ExpectAllFinished();
+}
+
 TEST_F(RouterHttpTest, ChatNonStreamingShape) {
   Start();
   auto res = Post("/v1/chat/completions",
