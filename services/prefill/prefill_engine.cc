@@ -238,6 +238,7 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   metrics_->requests_total.Increment();
   metrics_->tokens_computed_total.Increment(static_cast<double>(out.computed_tokens));
   metrics_->tokens_reused_total.Increment(static_cast<double>(out.reused_tokens));
+  metrics_->tokens_scored_total.Increment(static_cast<double>(out.prompt_logprobs.size()));
   metrics_->blocks_fetched_total.Increment(prefix.matched);
   metrics_->fetched_bytes_total.Increment(static_cast<double>(prefix.bytes));
   metrics_->phase_seconds.WithLabels({"prefix_fetch"}).Observe(out.timings.prefix_fetch_seconds);

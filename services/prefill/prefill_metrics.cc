@@ -11,6 +11,10 @@ PrefillMetrics::PrefillMetrics(metrics::Registry& r)
       tokens_reused_total(r.AddCounter("oscarkv_prefill_tokens_reused_total",
                                        "Prompt tokens taken from stored prefix blocks.")
                               .Get()),
+      tokens_scored_total(r.AddCounter("oscarkv_prefill_tokens_scored_total",
+                                       "Prompt tokens given logprobs (echo with logprobs, "
+                                       "prompt_logprobs); such prompts are computed in full.")
+                              .Get()),
       blocks_fetched_total(r.AddCounter("oscarkv_prefill_blocks_fetched_total",
                                         "Prefix blocks fetched from the kvstore.")
                                .Get()),

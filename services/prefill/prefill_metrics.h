@@ -13,6 +13,7 @@ struct PrefillMetrics {
   metrics::Counter& failures_total;            // prefills that failed
   metrics::Counter& tokens_computed_total;     // prompt tokens run through the model
   metrics::Counter& tokens_reused_total;       // prompt tokens taken from stored blocks
+  metrics::Counter& tokens_scored_total;       // prompt tokens given logprobs (prompt scoring)
   metrics::Counter& blocks_fetched_total;      // prefix blocks fetched from the kvstore
   metrics::Counter& fetched_bytes_total;       // bytes of those blocks
   // {codec, target}: bytes put to the kvstore ("kvstore"), staged for decode ("decode") or

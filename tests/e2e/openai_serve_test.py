@@ -323,6 +323,8 @@ def run_client_checks(url):
     def scrape(name):
         page = urllib.request.urlopen(url[:-3] + "/metrics").read().decode()
         return float(re.search(r"^" + name + r" (\S+)$", page, re.M).group(1))
+    # Every prompt scored above (echo with logprobs, prompt_logprobs) counted its tokens.
+    assert scrape("oscarkv_prefill_tokens_scored_total") >= 4 * (len(l1.tokens) - 1), "scored"
     steps0, tokens0 = scrape("oscarkv_decode_steps_total"), scrape("oscarkv_decode_tokens_generated_total")
     t0 = time.time()
     with concurrent.futures.ThreadPoolExecutor(len(prompts)) as ex:
