@@ -60,7 +60,7 @@ absl::Status Grow(DeviceBuffer& buffer, size_t bytes, const char* what) {
 
 absl::StatusOr<ChunkedPrefillResult> GpuModel::PrefillChunked(
     std::span<const int32_t> prompt, const BlockCutSpec& cut, int chunk_tokens,
-    std::span<const kvformat::BlockView> reused) {
+    std::span<const kvformat::BlockView> reused, const engine::ChunkLogitsSink* on_chunk_logits) {
   const auto t_start = std::chrono::steady_clock::now();
   const model::ModelConfig& c = config_;
   const int d = c.head_dim, hq = c.num_heads, hkv = c.num_kv_heads, layers = c.num_layers;
@@ -323,6 +323,11 @@ absl::StatusOr<ChunkedPrefillResult> GpuModel::PrefillChunked(
         OSCARKV_RETURN_IF_ERROR(store_back(l, side, c0, c1, c0));
       }
       OSCARKV_RETURN_IF_ERROR(LayerOutputAndFfn(l, t));
+    }
+    if (on_chunk_logits != nullptr) {
+      std::vector<float> rows(static_cast<size_t>(t * c.vocab_size));
+      OSCARKV_RETURN_IF_ERROR(Logits(t, x_.as<float>(), &rows, nullptr));
+      OSCARKV_RETURN_IF_ERROR((*on_chunk_logits)(c0, rows));
     }
     if (c1 == n) {
       result.last_logits.resize(c.vocab_size);

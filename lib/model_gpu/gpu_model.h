@@ -111,12 +111,15 @@ class GpuModel {
   // the output is the prompt's blocks cut by `cut` (CutSpecFor), their quantised history made on
   // the GPU. `reused`: parsed blocks for a leading run of the prompt's reusable blocks (used up
   // to a chunk boundary). Needs no admitted sequence and leaves none; one call at a time.
+  // `on_chunk_logits` (optional): every computed position's logits, chunk by chunk, as
+  // ServingEngine::Prefill gives them (last_logits stays the one-row product either way).
   // @return kInvalidArgument for bad tokens, a prompt longer than max_prompt_tokens or a cut that
   //   does not fit the chunk; kFailedPrecondition for a reused block of another prompt or
-  //   engine (the caller retries without); CUDA errors.
-  absl::StatusOr<ChunkedPrefillResult> PrefillChunked(std::span<const int32_t> prompt,
-                                                      const BlockCutSpec& cut, int chunk_tokens,
-                                                      std::span<const kvformat::BlockView> reused);
+  //   engine (the caller retries without); CUDA errors; the sink's errors.
+  absl::StatusOr<ChunkedPrefillResult> PrefillChunked(
+      std::span<const int32_t> prompt, const BlockCutSpec& cut, int chunk_tokens,
+      std::span<const kvformat::BlockView> reused,
+      const engine::ChunkLogitsSink* on_chunk_logits = nullptr);
 
   // Speed-only: admits `id` with `length` tokens of random KV (no forward pass), as if a prompt
   // of that length had been prefilled.

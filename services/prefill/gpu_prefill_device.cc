@@ -69,9 +69,12 @@ class GpuPrefillDevice final : public PrefillDevice {
                                               std::span<const kvformat::BlockView> reused,
                                               const DevicePrefillOptions& options) override {
     if (options.prompt_logprobs >= 0) {
-      return absl::UnimplementedError(absl::StrCat(
-          "prompt logprobs (echo with logprobs) are computed by CPU prefill workers only; this "
-          "worker prefills on ", name()));
+      if (options_.one_pass) {
+        return absl::UnimplementedError(absl::StrCat(
+            "prompt logprobs (echo with logprobs, prompt_logprobs) need the chunked prefill; this "
+            "worker on ", name(), " runs --gpu_prefill one_pass"));
+      }
+      return PrefillChunked(prompt, {}, options.prompt_logprobs);
     }
     if (!options_.one_pass) return PrefillChunked(prompt, reused);
     return options.want_packed && offers_packed_kv() ? PrefillPacked(prompt)
@@ -84,18 +87,27 @@ class GpuPrefillDevice final : public PrefillDevice {
   }
 
  private:
+  // `prompt_logprobs` >= 0: DevicePrefillResult::prompt_logprobs with that many alternatives.
   absl::StatusOr<DevicePrefillResult> PrefillChunked(
-      std::span<const int32_t> prompt, std::span<const kvformat::BlockView> reused) {
+      std::span<const int32_t> prompt, std::span<const kvformat::BlockView> reused,
+      int prompt_logprobs = -1) {
     const model_gpu::BlockCutSpec cut =
         model_gpu::CutSpecFor(*engine_, prompt, gpu_->numerics_tag());
     model_gpu::ChunkedPrefillResult r;
+    DevicePrefillResult out;
+    const int64_t vocab = engine_->model().config().vocab_size;
+    const engine::ChunkLogitsSink sink = [&](int64_t first, std::span<const float> logits) {
+      engine::AppendPromptLogprobs(prompt, first, logits, vocab, prompt_logprobs,
+                                   &out.prompt_logprobs);
+      return absl::OkStatus();
+    };
     {
       std::lock_guard<std::mutex> lock(mu_);
       OSCARKV_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
-      OSCARKV_ASSIGN_OR_RETURN(r, gpu_->PrefillChunked(prompt, cut, engine_->options().chunk_tokens,
-                                                      reused));
+      OSCARKV_ASSIGN_OR_RETURN(
+          r, gpu_->PrefillChunked(prompt, cut, engine_->options().chunk_tokens, reused,
+                                  prompt_logprobs >= 0 ? &sink : nullptr));
     }
-    DevicePrefillResult out;
     out.last_logits = std::move(r.last_logits);
     out.reused_tokens = r.reused_tokens;
     out.computed_tokens = static_cast<int64_t>(prompt.size()) - r.reused_tokens;

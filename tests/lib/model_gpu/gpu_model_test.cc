@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "lib/engine/logprobs.h"
 #include "lib/engine/quant_kv_cache.h"
 #include "lib/engine/serving_engine.h"
 #include "lib/model/model.h"
@@ -632,6 +633,67 @@ TEST_F(GpuModelTest, ChunkedPrefillOverAStoredPrefixEqualsComputingItAll) {
     auto shape = GpuPageShape(model_->config(), (*engine)->codec());
     ASSERT_TRUE(shape.ok());
     EXPECT_TRUE(PackedKvFromBlocks(*shape, cut2.codec, cut2.clips.k, cut2.clips.v, views).ok());
+  }
+}
+
+// Prompt scoring on the GPU's chunked prefill (echo with logprobs, prompt_logprobs): the sink
+// sees every computed position chunk by chunk; asking for it changes neither the blocks nor the
+// last logits; and the prompt's logprobs stay close to the CPU engine's (bf16: the GPU/CPU
+// rounding only; oscar: plus the codes that rounding moves, see the test above).
+TEST_F(GpuModelTest, ChunkedPrefillGivesEveryPositionsLogits) {
+  const std::vector<int32_t> ids = model_->tokenizer().Encode(ReadFixture(), true);
+  ASSERT_GT(ids.size(), 600u);
+  const std::span<const int32_t> prompt(ids.data(), 600);
+  const int64_t vocab = model_->config().vocab_size;
+  for (const std::string codec : {"bf16", "oscar"}) {
+    auto engine = Engine(codec);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto gpu = Gpu(*Factory(codec));
+    ASSERT_NE(gpu, nullptr);
+    const BlockCutSpec cut = CutSpecFor(**engine, prompt, gpu->numerics_tag());
+    std::vector<int64_t> starts;
+    std::vector<engine::TokenLogprobs> scored;
+    const engine::ChunkLogitsSink sink = [&](int64_t first, std::span<const float> logits) {
+      starts.push_back(first);
+      EXPECT_EQ(logits.size() % vocab, 0u);
+      engine::AppendPromptLogprobs(prompt, first, logits, vocab, 3, &scored);
+      return absl::OkStatus();
+    };
+    auto with = gpu->PrefillChunked(prompt, cut, 256, {}, &sink);
+    ASSERT_TRUE(with.ok()) << with.status();
+    auto without = gpu->PrefillChunked(prompt, cut, 256, {});
+    ASSERT_TRUE(without.ok()) << without.status();
+    EXPECT_EQ(starts, (std::vector<int64_t>{0, 256, 512})) << codec;
+    ASSERT_EQ(scored.size(), prompt.size() - 1) << codec;
+    EXPECT_EQ(0, std::memcmp(with->last_logits.data(), without->last_logits.data(),
+                             without->last_logits.size() * sizeof(float)))
+        << codec;
+    ASSERT_EQ(with->blocks.size(), without->blocks.size());
+    for (size_t b = 0; b < with->blocks.size(); ++b) {
+      EXPECT_TRUE(with->blocks[b] == without->blocks[b]) << codec << " block " << b;
+    }
+
+    std::vector<engine::TokenLogprobs> cpu;
+    const engine::ChunkLogitsSink cpu_sink = [&](int64_t first, std::span<const float> logits) {
+      engine::AppendPromptLogprobs(prompt, first, logits, vocab, 3, &cpu);
+      return absl::OkStatus();
+    };
+    ASSERT_TRUE((*engine)->Prefill(prompt, {}, false, &cpu_sink).ok());
+    ASSERT_EQ(cpu.size(), scored.size());
+    double diff_sum = 0, diff_max = 0;
+    int same_top1 = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      EXPECT_EQ(scored[i].token, prompt[i + 1]);
+      const double d = std::abs(double(scored[i].logprob) - cpu[i].logprob);
+      diff_sum += d;
+      diff_max = std::max(diff_max, d);
+      same_top1 += scored[i].top[0].first == cpu[i].top[0].first;
+    }
+    const double mean = diff_sum / static_cast<double>(cpu.size());
+    std::printf("%s: GPU vs CPU prompt logprobs over %zu tokens: mean |diff| %.4f, max %.4f, "
+                "same top-1 %d\n", codec.c_str(), cpu.size(), mean, diff_max, same_top1);
+    EXPECT_LT(mean, codec == "bf16" ? 0.02 : 0.1) << codec;
+    EXPECT_GE(same_top1, static_cast<int>(cpu.size()) * 9 / 10) << codec;
   }
 }
 
