@@ -6,16 +6,21 @@ streamed (time to first token; a prefill worker that shares the kvstore reuses t
 request's stored prefix here, and the answer must not change), with the prefill worker's phase
 times, reused tokens and the bytes the decode worker received taken from their /metrics around
 each request. With --generate, also checks the first answer token for token against `oscarkv
-generate` (same prompt, codec and device: prints prompt + text).
+generate` (same prompt, codec and device: prints prompt + text). With --score, also scores the
+first prompt (echo with logprobs, max_tokens 0): `ok` expects the prompt back with every token
+but the first scored and the prefill's scored-token counter to move by that many; `unimplemented`
+expects the HTTP 501 a prefill worker that cannot score prompts gives.
 
 Writes one JSON line per request to --out and a summary to stdout. Standard library only.
 """
 import argparse
 import json
+import math
 import re
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 
@@ -46,6 +51,42 @@ def delta(after, before, key):
     return after.get(key, 0.0) - before.get(key, 0.0)
 
 
+def score(args, model, prompt, prompt_tokens, out):
+    """Echo with logprobs on `prompt`; returns 0 when the outcome is the one --score expects."""
+    body = {"model": model, "prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 1}
+    p0 = scrape(args.prefill_metrics)
+    t0 = time.time()
+    try:
+        with post(args.url + "/completions", body) as r:
+            code, resp = r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        code, resp = e.code, json.load(e)
+    seconds = time.time() - t0
+    p1 = scrape(args.prefill_metrics)
+    rec = {"label": args.label, "score": args.score, "http_status": code, "seconds": seconds}
+    if args.score == "unimplemented":
+        ok = code == 501
+        rec["message"] = resp.get("error", {}).get("message", "")
+    else:
+        lp = resp["choices"][0]["logprobs"] if code == 200 else None
+        scores = lp["token_logprobs"] if lp else []
+        ok = (code == 200 and resp["choices"][0]["text"] == prompt and
+              len(scores) == prompt_tokens and scores[0] is None and
+              all(s is not None and -100 < s <= 0 for s in scores[1:]) and
+              delta(p1, p0, "oscarkv_prefill_tokens_scored_total") == prompt_tokens - 1)
+        if len(scores) > 1:
+            rec["perplexity"] = math.exp(-sum(s or 0 for s in scores[1:]) / (len(scores) - 1))
+        rec["scored_tokens"] = delta(p1, p0, "oscarkv_prefill_tokens_scored_total")
+    rec["as_expected"] = ok
+    out.write(json.dumps(rec) + "\n")
+    print("%s score (%s expected): HTTP %d in %.3f s, %s%s" % (
+        args.label, args.score, code, seconds,
+        "perplexity %.2f over %d tokens" % (rec["perplexity"], prompt_tokens)
+        if "perplexity" in rec else rec.get("message", ""),
+        "" if ok else "  NOT AS EXPECTED"), flush=True)
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url", default="http://127.0.0.1:8000/v1")
@@ -58,6 +99,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--generate", default="",
                     help="command prefix of `oscarkv generate ...` to check answers against")
+    ap.add_argument("--score", choices=["", "ok", "unimplemented"], default="",
+                    help="also score the first prompt (echo + logprobs) and expect this")
     ap.add_argument("--label", default="")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -136,6 +179,8 @@ def main():
                             g.stderr[-500:]))
                 if not rec["streamed_equals_non_streamed"]:
                     status = 1
+                if args.score and rep == 0 and chars == int(args.chars.split(",")[0]):
+                    status |= score(args, model, prompt, usage["prompt_tokens"], out)
                 out.write(json.dumps(rec) + "\n")
                 out.flush()
                 if rec["packed_kv_sequences"]:
