@@ -2,11 +2,13 @@
 //   * chunked (default): GpuModel::PrefillChunked, ServingEngine's chunked prefill over a stored
 //     prefix on the GPU; the blocks (INT2 history quantised on the GPU) carry keys with the GPU's
 //     numerics tag, so GPU workers of one kind reuse each other's stored prefixes bit-exactly
-//     through the kvstore (and never the CPU workers').
+//     through the kvstore (and never the CPU workers'). Scores prompts when asked (every row's
+//     logits to the host per chunk, logprobs there, under the device's lock).
 //   * one_pass: GpuModel::AddSequence prefills the whole prompt at once (BF16 causal attention,
 //     history demoted into INT2 pages), the pages and the tail's bf16 rows are cut into blocks
 //     (model_gpu::BlocksFromPackedKv). Faster on long prompts, but its KV depends on the prompt's
-//     length through the GEMM shapes, so it neither reads nor writes the kvstore.
+//     length through the GEMM shapes, so it neither reads nor writes the kvstore. It does not
+//     score prompts (kUnimplemented).
 //     With a transfer backend that reaches GPU memory (UCX with cuda_ipc) it can instead hand the
 //     prompt's pages over GPU to GPU (offers_packed_kv): packed into an outbox region in this
 //     GPU's memory (registered once), checksummed on the GPU, read by the decode GPU.

@@ -1,8 +1,8 @@
 // Where a prefill worker runs the model over a prompt: on the CPU (ServingEngine's chunked
 // prefill over the stored prefix) or on a GPU (GpuModel's one-pass prefill, the pages cut into
 // blocks by model_gpu::BlocksFromPackedKv). Either way the output is the prompt's kvformat blocks,
-// cut as ServingEngine cuts them, and the last position's logits (on the CPU, when asked, the
-// logprobs of the prompt's own tokens too).
+// cut as ServingEngine cuts them, and the last position's logits (when asked, and the device
+// runs the chunked prefill, the logprobs of the prompt's own tokens too).
 #ifndef OSCARKV_SERVICES_PREFILL_PREFILL_DEVICE_H_
 #define OSCARKV_SERVICES_PREFILL_PREFILL_DEVICE_H_
 
@@ -74,7 +74,8 @@ class PrefillDevice {
   // Prefills `prompt`; `reused` as ServingEngine::Prefill takes it (ignored when
   // !shares_kvstore()). With options.want_packed and offers_packed_kv(), the result holds
   // `packed` instead of blocks. @return ServingEngine::Prefill's errors, device and transfer
-  // errors; kUnimplemented for prompt logprobs on a device that does not compute them (GPU).
+  // errors; kUnimplemented for prompt logprobs on a device that does not compute them (the
+  // GPU in one-pass mode).
   virtual absl::StatusOr<DevicePrefillResult> Prefill(std::span<const int32_t> prompt,
                                                       std::span<const kvformat::BlockView> reused,
                                                       const DevicePrefillOptions& options) = 0;
