@@ -1,5 +1,4 @@
 // The CPU prefill device: ServingEngine::Prefill.
-#include <algorithm>
 #include <utility>
 
 #include "lib/base/status_macros.h"
@@ -30,7 +29,7 @@ class CpuPrefillDevice final : public PrefillDevice {
     };
     if (top_n >= 0) {
       reused = {};  // every position needs its logits
-      out.prompt_logprobs.reserve(prompt.size() - std::min<size_t>(prompt.size(), 1));
+      if (!prompt.empty()) out.prompt_logprobs.reserve(prompt.size() - 1);
     }
     OSCARKV_ASSIGN_OR_RETURN(
         engine::PrefillResult r,

@@ -8,6 +8,7 @@
 #ifndef OSCARKV_SERVICES_ROUTER_COMPLETION_BACKEND_H_
 #define OSCARKV_SERVICES_ROUTER_COMPLETION_BACKEND_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -72,6 +73,17 @@ struct CompletionRequest {
   std::string codec;                 // KV codec name (config default or an allowed override)
   absl::Time deadline = absl::InfiniteFuture();  // the backend returns kDeadlineExceeded after it
 };
+
+// Whether a backend delivers the prompt's tokens first (TokenEvent::prompt): with echo or
+// prompt_logprobs.
+inline bool DeliversPrompt(const CompletionRequest& r) {
+  return r.echo || r.prompt_logprobs >= 0;
+}
+// The alternatives each delivered prompt token is scored with: max(logprobs with echo,
+// prompt_logprobs); -1 = the prompt is not scored.
+inline int PromptScoreAlternatives(const CompletionRequest& r) {
+  return std::max(r.echo ? r.logprobs : -1, r.prompt_logprobs);
+}
 
 // A token's log-probability under the model (log-softmax of its logits, before temperature and
 // penalties), with its bytes (`piece`: one token's text, possibly part of a UTF-8 character).

@@ -9,8 +9,9 @@
 //   frequency_penalty [-2,2], logit_bias (token id -> [-100,100]), n [1,16], best_of (only = n),
 //   stream, stream_options.include_usage, stop (string or up to 4 strings), seed, logprobs
 //   (completions: integer [0,20]; chat: boolean, with top_logprobs [0,20]), echo (completions;
-//   max_tokens may then be 0), user. Rejected as unsupported: non-empty tools / functions (unless tool_choice "none"),
-//   tool_choice other than none / auto, response_format other than text, a non-empty suffix.
+//   max_tokens may then be 0), user. Rejected as unsupported: non-empty tools / functions
+//   (unless tool_choice "none"), tool_choice other than none / auto, response_format other than
+//   text, a non-empty suffix.
 //   Extensions: session_id (string; also header X-Session-Id), codec (string); as in vLLM:
 //   top_k (integer >= -1; -1 and 0 = off), return_tokens_as_token_ids, ignore_eos (booleans),
 //   min_tokens (integer >= 0), stop_token_ids (up to 64 token ids), prompt_logprobs (integer

@@ -125,8 +125,7 @@ struct Exchange {
   };
   std::vector<Piece> pending;
   bool stream = false;
-  bool want_logprobs = false;
-  int logprobs = -1;         // alternatives per token (the request's logprobs)
+  int logprobs = -1;         // alternatives per token (the request's logprobs); -1 = off
   bool echo = false;
   int prompt_logprobs = -1;  // vLLM's: alternatives per prompt token; -1 = off
   bool tokens_as_ids = false;
@@ -340,7 +339,6 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   x.prompt_tokens = prompt_tokens;
   x.include_usage = api.include_usage;
   x.stream = api.stream;
-  x.want_logprobs = api.logprobs >= 0;
   x.logprobs = api.logprobs;
   x.echo = api.echo;
   x.prompt_logprobs = api.prompt_logprobs;
@@ -441,7 +439,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
       }
       const int offset = c.text_chars;
       c.text_chars += Utf8Chars(t.text);
-      if (!x.want_logprobs) t.logprob.reset();
+      if (x.logprobs < 0) t.logprob.reset();
       if (x.stream) {
         x.pending.push_back({choice, std::move(t.text), std::move(t.logprob), offset, {}});
       } else {
@@ -507,7 +505,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
     for (Exchange::Choice& c : x.choices) {
       c.logprobs.tokens_as_ids = x.tokens_as_ids;
       bodies.push_back({c.text, c.finish.value_or(FinishReason::kLength),
-                        x.want_logprobs ? &c.logprobs : nullptr,
+                        x.logprobs >= 0 ? &c.logprobs : nullptr,
                         x.prompt_logprobs >= 0 ? &c.prompt_logprobs : nullptr});
     }
     res.set_content(CompletionBody(x.meta, bodies, Usage{x.prompt_tokens, x.completion_tokens}),

@@ -40,7 +40,8 @@ absl::StatusOr<CompletionOutcome> EchoCompletionBackend::Complete(const Completi
   for (int32_t id : request.prompt_token_ids) text.push_back(id >= 0 && id < 256 ? id : '?');
   std::vector<std::string> words = absl::StrSplit(text, absl::ByAnyChar(" \t\n"), absl::SkipEmpty());
   CompletionOutcome out;
-  if (request.echo || request.prompt_logprobs >= 0) {
+  if (DeliversPrompt(request)) {
+    const int top = PromptScoreAlternatives(request);
     std::string held;  // bytes of an unfinished UTF-8 character
     for (size_t i = 0; i < request.prompt_token_ids.size(); ++i) {
       const int32_t id = request.prompt_token_ids[i];
@@ -48,7 +49,6 @@ absl::StatusOr<CompletionOutcome> EchoCompletionBackend::Complete(const Completi
       const bool continues =
           i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xC0) == 0x80;
       TokenEvent t{id, continues ? std::string() : std::exchange(held, ""), std::nullopt, true};
-      const int top = std::max(request.echo ? request.logprobs : -1, request.prompt_logprobs);
       if (top >= 0) {
         t.logprob = TokenLogprob{std::string(1, text[i]), 0.0, {}, id, /*scored=*/i > 0};
         if (top > 0 && i > 0) t.logprob->top.push_back({t.logprob->piece, 0.0, id});

@@ -482,9 +482,9 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   // Echo / prompt logprobs: the prompt's tokens go out first (not counted as generated), after
   // the prefill, which scores them when logprobs (with echo) or prompt_logprobs are asked for.
   // Echo alone with max_tokens 0 needs no worker.
-  const int prompt_top = std::max(request.echo ? request.logprobs : -1, request.prompt_logprobs);
+  const int prompt_top = router::PromptScoreAlternatives(request);
   const bool echo_scored = prompt_top >= 0;
-  const bool send_prompt = request.echo || echo_scored;
+  const bool send_prompt = router::DeliversPrompt(request);
   if (echo_scored) {
     preq.set_prompt_logprobs(true);
     preq.set_prompt_top_logprobs(static_cast<uint32_t>(prompt_top));

@@ -5,8 +5,7 @@
 // one per token; running out of pieces finishes with "stop", reaching max_tokens with "length".
 // With `echo` (or prompt_logprobs), the prompt comes first, one token per id (text: the byte),
 // with logprobs -0.5 each (alternatives: itself, then "?" id 999 at -1.5) but the first,
-// unscored. Generated tokens have logprob -1 (no
-// alternatives) when logprobs are asked for.
+// unscored. Generated tokens have logprob -1 (no alternatives) when logprobs are asked for.
 // Failure modes on cue: fail before the first token, fail after N tokens, or stall (ignoring the
 // deadline) to test the router's own timeout.
 #ifndef OSCARKV_TESTS_SERVICES_ROUTER_FAKE_COMPLETION_BACKEND_H_
@@ -76,8 +75,8 @@ class FakeCompletionBackend final : public CompletionBackend {
     if (!script_.fail_before_first.ok()) return script_.fail_before_first;
     absl::SleepFor(script_.stall_for);
     CompletionOutcome out;
-    if (request.echo || request.prompt_logprobs >= 0) {
-      const int top = std::max(request.echo ? request.logprobs : -1, request.prompt_logprobs);
+    if (DeliversPrompt(request)) {
+      const int top = PromptScoreAlternatives(request);
       for (size_t i = 0; i < request.prompt_token_ids.size(); ++i) {
         const int32_t id = request.prompt_token_ids[i];
         TokenEvent t{id, std::string(1, static_cast<char>(id)), std::nullopt, /*prompt=*/true};
