@@ -9,7 +9,8 @@ each request. With --generate, also checks the first answer token for token agai
 generate` (same prompt, codec and device: prints prompt + text). With --score, also scores the
 first prompt (echo with logprobs, max_tokens 0): `ok` expects the prompt back with every token
 but the first scored and the prefill's scored-token counter to move by that many; `unimplemented`
-expects the HTTP 501 a prefill worker that cannot score prompts gives.
+expects HTTP 501, the router's answer when no prefill worker can score prompts (one-pass GPU
+prefill).
 
 Writes one JSON line per request to --out and a summary to stdout. Standard library only.
 """
