@@ -40,6 +40,19 @@ cudaError_t F32ToBf16Cuda(const float* in, int64_t n, uint16_t* out_bf16, cudaSt
 cudaError_t ArgmaxRowsCuda(const float* logits, int rows, int vocab, int32_t* out,
                            cudaStream_t stream);
 
+// Log-probabilities of one token per row (token_logprobs.cu), what engine::ComputeLogprobs
+// computes on the CPU (its production path and this kernel's reference): for row r of `logits`
+// ([rows, vocab], device) and token tokens[r] (device, in [0, vocab)), with non-finite logits
+// taken as -inf and the normaliser Σ exp(x - max) summed in double:
+//   logprob_out[r] = x[token] - log Z (-inf for every logit -inf),
+//   rank_out[r]    = 1 + the logits larger than x[token],
+//   top_ids[r * top_n + j], top_logprobs[...] = the j-th most likely (larger logit first, lower id
+//   on ties), for 0 <= top_n <= min(vocab, 20); top_* may be null when top_n is 0.
+// One block per row; the top list takes one pass over the row per entry (the row stays in L2).
+cudaError_t TokenLogprobsRowsCuda(const float* logits, int rows, int vocab, const int32_t* tokens,
+                                  int top_n, float* logprob_out, int32_t* rank_out,
+                                  int32_t* top_ids, float* top_logprobs, cudaStream_t stream);
+
 // Causal BF16 attention over one prompt, or over one chunk of it with q_offset > 0
 // (PrefillAttentionParams in model_kernels_ref.h). Requires head_dim 64 or 128, Hq % Hkv == 0,
 // sm_scale > 0, q_offset >= 0 and q_offset + num_tokens <= INT_MAX - 128, q/k/v 16-byte aligned

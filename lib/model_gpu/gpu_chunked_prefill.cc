@@ -60,7 +60,7 @@ absl::Status Grow(DeviceBuffer& buffer, size_t bytes, const char* what) {
 
 absl::StatusOr<ChunkedPrefillResult> GpuModel::PrefillChunked(
     std::span<const int32_t> prompt, const BlockCutSpec& cut, int chunk_tokens,
-    std::span<const kvformat::BlockView> reused, const engine::ChunkLogitsSink* on_chunk_logits) {
+    std::span<const kvformat::BlockView> reused, int prompt_logprobs) {
   const auto t_start = std::chrono::steady_clock::now();
   const model::ModelConfig& c = config_;
   const int d = c.head_dim, hq = c.num_heads, hkv = c.num_kv_heads, layers = c.num_layers;
@@ -76,6 +76,11 @@ absl::StatusOr<ChunkedPrefillResult> GpuModel::PrefillChunked(
     return absl::InvalidArgumentError(absl::StrCat(
         "chunked prefill: chunk ", chunk_tokens, ", block ", bt, ", reuse boundary ",
         cut.reuse_boundary, " and sink ", cut.sink_tokens, " do not fit together"));
+  }
+  if (prompt_logprobs > engine::kMaxTopLogprobs || (prompt_logprobs >= 0 && !reused.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunked prefill: prompt_logprobs ", prompt_logprobs, " must be in [0, ",
+        engine::kMaxTopLogprobs, "] and comes without reused blocks (", reused.size(), " given)"));
   }
   const bool quantising = cut.codec != kvformat::CodecId::kBf16;
 
@@ -324,10 +329,10 @@ absl::StatusOr<ChunkedPrefillResult> GpuModel::PrefillChunked(
       }
       OSCARKV_RETURN_IF_ERROR(LayerOutputAndFfn(l, t));
     }
-    if (on_chunk_logits != nullptr) {
-      std::vector<float> rows(static_cast<size_t>(t * c.vocab_size));
-      OSCARKV_RETURN_IF_ERROR(Logits(t, x_.as<float>(), &rows, nullptr));
-      OSCARKV_RETURN_IF_ERROR((*on_chunk_logits)(c0, rows));
+    if (prompt_logprobs >= 0) {  // row r scores prompt[c0 + r + 1]; the prompt's last, nothing
+      const int64_t scored = std::min<int64_t>(t, n - 1 - c0);
+      OSCARKV_RETURN_IF_ERROR(ScoreRows(x_.as<float>(), prompt.subspan(c0 + 1, scored),
+                                        prompt_logprobs, &result.prompt_logprobs));
     }
     if (c1 == n) {
       result.last_logits.resize(c.vocab_size);

@@ -533,6 +533,51 @@ absl::Status GpuModel::Logits(int64_t rows, const float* x_rows, std::vector<flo
   return absl::OkStatus();
 }
 
+absl::Status GpuModel::ScoreRows(const float* x_rows, std::span<const int32_t> tokens, int top_n,
+                                 std::vector<engine::TokenLogprobs>* out) {
+  const int64_t vocab = config_.vocab_size;
+  top_n = static_cast<int>(std::min<int64_t>(top_n, vocab));
+  // Per row: the token, its logprob and rank, then top_n ids and top_n logprobs (4 bytes each).
+  const int64_t batch = options_.max_batch;
+  const size_t bytes = static_cast<size_t>(batch) * (3 + 2 * engine::kMaxTopLogprobs) * 4;
+  if (score_.bytes() < bytes) OSCARKV_RETURN_IF_ERROR(score_.Allocate(bytes, "prompt scores"));
+  int32_t* d_tokens = score_.as<int32_t>();
+  float* d_logprob = reinterpret_cast<float*>(d_tokens + batch);
+  int32_t* d_rank = d_tokens + 2 * batch;
+  int32_t* d_top_ids = d_tokens + 3 * batch;
+  float* d_top_lp = reinterpret_cast<float*>(d_top_ids + batch * top_n);
+  std::vector<float> logprob(static_cast<size_t>(batch)), top_lp(static_cast<size_t>(batch * top_n));
+  std::vector<int32_t> rank(static_cast<size_t>(batch)), top_ids(static_cast<size_t>(batch * top_n));
+  const int64_t rows = static_cast<int64_t>(tokens.size());
+  for (int64_t r0 = 0; r0 < rows; r0 += batch) {
+    const int64_t n = std::min(batch, rows - r0);
+    OSCARKV_RETURN_IF_ERROR(LogitsKernels(n, x_rows + r0 * config_.d_model, false));
+    OSCARKV_CUDA_OK(cudaMemcpyAsync(d_tokens, tokens.data() + r0, n * 4, cudaMemcpyHostToDevice,
+                                    stream_));
+    OSCARKV_CUDA_OK(k::TokenLogprobsRowsCuda(logits_.as<float>(), static_cast<int>(n),
+                                             static_cast<int>(vocab), d_tokens, top_n, d_logprob,
+                                             d_rank, d_top_ids, d_top_lp, stream_));
+    OSCARKV_CUDA_OK(cudaMemcpyAsync(logprob.data(), d_logprob, n * 4, cudaMemcpyDeviceToHost, stream_));
+    OSCARKV_CUDA_OK(cudaMemcpyAsync(rank.data(), d_rank, n * 4, cudaMemcpyDeviceToHost, stream_));
+    if (top_n > 0) {
+      OSCARKV_CUDA_OK(cudaMemcpyAsync(top_ids.data(), d_top_ids, n * top_n * 4,
+                                      cudaMemcpyDeviceToHost, stream_));
+      OSCARKV_CUDA_OK(cudaMemcpyAsync(top_lp.data(), d_top_lp, n * top_n * 4,
+                                      cudaMemcpyDeviceToHost, stream_));
+    }
+    OSCARKV_CUDA_OK(cudaStreamSynchronize(stream_));
+    for (int64_t r = 0; r < n; ++r) {
+      engine::TokenLogprobs& s = out->emplace_back();
+      s.token = tokens[r0 + r];
+      s.logprob = logprob[r];
+      s.rank = rank[r];
+      s.top.reserve(top_n);
+      for (int j = 0; j < top_n; ++j) s.top.emplace_back(top_ids[r * top_n + j], top_lp[r * top_n + j]);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GpuModel::ReserveDecodeMeta(int64_t work_items) {
   if (decode_meta_layout_.total > 0 && work_items <= decode_meta_layout_.work_items) {
     return absl::OkStatus();

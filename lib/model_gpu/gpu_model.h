@@ -33,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/engine/logprobs.h"
 #include "lib/engine/serving_engine.h"
 #include "lib/model/model_config.h"
 #include "lib/model_gpu/block_import.h"
@@ -75,6 +76,8 @@ struct ChunkedPrefillResult {
   std::vector<float> last_logits;             // [vocab] after the last prompt token
   std::vector<std::vector<std::byte>> blocks;  // the prompt's blocks, serialised, in order
   int64_t reused_tokens = 0;                   // taken from the reused blocks
+  // With prompt_logprobs >= 0: [i] scores prompt[i + 1] after the tokens before it.
+  std::vector<engine::TokenLogprobs> prompt_logprobs;
 };
 
 class GpuModel {
@@ -111,15 +114,19 @@ class GpuModel {
   // the output is the prompt's blocks cut by `cut` (CutSpecFor), their quantised history made on
   // the GPU. `reused`: parsed blocks for a leading run of the prompt's reusable blocks (used up
   // to a chunk boundary). Needs no admitted sequence and leaves none; one call at a time.
-  // `on_chunk_logits` (optional): every computed position's logits, chunk by chunk, as
-  // ServingEngine::Prefill gives them (last_logits stays the one-row product either way).
-  // @return kInvalidArgument for bad tokens, a prompt longer than max_prompt_tokens or a cut that
-  //   does not fit the chunk; kFailedPrecondition for a reused block of another prompt or
-  //   engine (the caller retries without); CUDA errors; the sink's errors.
-  absl::StatusOr<ChunkedPrefillResult> PrefillChunked(
-      std::span<const int32_t> prompt, const BlockCutSpec& cut, int chunk_tokens,
-      std::span<const kvformat::BlockView> reused,
-      const engine::ChunkLogitsSink* on_chunk_logits = nullptr);
+  // `prompt_logprobs` in [0, engine::kMaxTopLogprobs]: also scores every prompt token after the
+  // first (ChunkedPrefillResult::prompt_logprobs, with that many alternatives), as
+  // engine::AppendPromptLogprobs does from ServingEngine::Prefill's logits, computed on the GPU
+  // (TokenLogprobsRowsCuda) so that only the scores come back; needs `reused` empty (reused
+  // positions have no logits). last_logits stays the one-row product either way.
+  // @return kInvalidArgument for bad tokens, a prompt longer than max_prompt_tokens, a cut that
+  //   does not fit the chunk or prompt_logprobs out of range / with reused blocks;
+  //   kFailedPrecondition for a reused block of another prompt or engine (the caller retries
+  //   without); CUDA errors.
+  absl::StatusOr<ChunkedPrefillResult> PrefillChunked(std::span<const int32_t> prompt,
+                                                      const BlockCutSpec& cut, int chunk_tokens,
+                                                      std::span<const kvformat::BlockView> reused,
+                                                      int prompt_logprobs = -1);
 
   // Speed-only: admits `id` with `length` tokens of random KV (no forward pass), as if a prompt
   // of that length had been prefilled.
@@ -193,6 +200,10 @@ class GpuModel {
                       int32_t* argmax_out);
   // Logits of n <= max_batch rows into logits_ (and their argmax into argmax_), enqueued only.
   absl::Status LogitsKernels(int64_t n, const float* x_rows, bool argmax);
+  // Appends to `out` the logprobs of tokens[r] under the logits of row r of x_rows (device,
+  // tokens.size() rows) with `top_n` alternatives, computed on the GPU.
+  absl::Status ScoreRows(const float* x_rows, std::span<const int32_t> tokens, int top_n,
+                         std::vector<engine::TokenLogprobs>* out);
   // A decode step's metadata at fixed offsets in decode_meta_ (so that the pointers its kernels
   // get do not move between steps, as a replayed graph needs), room for `work_items` at least.
   struct DecodeMetaLayout {
@@ -255,6 +266,8 @@ class GpuModel {
   // PrefillChunked's buffers (grown on demand): stored-form rows, quantised block payloads, bf16
   // rows of BF16-block tokens, one chunk's INT2 segments and bf16 rows.
   DeviceBuffer chunk_stored_, chunk_payload_, chunk_bf16_rows_, chunk_segments_, chunk_bf16_tmp_;
+  // ScoreRows' tokens and results for max_batch rows (grown on first use).
+  DeviceBuffer score_;
   std::vector<int32_t> meta_host_;
 };
 

@@ -96,19 +96,13 @@ class GpuPrefillDevice final : public PrefillDevice {
         model_gpu::CutSpecFor(*engine_, prompt, gpu_->numerics_tag());
     model_gpu::ChunkedPrefillResult r;
     DevicePrefillResult out;
-    const int64_t vocab = engine_->model().config().vocab_size;
-    const engine::ChunkLogitsSink sink = [&](int64_t first, std::span<const float> logits) {
-      engine::AppendPromptLogprobs(prompt, first, logits, vocab, prompt_logprobs,
-                                   &out.prompt_logprobs);
-      return absl::OkStatus();
-    };
     {
       std::lock_guard<std::mutex> lock(mu_);
       OSCARKV_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
-      OSCARKV_ASSIGN_OR_RETURN(
-          r, gpu_->PrefillChunked(prompt, cut, engine_->options().chunk_tokens, reused,
-                                  prompt_logprobs >= 0 ? &sink : nullptr));
+      OSCARKV_ASSIGN_OR_RETURN(r, gpu_->PrefillChunked(prompt, cut, engine_->options().chunk_tokens,
+                                                       reused, prompt_logprobs));
     }
+    out.prompt_logprobs = std::move(r.prompt_logprobs);
     out.last_logits = std::move(r.last_logits);
     out.reused_tokens = r.reused_tokens;
     out.computed_tokens = static_cast<int64_t>(prompt.size()) - r.reused_tokens;

@@ -13,12 +13,14 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/model/model_kernels_cuda.h"
 #include "lib/engine/logprobs.h"
 #include "lib/engine/quant_kv_cache.h"
 #include "lib/engine/serving_engine.h"
@@ -44,6 +46,119 @@ std::string ReadFixture() {
 }
 
 int32_t Argmax(const float* l, int n) { return static_cast<int32_t>(std::max_element(l, l + n) - l); }
+
+// kernels::TokenLogprobsRowsCuda over host rows [tokens.size(), vocab], poisoned outputs.
+std::vector<engine::TokenLogprobs> GpuTokenLogprobs(const std::vector<float>& logits, int vocab,
+                                                    const std::vector<int32_t>& tokens, int top_n) {
+  const int rows = static_cast<int>(tokens.size());
+  float *d_logits = nullptr, *d_lp = nullptr, *d_top_lp = nullptr;
+  int32_t *d_tokens = nullptr, *d_rank = nullptr, *d_top = nullptr;
+  auto ok = [](cudaError_t e) { EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e); };
+  ok(cudaMalloc(&d_logits, logits.size() * 4));
+  ok(cudaMalloc(&d_tokens, rows * 4));
+  ok(cudaMalloc(&d_lp, rows * 4));
+  ok(cudaMalloc(&d_rank, rows * 4));
+  ok(cudaMalloc(&d_top, std::max(1, rows * top_n) * 4));
+  ok(cudaMalloc(&d_top_lp, std::max(1, rows * top_n) * 4));
+  ok(cudaMemcpy(d_logits, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+  ok(cudaMemcpy(d_tokens, tokens.data(), rows * 4, cudaMemcpyHostToDevice));
+  ok(cudaMemset(d_lp, 0x7f, rows * 4));
+  ok(cudaMemset(d_rank, 0x7f, rows * 4));
+  ok(cudaMemset(d_top, 0x7f, std::max(1, rows * top_n) * 4));
+  ok(cudaMemset(d_top_lp, 0x7f, std::max(1, rows * top_n) * 4));
+  ok(kernels::TokenLogprobsRowsCuda(d_logits, rows, vocab, d_tokens, top_n, d_lp, d_rank, d_top,
+                                    d_top_lp, nullptr));
+  ok(cudaDeviceSynchronize());
+  std::vector<float> lp(rows), top_lp(static_cast<size_t>(rows) * top_n);
+  std::vector<int32_t> rank(rows), top(static_cast<size_t>(rows) * top_n);
+  ok(cudaMemcpy(lp.data(), d_lp, rows * 4, cudaMemcpyDeviceToHost));
+  ok(cudaMemcpy(rank.data(), d_rank, rows * 4, cudaMemcpyDeviceToHost));
+  ok(cudaMemcpy(top.data(), d_top, top.size() * 4, cudaMemcpyDeviceToHost));
+  ok(cudaMemcpy(top_lp.data(), d_top_lp, top_lp.size() * 4, cudaMemcpyDeviceToHost));
+  for (void* p : {static_cast<void*>(d_logits), static_cast<void*>(d_tokens),
+                  static_cast<void*>(d_lp), static_cast<void*>(d_rank), static_cast<void*>(d_top),
+                  static_cast<void*>(d_top_lp)}) {
+    ok(cudaFree(p));
+  }
+  std::vector<engine::TokenLogprobs> out(rows);
+  for (int r = 0; r < rows; ++r) {
+    out[r].token = tokens[r];
+    out[r].logprob = lp[r];
+    out[r].rank = rank[r];
+    for (int j = 0; j < top_n; ++j) {
+      out[r].top.emplace_back(top[r * top_n + j], top_lp[r * top_n + j]);
+    }
+  }
+  return out;
+}
+
+// The kernel against engine::ComputeLogprobs (its CPU reference) row by row: ranks and the top
+// lists' ids exactly (the comparisons are exact), logprobs within float rounding of the
+// normaliser. Returns the largest logprob difference.
+double ExpectSameLogprobs(const std::vector<float>& logits, int vocab,
+                          const std::vector<int32_t>& tokens, int top_n, const std::string& what) {
+  const std::vector<engine::TokenLogprobs> gpu = GpuTokenLogprobs(logits, vocab, tokens, top_n);
+  double worst = 0;
+  auto close = [&](float a, float b, const std::string& where) {
+    if (std::isinf(b)) {
+      EXPECT_EQ(a, b) << where;
+      return;
+    }
+    const double d = std::abs(double(a) - b);
+    worst = std::max(worst, d);
+    EXPECT_LE(d, 2e-5 * std::max(1.0, std::abs(double(b)))) << where << ": " << a << " vs " << b;
+  };
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    const engine::TokenLogprobs cpu = engine::ComputeLogprobs(
+        std::span<const float>(logits.data() + r * vocab, vocab), tokens[r], top_n);
+    const std::string where = what + " row " + std::to_string(r);
+    EXPECT_EQ(gpu[r].rank, cpu.rank) << where;
+    close(gpu[r].logprob, cpu.logprob, where);
+    ASSERT_EQ(gpu[r].top.size(), cpu.top.size()) << where;
+    for (size_t j = 0; j < cpu.top.size(); ++j) {
+      EXPECT_EQ(gpu[r].top[j].first, cpu.top[j].first) << where << " top " << j;
+      close(gpu[r].top[j].second, cpu.top[j].second, where + " top " + std::to_string(j));
+    }
+  }
+  return worst;
+}
+
+// Fresh random rows (both load paths), with ties, NaN and ±inf logits, a row of -inf only, a
+// token whose logit is -inf, and every list length from 0 to the limit.
+TEST(TokenLogprobsRowsCuda, MatchesTheCpuReferenceOnRandomRows) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  std::mt19937 rng(20261202);
+  for (const int vocab : {49152, 1001, 7}) {
+    for (const int top_n : {0, 1, 5, 20}) {
+      if (top_n > vocab) continue;
+      const int rows = 37;
+      std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+      std::normal_distribution<float> normal(0.0f, 3.0f);
+      for (float& x : logits) x = normal(rng);
+      std::vector<int32_t> tokens(rows);
+      std::uniform_int_distribution<int> id(0, vocab - 1);
+      for (int r = 0; r < rows; ++r) {
+        float* row = logits.data() + static_cast<size_t>(r) * vocab;
+        tokens[r] = id(rng);
+        if (r % 3 == 0) {  // ties, at the top too
+          const float top = *std::max_element(row, row + vocab);
+          for (int k = 0; k < 6; ++k) row[id(rng)] = top;
+          row[tokens[r]] = top;
+        }
+        if (r % 4 == 1) {
+          row[id(rng)] = NAN;
+          row[id(rng)] = INFINITY;
+          row[id(rng)] = -INFINITY;
+        }
+        if (r == 5) row[tokens[r]] = -INFINITY;
+        if (r == 7) std::fill(row, row + vocab, -INFINITY);
+        if (r == 8) std::fill(row, row + vocab, 1.5f);  // one tie over the whole row
+      }
+      ExpectSameLogprobs(logits, vocab, tokens, top_n,
+                         "vocab " + std::to_string(vocab) + " top " + std::to_string(top_n));
+    }
+  }
+}
 
 class GpuModelTest : public testing::DefaultModelTest {
  protected:
@@ -641,7 +756,7 @@ TEST_F(GpuModelTest, ChunkedPrefillOverAStoredPrefixEqualsComputingItAll) {
 // last logits; and the prompt's logprobs stay close to the CPU engine's (bf16: the GPU/CPU
 // rounding only; oscar: plus the codes that rounding moves, see the test above), with the same
 // top-1 at 90% of the positions or more.
-TEST_F(GpuModelTest, ChunkedPrefillGivesEveryPositionsLogits) {
+TEST_F(GpuModelTest, ChunkedPrefillScoresEveryPromptToken) {
   const std::vector<int32_t> ids = model_->tokenizer().Encode(ReadFixture(), true);
   ASSERT_GT(ids.size(), 600u);
   const std::span<const int32_t> prompt(ids.data(), 600);
@@ -652,20 +767,13 @@ TEST_F(GpuModelTest, ChunkedPrefillGivesEveryPositionsLogits) {
     auto gpu = Gpu(*Factory(codec));
     ASSERT_NE(gpu, nullptr);
     const BlockCutSpec cut = CutSpecFor(**engine, prompt, gpu->numerics_tag());
-    std::vector<int64_t> starts;
-    std::vector<engine::TokenLogprobs> scored;
-    const engine::ChunkLogitsSink sink = [&](int64_t first, std::span<const float> logits) {
-      starts.push_back(first);
-      EXPECT_EQ(logits.size() % vocab, 0u);
-      engine::AppendPromptLogprobs(prompt, first, logits, vocab, 3, &scored);
-      return absl::OkStatus();
-    };
-    auto with = gpu->PrefillChunked(prompt, cut, 256, {}, &sink);
+    auto with = gpu->PrefillChunked(prompt, cut, 256, {}, /*prompt_logprobs=*/3);
     ASSERT_TRUE(with.ok()) << with.status();
     auto without = gpu->PrefillChunked(prompt, cut, 256, {});
     ASSERT_TRUE(without.ok()) << without.status();
-    EXPECT_EQ(starts, (std::vector<int64_t>{0, 256, 512})) << codec;
+    const std::vector<engine::TokenLogprobs>& scored = with->prompt_logprobs;
     ASSERT_EQ(scored.size(), prompt.size() - 1) << codec;
+    EXPECT_TRUE(without->prompt_logprobs.empty());
     EXPECT_EQ(0, std::memcmp(with->last_logits.data(), without->last_logits.data(),
                              without->last_logits.size() * sizeof(float)))
         << codec;
@@ -673,14 +781,26 @@ TEST_F(GpuModelTest, ChunkedPrefillGivesEveryPositionsLogits) {
     for (size_t b = 0; b < with->blocks.size(); ++b) {
       EXPECT_TRUE(with->blocks[b] == without->blocks[b]) << codec << " block " << b;
     }
+    EXPECT_TRUE(absl::IsInvalidArgument(
+        gpu->PrefillChunked(prompt, cut, 256, {}, engine::kMaxTopLogprobs + 1).status()));
 
     std::vector<engine::TokenLogprobs> cpu;
+    std::vector<float> first_chunk;  // the CPU's logits of positions 0..255: real model rows
     const engine::ChunkLogitsSink cpu_sink = [&](int64_t first, std::span<const float> logits) {
+      if (first == 0) first_chunk.assign(logits.begin(), logits.end());
       engine::AppendPromptLogprobs(prompt, first, logits, vocab, 3, &cpu);
       return absl::OkStatus();
     };
     ASSERT_TRUE((*engine)->Prefill(prompt, {}, false, &cpu_sink).ok());
     ASSERT_EQ(cpu.size(), scored.size());
+    // The scoring kernel on the same real rows as the CPU: equal up to float rounding.
+    ASSERT_EQ(first_chunk.size(), static_cast<size_t>(256 * vocab));
+    const double kernel_diff =
+        ExpectSameLogprobs(first_chunk, static_cast<int>(vocab),
+                           std::vector<int32_t>(prompt.begin() + 1, prompt.begin() + 257), 20,
+                           codec + " model rows");
+    std::printf("%s: scoring kernel vs ComputeLogprobs on 256 CPU logits rows: max |diff| %.2g\n",
+                codec.c_str(), kernel_diff);
     double diff_sum = 0, diff_max = 0;
     int same_top1 = 0;
     for (size_t i = 0; i < cpu.size(); ++i) {
