@@ -2,6 +2,10 @@
 //   latency    batch-1 decode ms/token vs context length, the codecs' steps interleaved
 //   throughput decode tokens/s under a fixed KV byte budget, with the batch each codec can hold
 //   ttft       prefill (incl. cache writes and INT2 demotion) of one prompt
+//   score      prompt scoring (echo with logprobs, prompt_logprobs) with the real default model:
+//              GpuModel::PrefillChunked of one prompt without and with every token scored on the
+//              GPU (0, 5, 20 alternatives), against what the host's engine::ComputeLogprobs
+//              (the CPU path) takes for the same rows, timed in the same run
 //   quality    true-decode teacher forcing on real text with the real default model: windows of
 //              --contexts tokens decoded token by token through each codec's GPU cache (what
 //              quant.md E.0's decode-equivalent emulation emulates); per codec vs bf16: ΔNLL,
@@ -40,6 +44,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/e2e/gpu_bench_setup.h"
 #include "lib/base/status_macros.h"
+#include "lib/engine/logprobs.h"
 #include "lib/engine/quant_kv_cache.h"
 #include "lib/engine/serving_engine.h"
 #include "lib/eval/niah.h"
@@ -250,6 +255,82 @@ absl::Status Ttft(const Flags& f) {
         std::printf("| %s | %s | %s | %lld | %.3f | %.0f |\n", f.config.c_str(),
                     std::string(codec).c_str(), kernel.c_str(), static_cast<long long>(n), sec,
                     n / sec);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Score(const Flags& f) {
+  if (f.config != "default") {
+    return absl::InvalidArgumentError("--mode score needs --config default (the real model)");
+  }
+  std::printf("| codec | prompt tokens | alternatives | chunked prefill ms | scored ms | scoring "
+              "ms | host ComputeLogprobs ms (same rows) |\n|---|---|---|---|---|---|---|\n");
+  const std::vector<int64_t> contexts = ParseInts(f.contexts);
+  const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  for (absl::string_view codec_view : absl::StrSplit(f.codecs, ',')) {
+    const std::string codec(codec_view);
+    OSCARKV_ASSIGN_OR_RETURN(GpuBenchSetup s, MakeGpuBenchSetup(f.config, codec));
+    OSCARKV_ASSIGN_OR_RETURN(
+        auto engine, engine::ServingEngine::Create(
+                         s.real.get(), {.codec = codec,
+                                        .calibration_path = engine::ResolveCalibrationPath(
+                                            "", "default", codec)}));
+    model_gpu::GpuModelOptions o;
+    o.max_batch = f.max_batch;
+    o.max_prompt_tokens = longest;
+    o.kv_budget_bytes = int64_t{4} << 30;
+    OSCARKV_ASSIGN_OR_RETURN(auto m, MakeGpuBenchModel(s, o));
+    const int chunk = engine->options().chunk_tokens;
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int32_t> tok(10, s.config.vocab_size - 1);
+    for (const int64_t n : contexts) {
+      std::vector<int32_t> prompt(n);
+      for (auto& t : prompt) t = tok(rng);
+      const model_gpu::BlockCutSpec cut = model_gpu::CutSpecFor(*engine, prompt, m->numerics_tag());
+      // Median of 5 of each, alternated (after one warm-up of each).
+      auto time_one = [&](int top) -> absl::StatusOr<double> {
+        const auto t0 = Clock::now();
+        OSCARKV_ASSIGN_OR_RETURN(auto r, m->PrefillChunked(prompt, cut, chunk, {}, top));
+        const double ms = ms_since(t0);
+        if (top >= 0 && r.prompt_logprobs.size() + 1 != prompt.size()) {
+          return absl::InternalError("scored the wrong number of tokens");
+        }
+        return ms;
+      };
+      for (const int top : {0, 5, 20}) {
+        std::vector<double> plain, scored;
+        for (int rep = 0; rep < 6; ++rep) {
+          OSCARKV_ASSIGN_OR_RETURN(const double a, time_one(-1));
+          OSCARKV_ASSIGN_OR_RETURN(const double b, time_one(top));
+          if (rep > 0) {
+            plain.push_back(a);
+            scored.push_back(b);
+          }
+        }
+        std::sort(plain.begin(), plain.end());
+        std::sort(scored.begin(), scored.end());
+        // The host's share of the former path (every row's logits to the host, then scored
+        // there): ComputeLogprobs over as many random rows of a real vocabulary, one thread.
+        const int64_t vocab = s.config.vocab_size;
+        std::vector<float> row(static_cast<size_t>(vocab));
+        std::normal_distribution<float> normal(0.0f, 3.0f);
+        for (float& x : row) x = normal(rng);
+        const auto t0 = Clock::now();
+        float sink = 0;
+        for (int64_t r = 0; r + 1 < n; ++r) {
+          sink += engine::ComputeLogprobs(row, static_cast<int32_t>(r % vocab), top).logprob;
+        }
+        const double host_ms = ms_since(t0);
+        std::printf("| %s | %lld | %d | %.2f | %.2f | %.2f | %.1f%s |\n", codec.c_str(),
+                    static_cast<long long>(n), top, plain[2], scored[2], scored[2] - plain[2],
+                    host_ms, sink > 0 ? "?" : "");
         std::fflush(stdout);
       }
     }
@@ -759,14 +840,14 @@ absl::Status Niah(const Flags& f) {
 int main(int argc, char** argv) {
   oscarkv::bench::Flags f;
   CLI::App app{"GPU end-to-end benchmark: BF16 KV vs OSCAR INT2 KV (lib/model_gpu)"};
-  app.add_option("--mode", f.mode, "latency | throughput | ttft | quality | greedy | niah")
-      ->check(CLI::IsMember({"latency", "throughput", "ttft", "quality", "greedy", "niah"}));
+  app.add_option("--mode", f.mode, "latency | throughput | ttft | score | quality | greedy | niah")
+      ->check(CLI::IsMember({"latency", "throughput", "ttft", "score", "quality", "greedy", "niah"}));
   app.add_option("--config", f.config, "qwen3-8b-like (random weights, speed only) | default");
   app.add_option("--codecs", f.codecs,
                  "comma-separated codecs (default bf16,oscar); quality also takes codec@K/V "
                  "to override the clip ratios, e.g. oscar@0.90/0.84");
   app.add_option("--contexts", f.contexts,
-                 "latency/ttft/quality/niah: comma-separated context lengths (niah default "
+                 "latency/ttft/score/quality/niah: comma-separated context lengths (niah default "
                  "2048,4096,8192)");
   app.add_option("--budgets-gib", f.budgets_gib, "throughput: KV budgets in GiB (default 16,64)");
   app.add_option("--prompt", f.prompt,
@@ -805,6 +886,7 @@ int main(int argc, char** argv) {
                     : f.mode == "quality"    ? oscarkv::bench::Quality(f)
                     : f.mode == "greedy"     ? oscarkv::bench::Greedy(f)
                     : f.mode == "niah"       ? oscarkv::bench::Niah(f)
+                    : f.mode == "score"      ? oscarkv::bench::Score(f)
                                              : oscarkv::bench::Ttft(f);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.ToString().c_str());

@@ -499,12 +499,13 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
   return absl::OkStatus();
 }
 
-absl::Status GpuModel::LogitsKernels(int64_t n, const float* x_rows, bool argmax) {
+absl::Status GpuModel::LogitsKernels(int64_t n, const float* x_rows, bool argmax, float* out) {
   const model::ModelConfig& c = config_;
+  if (out == nullptr) out = logits_.as<float>();
   OSCARKV_CUDA_OK(k::RmsNormToBf16Cuda(x_rows, weights_.output_norm(), n, c.d_model,
                                        static_cast<float>(c.norm_eps), h_.as<uint16_t>(), stream_));
-  OSCARKV_RETURN_IF_ERROR(Gemm(h_.as<uint16_t>(), weights_.output(), n, c.d_model, c.vocab_size,
-                               0.0f, logits_.as<float>()));
+  OSCARKV_RETURN_IF_ERROR(
+      Gemm(h_.as<uint16_t>(), weights_.output(), n, c.d_model, c.vocab_size, 0.0f, out));
   if (argmax) {
     OSCARKV_CUDA_OK(k::ArgmaxRowsCuda(logits_.as<float>(), static_cast<int>(n),
                                       static_cast<int>(c.vocab_size), argmax_.as<int32_t>(),
@@ -537,8 +538,14 @@ absl::Status GpuModel::ScoreRows(const float* x_rows, std::span<const int32_t> t
                                  std::vector<engine::TokenLogprobs>* out) {
   const int64_t vocab = config_.vocab_size;
   top_n = static_cast<int>(std::min<int64_t>(top_n, vocab));
+  // Rows per lm-head product: a prefill chunk's worth (not max_batch, often 1 on a prefill
+  // worker), within the activation scratch's rows.
+  const int64_t batch = std::min<int64_t>(
+      kScoreRows, std::max<int64_t>(options_.max_prompt_tokens, options_.max_batch));
+  if (score_logits_.bytes() < static_cast<size_t>(batch * vocab * 4)) {
+    OSCARKV_RETURN_IF_ERROR(score_logits_.Allocate(batch * vocab * 4, "prompt scoring logits"));
+  }
   // Per row: the token, its logprob and rank, then top_n ids and top_n logprobs (4 bytes each).
-  const int64_t batch = options_.max_batch;
   const size_t bytes = static_cast<size_t>(batch) * (3 + 2 * engine::kMaxTopLogprobs) * 4;
   if (score_.bytes() < bytes) OSCARKV_RETURN_IF_ERROR(score_.Allocate(bytes, "prompt scores"));
   int32_t* d_tokens = score_.as<int32_t>();
@@ -551,10 +558,11 @@ absl::Status GpuModel::ScoreRows(const float* x_rows, std::span<const int32_t> t
   const int64_t rows = static_cast<int64_t>(tokens.size());
   for (int64_t r0 = 0; r0 < rows; r0 += batch) {
     const int64_t n = std::min(batch, rows - r0);
-    OSCARKV_RETURN_IF_ERROR(LogitsKernels(n, x_rows + r0 * config_.d_model, false));
+    OSCARKV_RETURN_IF_ERROR(
+        LogitsKernels(n, x_rows + r0 * config_.d_model, false, score_logits_.as<float>()));
     OSCARKV_CUDA_OK(cudaMemcpyAsync(d_tokens, tokens.data() + r0, n * 4, cudaMemcpyHostToDevice,
                                     stream_));
-    OSCARKV_CUDA_OK(k::TokenLogprobsRowsCuda(logits_.as<float>(), static_cast<int>(n),
+    OSCARKV_CUDA_OK(k::TokenLogprobsRowsCuda(score_logits_.as<float>(), static_cast<int>(n),
                                              static_cast<int>(vocab), d_tokens, top_n, d_logprob,
                                              d_rank, d_top_ids, d_top_lp, stream_));
     OSCARKV_CUDA_OK(cudaMemcpyAsync(logprob.data(), d_logprob, n * 4, cudaMemcpyDeviceToHost, stream_));

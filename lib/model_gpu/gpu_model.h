@@ -198,8 +198,9 @@ class GpuModel {
   static constexpr int kRotationsPerLayer = 4;
   absl::Status Logits(int64_t rows, const float* x_rows, std::vector<float>* logits_out,
                       int32_t* argmax_out);
-  // Logits of n <= max_batch rows into logits_ (and their argmax into argmax_), enqueued only.
-  absl::Status LogitsKernels(int64_t n, const float* x_rows, bool argmax);
+  // Logits of n <= max_batch rows into logits_, or of n rows of the activation scratch into
+  // `out` ([n, vocab] device) when given (and their argmax into argmax_), enqueued only.
+  absl::Status LogitsKernels(int64_t n, const float* x_rows, bool argmax, float* out = nullptr);
   // Appends to `out` the logprobs of tokens[r] under the logits of row r of x_rows (device,
   // tokens.size() rows) with `top_n` alternatives, computed on the GPU.
   absl::Status ScoreRows(const float* x_rows, std::span<const int32_t> tokens, int top_n,
@@ -266,8 +267,9 @@ class GpuModel {
   // PrefillChunked's buffers (grown on demand): stored-form rows, quantised block payloads, bf16
   // rows of BF16-block tokens, one chunk's INT2 segments and bf16 rows.
   DeviceBuffer chunk_stored_, chunk_payload_, chunk_bf16_rows_, chunk_segments_, chunk_bf16_tmp_;
-  // ScoreRows' tokens and results for max_batch rows (grown on first use).
-  DeviceBuffer score_;
+  // ScoreRows' logits, tokens and results for up to kScoreRows rows (allocated on first use).
+  static constexpr int64_t kScoreRows = 128;
+  DeviceBuffer score_logits_, score_;
   std::vector<int32_t> meta_host_;
 };
 

@@ -8,7 +8,8 @@
 #        int2_dequant_gpu_test) and `oscarkv
 #        generate --device cuda` (unless --skip-tests: a second run on a still-warm machine);
 #        with --bench also the end-to-end benchmarks (--ttft: only the time to first token,
-#        with the Hopper and the mma.sync prefill attention in the same run); with --quality
+#        with the Hopper and the mma.sync prefill attention in the same run; --score: only the
+#        cost of prompt scoring on the GPU, gpu_e2e_bench --mode score); with --quality
 #        the true-decode quality grid (20 windows at 2k and 8k, held-out text); with --clip the
 #        M5 calibration and the
 #        clipping lever at 8k and greedy agreement (50 prompts x 128 tokens); with --niah the
@@ -49,9 +50,9 @@ export LD_LIBRARY_PATH="$SCRATCH/lib:$cublas:${LD_LIBRARY_PATH:-}"
 export OSCARKV_DEFAULT_MODEL="$SCRATCH/model.gguf"
 BIN="$SCRATCH/bin"
 status=0
-bench=0; ttft=0; quality=0; clip=0; niah=0; multigpu=0; services=0; cpu_eval=0; tests=1
+bench=0; ttft=0; score=0; quality=0; clip=0; niah=0; multigpu=0; services=0; cpu_eval=0; tests=1
 for a in "${@:3}"; do
-  case "$a" in --bench) bench=1 ;; --ttft) ttft=1 ;;
+  case "$a" in --bench) bench=1 ;; --ttft) ttft=1 ;; --score) score=1 ;;
     --quality) quality=1 ;; --clip) clip=1 ;; --niah) niah=1 ;;
     --multigpu) multigpu=1 ;; --services) services=1 ;; --cpu-eval) cpu_eval=1 ;;
     --skip-tests) tests=0 ;;
@@ -200,6 +201,11 @@ fi
 E="$BIN"/gpu_e2e_bench
 if [ $bench = 1 ] || [ $ttft = 1 ]; then
   echo "== TTFT"; $E --mode ttft --contexts 8192,32768 2>&1 | tee "$OUT/ttft.log"
+fi
+if [ $bench = 1 ] || [ $score = 1 ]; then
+  echo "== prompt scoring"
+  $E --mode score --config default --codecs bf16,oscar --contexts 1024,4096 2>&1 \
+    | tee "$OUT/score.log" || status=1
 fi
 if [ $bench = 1 ]; then
   # Latency: every codec with and without decode graphs, their steps interleaved in one process.

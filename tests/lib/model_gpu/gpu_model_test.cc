@@ -114,7 +114,8 @@ double ExpectSameLogprobs(const std::vector<float>& logits, int vocab,
     const std::string where = what + " row " + std::to_string(r);
     EXPECT_EQ(gpu[r].rank, cpu.rank) << where;
     close(gpu[r].logprob, cpu.logprob, where);
-    ASSERT_EQ(gpu[r].top.size(), cpu.top.size()) << where;
+    EXPECT_EQ(gpu[r].top.size(), cpu.top.size()) << where;
+    if (gpu[r].top.size() != cpu.top.size()) continue;
     for (size_t j = 0; j < cpu.top.size(); ++j) {
       EXPECT_EQ(gpu[r].top[j].first, cpu.top[j].first) << where << " top " << j;
       close(gpu[r].top[j].second, cpu.top[j].second, where + " top " + std::to_string(j));
