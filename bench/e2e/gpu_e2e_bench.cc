@@ -323,7 +323,7 @@ absl::Status Score(const Flags& f) {
         std::normal_distribution<float> normal(0.0f, 3.0f);
         for (float& x : row) x = normal(rng);
         const auto t0 = Clock::now();
-        float sink = 0;
+        float sink = 0;  // read below so that the loop is not optimised away (always <= 0)
         for (int64_t r = 0; r + 1 < n; ++r) {
           sink += engine::ComputeLogprobs(row, static_cast<int32_t>(r % vocab), top).logprob;
         }
