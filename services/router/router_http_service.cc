@@ -112,6 +112,8 @@ struct Exchange {
   // token, so that their prefills find the prompt's blocks in the kvstore instead of all
   // computing them at once.
   std::vector<std::vector<std::pair<int, CompletionRequest>>> later;
+  // Per prompt with later choices, the prompt tokens its first choice delivered, for them.
+  std::vector<std::vector<TokenEvent>> prompt_events;
   int waiting = 0;                // choices in `later`
   int running = 0;                // choices started and not yet ended
   std::optional<absl::Status> failed;  // the first choice that failed
@@ -380,6 +382,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   const int n = api.n;
   x.choices.resize(api.prompts.size() * n);
   x.later.resize(api.prompts.size());
+  x.prompt_events.resize(api.prompts.size());
   x.run = std::make_shared<RunState>();
   for (size_t i = 0; i < api.prompts.size(); ++i) {
     for (int j = 0; j < n; ++j) {
@@ -398,58 +401,74 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
       }
     }
   }
-  auto start_later = [this, n](Exchange& x, int choice) {
+  // Takes one token of a choice in: into the choice (or, streaming, into pending).
+  auto take = [this](Exchange& x, int choice, TokenEvent t) {
+    Exchange::Choice& c = x.choices[choice];
+    if (t.prompt) {
+      // The backend scored it with the larger of the two alternative counts; each use keeps
+      // its own.
+      auto cut = [&t](int n) {
+        TokenLogprob lp = *t.logprob;
+        lp.top.resize(std::min(lp.top.size(), static_cast<size_t>(std::max(0, n))));
+        return lp;
+      };
+      if (x.prompt_logprobs >= 0 && t.logprob) {
+        c.prompt_logprobs.push_back(cut(x.prompt_logprobs));
+      }
+      if (!x.echo) return;
+      if (t.logprob) t.logprob = cut(x.logprobs);
+    }
+    ++x.delivered;
+    if (!t.prompt) {
+      const absl::Time now = absl::Now();
+      if (auto ttft = tracker_->OnToken(x.id)) {
+        metrics_->ObserveTimeToFirstToken(absl::ToDoubleSeconds(*ttft));
+        x.first_token_at = now;
+      }
+      x.last_token_at = now;
+      ++x.completion_tokens;
+    }
+    const int offset = c.text_chars;
+    c.text_chars += Utf8Chars(t.text);
+    if (x.logprobs < 0) t.logprob.reset();
+    if (x.stream) {
+      x.pending.push_back({choice, std::move(t.text), std::move(t.logprob), offset, {}});
+    } else {
+      c.text += t.text;
+      if (t.logprob) {
+        c.logprobs.tokens.push_back(std::move(*t.logprob));
+        c.logprobs.text_offsets.push_back(offset);
+      }
+    }
+  };
+  // A prompt's later choices deliver the same prompt tokens (echo, prompt_logprobs) as its
+  // first: they get the first's copies, and their own prefills neither score nor send the prompt
+  // (so they may reuse its stored blocks). With max_tokens 0 the first has no token to wait for
+  // and the others run in full.
+  auto start_later = [this, n, take](Exchange& x, int choice) {
     if (choice % n != 0 || x.failed) return;
     for (auto& [index, r] : x.later[choice / n]) {
+      if (DeliversPrompt(r) && r.max_tokens > 0) {
+        for (const TokenEvent& t : x.prompt_events[choice / n]) take(x, index, t);
+        r.echo = false;
+        r.prompt_logprobs = -1;
+      }
       ++x.running;
       --x.waiting;
       StartChoice(backend_, std::move(r), index, x.run);
     }
     x.later[choice / n].clear();
+    x.prompt_events[choice / n].clear();
   };
   // Takes in what the choices produced: tokens into each choice (or, streaming, into pending),
   // ends into finish reasons or the request's failure.
   // (By value: the streaming provider runs it after this handler has returned.)
-  auto absorb = [this, start_later](Exchange& x, News& news) {
+  auto absorb = [n, take, start_later](Exchange& x, News& news) {
     for (auto& [choice, t] : news.tokens) {
-      Exchange::Choice& c = x.choices[choice];
-      if (t.prompt) {
-        // The backend scored it with the larger of the two alternative counts; each use keeps
-        // its own.
-        auto cut = [&t](int n) {
-          TokenLogprob lp = *t.logprob;
-          lp.top.resize(std::min(lp.top.size(), static_cast<size_t>(std::max(0, n))));
-          return lp;
-        };
-        if (x.prompt_logprobs >= 0 && t.logprob) {
-          c.prompt_logprobs.push_back(cut(x.prompt_logprobs));
-        }
-        if (!x.echo) continue;
-        if (t.logprob) t.logprob = cut(x.logprobs);
-      }
-      ++x.delivered;
-      if (!t.prompt) {
-        const absl::Time now = absl::Now();
-        if (auto ttft = tracker_->OnToken(x.id)) {
-          metrics_->ObserveTimeToFirstToken(absl::ToDoubleSeconds(*ttft));
-          x.first_token_at = now;
-        }
-        x.last_token_at = now;
-        ++x.completion_tokens;
-      }
-      const int offset = c.text_chars;
-      c.text_chars += Utf8Chars(t.text);
-      if (x.logprobs < 0) t.logprob.reset();
-      if (x.stream) {
-        x.pending.push_back({choice, std::move(t.text), std::move(t.logprob), offset, {}});
-      } else {
-        c.text += t.text;
-        if (t.logprob) {
-          c.logprobs.tokens.push_back(std::move(*t.logprob));
-          c.logprobs.text_offsets.push_back(offset);
-        }
-      }
-      if (!t.prompt) start_later(x, choice);
+      const bool generated = !t.prompt;
+      if (t.prompt && n > 1 && choice % n == 0) x.prompt_events[choice / n].push_back(t);
+      take(x, choice, std::move(t));
+      if (generated) start_later(x, choice);
     }
     for (auto& [choice, outcome] : news.ended) {
       --x.running;

@@ -344,6 +344,70 @@ TEST_F(RouterHttpTest, NChoicesRunSeparatelyAndComeBackIndexed) {
   ExpectAllFinished();
 }
 
+// n > 1 with the prompt scored (echo + logprobs, prompt_logprobs): the prompt is scored once, by
+// choice 0's call; the other choices get its tokens and scores, streamed or not, and their own
+// calls neither echo nor score (so their prefills may reuse the stored prompt).
+TEST_F(RouterHttpTest, NChoicesScoreThePromptOnce) {
+  Start();
+  const json body = {{"model", "fake-model"}, {"prompt", "ab"}, {"n", 3}, {"echo", true},
+                     {"logprobs", 1}, {"prompt_logprobs", 1}, {"max_tokens", 2}};
+  auto res = Post("/v1/completions", body);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json j = json::parse(res->body);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const json& c = j["choices"][i];
+    EXPECT_EQ(c["text"], "abHello,") << i;
+    EXPECT_EQ(c["logprobs"], j["choices"][0]["logprobs"]) << i;
+    EXPECT_EQ(c["logprobs"]["token_logprobs"][1], -0.5) << i;
+    EXPECT_EQ(c["logprobs"]["text_offset"], json({0, 1, 2, 7})) << i;
+    EXPECT_EQ(c["prompt_logprobs"], j["choices"][0]["prompt_logprobs"]) << i;
+    EXPECT_EQ(c["prompt_logprobs"].size(), 2u) << i;
+  }
+  EXPECT_EQ(j["usage"]["completion_tokens"], 6);
+  std::vector<CompletionRequest> calls = backend_->requests();
+  ASSERT_EQ(calls.size(), 3u);
+  int scored = 0;
+  for (const CompletionRequest& r : calls) {
+    scored += PromptScoreAlternatives(r) >= 0;
+    EXPECT_EQ(r.echo, r.request_id == calls[0].request_id) << r.request_id;
+    EXPECT_EQ(r.logprobs, 1);  // generated tokens still scored per choice
+  }
+  EXPECT_EQ(scored, 1);
+
+  // Streamed (echo + logprobs): every choice's events start with the prompt's two tokens.
+  json streamed = body;
+  streamed.erase("prompt_logprobs");
+  streamed["stream"] = true;
+  res = Post("/v1/completions", streamed);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::vector<std::string> text(3);
+  for (const std::string& e : SseEvents(res->body)) {
+    if (e == "[DONE]") continue;
+    const json chunk = json::parse(e);
+    for (const json& c : chunk["choices"]) text[c["index"].get<int>()] += c["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, (std::vector<std::string>(3, "abHello,")));
+  calls = backend_->requests();
+  ASSERT_EQ(calls.size(), 6u);
+  scored = 0;
+  for (size_t k = 3; k < calls.size(); ++k) scored += PromptScoreAlternatives(calls[k]) >= 0;
+  EXPECT_EQ(scored, 1);
+
+  // max_tokens 0: nothing to wait for, each choice echoes (and scores) on its own.
+  json only_prompt = body;
+  only_prompt["max_tokens"] = 0;
+  res = Post("/v1/completions", only_prompt);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json k = json::parse(res->body);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(k["choices"][i]["text"], "ab") << i;
+  EXPECT_EQ(k["choices"][2]["logprobs"], k["choices"][0]["logprobs"]);
+  ExpectAllFinished();
+}
+
 // Batched prompts: choice i * n + j is prompt i's j-th; usage adds the prompts' tokens.
 TEST_F(RouterHttpTest, BatchedPromptsGiveOneChoiceEachInOrder) {
   Start();
