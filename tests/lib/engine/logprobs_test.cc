@@ -30,7 +30,9 @@ TEST(Logprobs, MatchTheSoftmaxAndTheTopAreTheMostLikely) {
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(l[lp.top[i].first], sorted[i]);
     EXPECT_NEAR(lp.top[i].second, (double{sorted[i]} - 40.0) - std::log(z), 1e-5);
-    if (i > 0) EXPECT_GE(lp.top[i - 1].second, lp.top[i].second);
+    if (i > 0) {
+      EXPECT_GE(lp.top[i - 1].second, lp.top[i].second);
+    }
   }
   // Every token's probability sums to one.
   double total = 0;
