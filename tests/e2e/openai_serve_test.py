@@ -325,6 +325,14 @@ def run_client_checks(url):
         return float(re.search(r"^" + name + r" (\S+)$", page, re.M).group(1))
     # Every prompt scored above (echo with logprobs, prompt_logprobs) counted its tokens.
     assert scrape("oscarkv_prefill_tokens_scored_total") >= 4 * (len(l1.tokens) - 1), "scored"
+    # n choices score the prompt once: the second choice repeats the first's scores.
+    before = scrape("oscarkv_prefill_tokens_scored_total")
+    two = client.completions.create(model=model, prompt=long_prompt, max_tokens=2, echo=True,
+                                    logprobs=2, n=2, seed=3)
+    assert scrape("oscarkv_prefill_tokens_scored_total") - before == len(l1.tokens) - 1
+    for c in two.choices:
+        assert c.text.startswith(long_prompt), c.text[:40]
+        assert c.logprobs.token_logprobs[:len(l1.tokens)] == l1.token_logprobs, c.index
     steps0, tokens0 = scrape("oscarkv_decode_steps_total"), scrape("oscarkv_decode_tokens_generated_total")
     t0 = time.time()
     with concurrent.futures.ThreadPoolExecutor(len(prompts)) as ex:
