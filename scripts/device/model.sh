@@ -20,7 +20,7 @@
 #        both on GPU 0 with one GPU), measured through the router by services_client.py and
 #        for bf16 and oscar with the chunked GPU prefill (kvstore reuse checked) and oscar with
 #        the one-pass GPU prefill (checked against `oscarkv generate --device cuda`), each also
-#        scoring a prompt (echo + logprobs: chunked ones must, one-pass ones answer 501); SVC_RUNS
+#        scoring a prompt (echo + logprobs; one-pass workers score through their chunked prefill); SVC_RUNS
 #        picks codec:mode runs, mode one of chunked, one_pass, one_pass_direct (KV GPU to GPU
 #        over UCX cuda_ipc), one_pass_host (same UCX, handoff off); with --cpu-eval the CPU
 #        emulation `oscarkv eval` on this machine's cores ((window, codec) forwards in parallel,
@@ -106,8 +106,8 @@ if [ $services = 1 ]; then
       kill -0 $svc 2>/dev/null || break; sleep 0.5
     done
     cat "$OUT/services_$name.log"
-    check=(--score ok)
-    [ "$gpu_prefill" = one_pass ] && check=(--score unimplemented
+    check=(--score)
+    [ "$gpu_prefill" = one_pass ] && check=(--score
                                             --generate "$BIN/oscarkv generate --device cuda --codec $codec")
     if grep -q "ready at" "$OUT/services_$name.log"; then
       LD_LIBRARY_PATH="$MG_LIBS" timeout 300 python3 scripts/device/services_client.py \

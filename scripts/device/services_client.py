@@ -7,10 +7,9 @@ request's stored prefix here, and the answer must not change), with the prefill 
 times, reused tokens and the bytes the decode worker received taken from their /metrics around
 each request. With --generate, also checks the first answer token for token against `oscarkv
 generate` (same prompt, codec and device: prints prompt + text). With --score, also scores the
-first prompt (echo with logprobs, max_tokens 0): `ok` expects the prompt back with every token
-but the first scored and the prefill's scored-token counter to move by that many; `unimplemented`
-expects HTTP 501, the router's answer when no prefill worker can score prompts (one-pass GPU
-prefill).
+first prompt (echo with logprobs, max_tokens 0) and expects the prompt back with every token but
+the first scored and the prefill's scored-token counter to move by that many (every prefill
+worker scores; a one-pass GPU one through its chunked prefill).
 
 Writes one JSON line per request to --out and a summary to stdout. Standard library only.
 """
@@ -53,7 +52,7 @@ def delta(after, before, key):
 
 
 def score(args, model, prompt, prompt_tokens, out):
-    """Echo with logprobs on `prompt`; returns 0 when the outcome is the one --score expects."""
+    """Echo with logprobs on `prompt`; returns 0 when every token but the first came back scored."""
     body = {"model": model, "prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 1}
     p0 = scrape(args.prefill_metrics)
     t0 = time.time()
@@ -64,24 +63,22 @@ def score(args, model, prompt, prompt_tokens, out):
         code, resp = e.code, json.load(e)
     seconds = time.time() - t0
     p1 = scrape(args.prefill_metrics)
-    rec = {"label": args.label, "score": args.score, "http_status": code, "seconds": seconds}
-    if args.score == "unimplemented":
-        ok = code == 501
+    rec = {"label": args.label, "score": True, "http_status": code, "seconds": seconds}
+    lp = resp["choices"][0]["logprobs"] if code == 200 else None
+    scores = lp["token_logprobs"] if lp else []
+    ok = (code == 200 and resp["choices"][0]["text"] == prompt and
+          len(scores) == prompt_tokens and scores[0] is None and
+          all(s is not None and -100 < s <= 0 for s in scores[1:]) and
+          delta(p1, p0, "oscarkv_prefill_tokens_scored_total") == prompt_tokens - 1)
+    if len(scores) > 1:
+        rec["perplexity"] = math.exp(-sum(s or 0 for s in scores[1:]) / (len(scores) - 1))
+    rec["scored_tokens"] = delta(p1, p0, "oscarkv_prefill_tokens_scored_total")
+    if code != 200:
         rec["message"] = resp.get("error", {}).get("message", "")
-    else:
-        lp = resp["choices"][0]["logprobs"] if code == 200 else None
-        scores = lp["token_logprobs"] if lp else []
-        ok = (code == 200 and resp["choices"][0]["text"] == prompt and
-              len(scores) == prompt_tokens and scores[0] is None and
-              all(s is not None and -100 < s <= 0 for s in scores[1:]) and
-              delta(p1, p0, "oscarkv_prefill_tokens_scored_total") == prompt_tokens - 1)
-        if len(scores) > 1:
-            rec["perplexity"] = math.exp(-sum(s or 0 for s in scores[1:]) / (len(scores) - 1))
-        rec["scored_tokens"] = delta(p1, p0, "oscarkv_prefill_tokens_scored_total")
     rec["as_expected"] = ok
     out.write(json.dumps(rec) + "\n")
-    print("%s score (%s expected): HTTP %d in %.3f s, %s%s" % (
-        args.label, args.score, code, seconds,
+    print("%s score: HTTP %d in %.3f s, %s%s" % (
+        args.label, code, seconds,
         "perplexity %.2f over %d tokens" % (rec["perplexity"], prompt_tokens)
         if "perplexity" in rec else rec.get("message", ""),
         "" if ok else "  NOT AS EXPECTED"), flush=True)
@@ -100,8 +97,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--generate", default="",
                     help="command prefix of `oscarkv generate ...` to check answers against")
-    ap.add_argument("--score", choices=["", "ok", "unimplemented"], default="",
-                    help="also score the first prompt (echo + logprobs) and expect this")
+    ap.add_argument("--score", action="store_true",
+                    help="also score the first prompt (echo + logprobs, max_tokens 0)")
     ap.add_argument("--label", default="")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()

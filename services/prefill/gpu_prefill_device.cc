@@ -60,7 +60,6 @@ class GpuPrefillDevice final : public PrefillDevice {
   std::string name() const override { return absl::StrCat("cuda:", options_.device); }
   bool shares_kvstore() const override { return !options_.one_pass; }
   bool offers_packed_kv() const override { return outbox_registered_; }
-  bool scores_prompts() const override { return !options_.one_pass; }
   std::vector<kvformat::BlockKey> ReusableKeys(std::span<const int32_t> prompt) const override {
     return model_gpu::CutSpecFor(*engine_, prompt, gpu_->numerics_tag()).keys;
   }
@@ -69,14 +68,9 @@ class GpuPrefillDevice final : public PrefillDevice {
   absl::StatusOr<DevicePrefillResult> Prefill(std::span<const int32_t> prompt,
                                               std::span<const kvformat::BlockView> reused,
                                               const DevicePrefillOptions& options) override {
-    if (options.prompt_logprobs >= 0) {
-      if (!scores_prompts()) {
-        return absl::UnimplementedError(absl::StrCat(
-            "prompt logprobs (echo with logprobs, prompt_logprobs) need the chunked prefill; this "
-            "worker on ", name(), " runs --gpu_prefill one_pass"));
-      }
-      return PrefillChunked(prompt, {}, options.prompt_logprobs);
-    }
+    // Scoring needs every row's logits, which the chunked prefill gives: it runs in one-pass
+    // mode too (the blocks go to the decode worker as blocks; nothing reads the kvstore).
+    if (options.prompt_logprobs >= 0) return PrefillChunked(prompt, {}, options.prompt_logprobs);
     if (!options_.one_pass) return PrefillChunked(prompt, reused);
     return options.want_packed && offers_packed_kv() ? PrefillPacked(prompt)
                                                      : PrefillOnePass(prompt);

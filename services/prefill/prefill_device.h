@@ -71,13 +71,10 @@ class PrefillDevice {
   // Whether Prefill(..., want_packed = true) hands the KV over as a PackedKvHandoff (a GPU device
   // whose transfer backend reaches GPU memory, in one-pass mode).
   virtual bool offers_packed_kv() const { return false; }
-  // Whether Prefill scores the prompt when options.prompt_logprobs >= 0 (not the GPU in one-pass
-  // mode); registered so that the router sends such requests elsewhere.
-  virtual bool scores_prompts() const { return true; }
   // Prefills `prompt`; `reused` as ServingEngine::Prefill takes it (ignored when
   // !shares_kvstore()). With options.want_packed and offers_packed_kv(), the result holds
-  // `packed` instead of blocks. @return ServingEngine::Prefill's errors, device and transfer
-  // errors; kUnimplemented for prompt logprobs when !scores_prompts().
+  // `packed` instead of blocks; options.prompt_logprobs >= 0 scores the prompt (never packed).
+  // @return ServingEngine::Prefill's errors, device and transfer errors.
   virtual absl::StatusOr<DevicePrefillResult> Prefill(std::span<const int32_t> prompt,
                                                       std::span<const kvformat::BlockView> reused,
                                                       const DevicePrefillOptions& options) = 0;

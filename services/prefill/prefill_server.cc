@@ -137,7 +137,6 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(const Prefi
     info.set_packed_kv_direct(s->device_->offers_packed_kv());
     info.set_kv_numerics(s->device_->kv_numerics());
     info.set_bypasses_kvstore(s->store_ == nullptr || !s->device_->shares_kvstore());
-    info.set_no_prompt_logprobs(!s->device_->scores_prompts());
     rpc::FillModelIdentity(*serving, info.mutable_model());
     // Held keys: none. The outbox only stages a request's blocks for its decode worker; reuse
     // across requests goes through the kvstore.

@@ -69,15 +69,11 @@ absl::StatusOr<Placement> CostPlacementPolicy::Choose(
 
   std::vector<Candidate> prefill, decode;
   int prefill_alive = 0, decode_alive = 0;
-  int prefill_able = 0, prefill_unable = 0;  // registered, by whether they can take this request
   for (const WorkerView& w : workers) {
     const bool alive = w.health == WorkerHealth::kHealthy && !w.draining;
     const int m = Matched(request.matched, w.spec.id);
     const double active_cost = options_.active_request_weight * w.ActiveRequests();
-    if (HasRole(w, WorkerRole::kPrefill) && request.score_prompt && !w.spec.scores_prompts) {
-      ++prefill_unable;
-    } else if (HasRole(w, WorkerRole::kPrefill)) {
-      ++prefill_able;
+    if (HasRole(w, WorkerRole::kPrefill)) {
       prefill_alive += alive;
       if (w.Placeable()) {
         const int store = StoreMatched(request, w.spec);
@@ -97,12 +93,6 @@ absl::StatusOr<Placement> CostPlacementPolicy::Choose(
     }
   }
   const Candidate* p = Best(prefill);
-  if (p == nullptr && prefill_able == 0 && prefill_unable > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the request scores its prompt (echo with logprobs, or prompt_logprobs) and none of the ",
-        prefill_unable, " registered prefill workers can: each runs oscarkv_prefill --gpu_prefill "
-        "one_pass, and only the chunked prefill scores prompts"));
-  }
   if (p == nullptr) return NoWorker(WorkerRole::kPrefill, prefill_alive);
   const Candidate* d = Best(decode);
   if (d == nullptr) return NoWorker(WorkerRole::kDecode, decode_alive);

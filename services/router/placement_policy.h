@@ -16,8 +16,7 @@
 // host-tier 0.75), and 0 for a worker that bypasses the kvstore. A decode worker that still
 // holds a session's pinned KV (Continuum) matches it and so needs fewer new blocks. The cost
 // separates into a prefill part and a decode part, so each is minimised on its own; ties go to
-// fewer active requests, then to the smaller worker id (deterministic). A request that scores
-// its prompt is placed only on prefill workers that can.
+// fewer active requests, then to the smaller worker id (deterministic).
 //
 // Thread-safety: Choose() is const and may be called concurrently.
 #ifndef OSCARKV_SERVICES_ROUTER_PLACEMENT_POLICY_H_
@@ -45,9 +44,6 @@ struct PlacementRequest {
   // Numerics label → leading blocks the kvstore holds under the keys of that label; missing
   // means 0.
   std::map<std::string, int> store_matched;
-  // The prefill must score the prompt (PrefillRequest.prompt_logprobs): only prefill workers
-  // that can (WorkerSpec.scores_prompts) are candidates.
-  bool score_prompt = false;
 };
 
 struct WorkerScore {
@@ -75,8 +71,7 @@ class PlacementPolicy {
   virtual ~PlacementPolicy() = default;
   //! Picks a pair among `workers` (a WorkerRegistry::Snapshot(); unplaceable ones are skipped).
   //! @return kUnavailable when no healthy, non-draining worker of a role exists;
-  //! kResourceExhausted when such workers exist but all are at capacity; kUnimplemented when
-  //! the request scores its prompt and no prefill worker can.
+  //! kResourceExhausted when such workers exist but all are at capacity.
   virtual absl::StatusOr<Placement> Choose(const PlacementRequest& request,
                                            const std::vector<WorkerView>& workers) const = 0;
 };

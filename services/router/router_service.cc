@@ -64,7 +64,6 @@ grpc::Status RouterService::Register(grpc::ServerContext*, const v1::RegisterReq
   spec.packed_kv_direct = info.packed_kv_direct();
   spec.kv_numerics = info.kv_numerics();
   spec.bypasses_kvstore = info.bypasses_kvstore();
-  spec.scores_prompts = !info.no_prompt_logprobs();
   // The proto has no request-slot capacity; workers enforce their own limits and answer
   // RESOURCE_EXHAUSTED, so the router does not cap them here.
   spec.capacity = 1 << 20;

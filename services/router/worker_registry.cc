@@ -84,8 +84,7 @@ absl::Status WorkerRegistry::Register(const WorkerSpec& spec) {
             << " role=" << WorkerRoleName(spec.role) << " address=" << spec.address
             << " capacity=" << spec.capacity
             << (spec.kv_numerics.empty() ? "" : " kv_numerics=" + spec.kv_numerics)
-            << (spec.bypasses_kvstore ? " (bypasses the kvstore)" : "")
-            << (spec.scores_prompts ? "" : " (does not score prompts)");
+            << (spec.bypasses_kvstore ? " (bypasses the kvstore)" : "");
   return absl::OkStatus();
 }
 

@@ -44,9 +44,6 @@ struct WorkerSpec {
   // its prefill skips the kvstore (WorkerInfo.kv_numerics, .bypasses_kvstore).
   std::string kv_numerics;
   bool bypasses_kvstore = false;
-  // Its prefill can score a prompt (PrefillRequest.prompt_logprobs; WorkerInfo.no_prompt_logprobs
-  // negated, so that a worker that does not say is taken to).
-  bool scores_prompts = true;
 };
 
 // Load a worker reports in a heartbeat.

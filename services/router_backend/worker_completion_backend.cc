@@ -181,14 +181,12 @@ struct WorkerCompletionBackend::Impl {
     }
     const RegistryPlacement& reg = *options.registry;
     std::vector<router::WorkerView> workers = reg.workers->Snapshot();
-    const bool score_prompt = router::PromptScoreAlternatives(request) >= 0;
     if (!avoid.empty()) {
       auto avoided = [&avoid](const router::WorkerView& w) {
         return w.spec.role == router::WorkerRole::kPrefill && avoid.count(w.spec.id) != 0;
       };
       const bool other_prefill = std::any_of(workers.begin(), workers.end(), [&](const auto& w) {
-        return w.spec.role == router::WorkerRole::kPrefill && !avoided(w) &&
-               (w.spec.scores_prompts || !score_prompt);
+        return w.spec.role == router::WorkerRole::kPrefill && !avoided(w);
       });
       if (other_prefill) std::erase_if(workers, avoided);
     }
@@ -196,7 +194,6 @@ struct WorkerCompletionBackend::Impl {
     preq.prompt_tokens = static_cast<int64_t>(request.prompt_token_ids.size());
     preq.max_tokens = request.max_tokens;
     preq.session_id = request.session_id;
-    preq.score_prompt = score_prompt;
     MatchPrompt(reg, workers, request.prompt_token_ids, &preq);
     // The cache follows this snapshot. Placements racing with a registry change may apply theirs
     // out of order; the worst case is a channel dropped early (made again on its next use) or

@@ -97,40 +97,6 @@ TEST(CostPlacementPolicy, KvStoreCreditFollowsTheWorkersNumericsLabel) {
   EXPECT_EQ(p->store_matched_blocks, 2);
 }
 
-// A request that scores its prompt goes only to prefill workers that can, even past a cheaper
-// one; with none registered it is unimplemented, with the able ones busy it waits (exhausted).
-TEST(CostPlacementPolicy, PromptScoringGoesToPrefillWorkersThatScore) {
-  WorkerView one_pass = Worker("p0", WorkerRole::kPrefill);
-  one_pass.spec.scores_prompts = false;
-  const WorkerView chunked = Worker("p1", WorkerRole::kPrefill, /*prefill_tokens=*/640);
-  const WorkerView d0 = Worker("d0", WorkerRole::kDecode);
-  PlacementRequest req{640, 1, "", {}};
-  auto plain = Policy().Choose(req, {one_pass, chunked, d0});
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  EXPECT_EQ(plain->prefill_id, "p0");  // the cheaper one, when the prompt is not scored
-  req.score_prompt = true;
-  auto scored = Policy().Choose(req, {one_pass, chunked, d0});
-  ASSERT_TRUE(scored.ok()) << scored.status();
-  EXPECT_EQ(scored->prefill_id, "p1");
-  ASSERT_EQ(scored->prefill_scores.size(), 1u);
-
-  auto none = Policy().Choose(req, {one_pass, d0});
-  EXPECT_TRUE(absl::IsUnimplemented(none.status())) << none.status();
-  EXPECT_NE(none.status().message().find("one_pass"), std::string::npos) << none.status();
-  WorkerView dead = chunked;
-  dead.health = WorkerHealth::kDead;
-  EXPECT_TRUE(absl::IsUnavailable(Policy().Choose(req, {one_pass, dead, d0}).status()));
-  const WorkerView full = Worker("p1", WorkerRole::kPrefill, 0, 0, /*active=*/2, 2);
-  EXPECT_TRUE(absl::IsResourceExhausted(Policy().Choose(req, {one_pass, full, d0}).status()));
-  // An aggregated worker that cannot score still takes the decode part.
-  WorkerView agg = Worker("a0", WorkerRole::kBoth);
-  agg.spec.scores_prompts = false;
-  auto split = Policy().Choose(req, {agg, chunked});
-  ASSERT_TRUE(split.ok()) << split.status();
-  EXPECT_EQ(split->prefill_id, "p1");
-  EXPECT_EQ(split->decode_id, "a0");
-}
-
 TEST(CostPlacementPolicy, DecodeWorkerHoldingTheSessionIsPreferred) {
   // d1 still holds the session's first 9 blocks (pinned KV) and carries more load.
   PlacementRequest req{640, 64, "session-7", {{"d1", 9}}};
@@ -182,7 +148,6 @@ TEST(CostPlacementPolicy, PickMinimisesThePairCostOnRandomClusters) {
     const int64_t prompt = std::uniform_int_distribution<int64_t>(1, 4000)(rng);
     const int rb = static_cast<int>((prompt + bt - 1) / bt);
     PlacementRequest req{prompt, 32, "", {}};
-    req.score_prompt = rng() % 3 == 0;
     std::uniform_int_distribution<int> matched(0, rb);
     const std::array<std::string, 2> labels = {"", "cuda-a"};
     for (const std::string& label : labels) req.store_matched[label] = matched(rng);
@@ -196,7 +161,6 @@ TEST(CostPlacementPolicy, PickMinimisesThePairCostOnRandomClusters) {
       if (rng() % 7 == 0) w.health = WorkerHealth::kSuspect;
       w.spec.kv_numerics = labels[rng() % 2];
       w.spec.bypasses_kvstore = rng() % 5 == 0;
-      w.spec.scores_prompts = rng() % 3 != 0;
       workers.push_back(w);
       req.matched[w.spec.id] = matched(rng);
     }
@@ -206,7 +170,6 @@ TEST(CostPlacementPolicy, PickMinimisesThePairCostOnRandomClusters) {
     double chosen = std::numeric_limits<double>::quiet_NaN();
     for (const WorkerView& pw : workers) {
       if (!pw.Placeable() || pw.spec.role == WorkerRole::kDecode) continue;
-      if (req.score_prompt && !pw.spec.scores_prompts) continue;
       for (const WorkerView& dw : workers) {
         if (!dw.Placeable() || dw.spec.role == WorkerRole::kPrefill) continue;
         const double mp = req.matched[pw.spec.id], md = req.matched[dw.spec.id];

@@ -100,7 +100,6 @@ TEST(WorkerRegistrationTest, RegistersHeartbeatsKeysAndDeregisters) {
       Options(addr, "decode-7", oscarkv::common::v1::WORKER_ROLE_DECODE);
   options.worker.set_kv_numerics("cuda-sm90-132sm");
   options.worker.set_bypasses_kvstore(true);
-  options.worker.set_no_prompt_logprobs(true);
   auto reg = WorkerRegistration::Start(options, rep.Fn());
   ASSERT_TRUE(reg.ok()) << reg.status();
   ASSERT_TRUE((*reg)->WaitUntilRegistered(absl::Seconds(5)));
@@ -112,7 +111,6 @@ TEST(WorkerRegistrationTest, RegistersHeartbeatsKeysAndDeregisters) {
   EXPECT_EQ(w->spec.address, "127.0.0.1:1");
   EXPECT_EQ(w->spec.kv_numerics, "cuda-sm90-132sm");
   EXPECT_TRUE(w->spec.bypasses_kvstore);
-  EXPECT_FALSE(w->spec.scores_prompts);
   EXPECT_EQ(w->health, WorkerHealth::kHealthy);
   EXPECT_EQ(w->reported.active_requests, 2);
   EXPECT_EQ(router->prefix_index().HolderSize("decode-7"), 4u);
