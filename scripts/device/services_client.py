@@ -7,8 +7,8 @@ request's stored prefix here, and the answer must not change), with the prefill 
 times, reused tokens and the bytes the decode worker received taken from their /metrics around
 each request. With --generate, also checks the first answer token for token against `oscarkv
 generate` (same prompt, codec and device: prints prompt + text). With --score, also scores the
-first prompt (echo with logprobs, max_tokens 0) and expects the prompt back with every token but
-the first scored and the prefill's scored-token counter to move by that many (every prefill
+first prompt (echo with logprobs, 2 greedy tokens) and expects the prompt and the two tokens back
+with every token but the first scored and the prefill's scored-token counter to move by that many (every prefill
 worker scores; a one-pass GPU one through its chunked prefill).
 
 Writes one JSON line per request to --out and a summary to stdout. Standard library only.
@@ -53,7 +53,9 @@ def delta(after, before, key):
 
 def score(args, model, prompt, prompt_tokens, out):
     """Echo with logprobs on `prompt`; returns 0 when every token but the first came back scored."""
-    body = {"model": model, "prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 1}
+    # Two tokens after it, so that the scored prefill's KV also reaches the decode worker.
+    body = {"model": model, "prompt": prompt, "max_tokens": 2, "echo": True, "logprobs": 1,
+            "temperature": 0}
     p0 = scrape(args.prefill_metrics)
     t0 = time.time()
     try:
@@ -66,12 +68,14 @@ def score(args, model, prompt, prompt_tokens, out):
     rec = {"label": args.label, "score": True, "http_status": code, "seconds": seconds}
     lp = resp["choices"][0]["logprobs"] if code == 200 else None
     scores = lp["token_logprobs"] if lp else []
-    ok = (code == 200 and resp["choices"][0]["text"] == prompt and
-          len(scores) == prompt_tokens and scores[0] is None and
+    ok = (code == 200 and resp["choices"][0]["text"].startswith(prompt) and
+          resp["usage"]["completion_tokens"] == 2 and
+          len(scores) == prompt_tokens + 2 and scores[0] is None and
           all(s is not None and -100 < s <= 0 for s in scores[1:]) and
           delta(p1, p0, "oscarkv_prefill_tokens_scored_total") == prompt_tokens - 1)
     if len(scores) > 1:
-        rec["perplexity"] = math.exp(-sum(s or 0 for s in scores[1:]) / (len(scores) - 1))
+        prompt_scores = scores[1:prompt_tokens]
+        rec["perplexity"] = math.exp(-sum(s or 0 for s in prompt_scores) / len(prompt_scores))
     rec["scored_tokens"] = delta(p1, p0, "oscarkv_prefill_tokens_scored_total")
     if code != 200:
         rec["message"] = resp.get("error", {}).get("message", "")
@@ -98,7 +102,7 @@ def main():
     ap.add_argument("--generate", default="",
                     help="command prefix of `oscarkv generate ...` to check answers against")
     ap.add_argument("--score", action="store_true",
-                    help="also score the first prompt (echo + logprobs, max_tokens 0)")
+                    help="also score the first prompt (echo + logprobs, 2 tokens)")
     ap.add_argument("--label", default="")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
