@@ -841,7 +841,8 @@ int main(int argc, char** argv) {
   oscarkv::bench::Flags f;
   CLI::App app{"GPU end-to-end benchmark: BF16 KV vs OSCAR INT2 KV (lib/model_gpu)"};
   app.add_option("--mode", f.mode, "latency | throughput | ttft | score | quality | greedy | niah")
-      ->check(CLI::IsMember({"latency", "throughput", "ttft", "score", "quality", "greedy", "niah"}));
+      ->check(CLI::IsMember(
+          {"latency", "throughput", "ttft", "score", "quality", "greedy", "niah"}));
   app.add_option("--config", f.config, "qwen3-8b-like (random weights, speed only) | default");
   app.add_option("--codecs", f.codecs,
                  "comma-separated codecs (default bf16,oscar); quality also takes codec@K/V "

@@ -507,7 +507,7 @@ absl::Status GpuModel::LogitsKernels(int64_t n, const float* x_rows, bool argmax
   OSCARKV_RETURN_IF_ERROR(
       Gemm(h_.as<uint16_t>(), weights_.output(), n, c.d_model, c.vocab_size, 0.0f, out));
   if (argmax) {
-    OSCARKV_CUDA_OK(k::ArgmaxRowsCuda(logits_.as<float>(), static_cast<int>(n),
+    OSCARKV_CUDA_OK(k::ArgmaxRowsCuda(out, static_cast<int>(n),
                                       static_cast<int>(c.vocab_size), argmax_.as<int32_t>(),
                                       stream_));
   }
@@ -553,8 +553,8 @@ absl::Status GpuModel::ScoreRows(const float* x_rows, std::span<const int32_t> t
   int32_t* d_rank = d_tokens + 2 * batch;
   int32_t* d_top_ids = d_tokens + 3 * batch;
   float* d_top_lp = reinterpret_cast<float*>(d_top_ids + batch * top_n);
-  std::vector<float> logprob(static_cast<size_t>(batch)), top_lp(static_cast<size_t>(batch * top_n));
-  std::vector<int32_t> rank(static_cast<size_t>(batch)), top_ids(static_cast<size_t>(batch * top_n));
+  std::vector<float> logprob(batch), top_lp(batch * top_n);
+  std::vector<int32_t> rank(batch), top_ids(batch * top_n);
   const int64_t rows = static_cast<int64_t>(tokens.size());
   for (int64_t r0 = 0; r0 < rows; r0 += batch) {
     const int64_t n = std::min(batch, rows - r0);
@@ -565,8 +565,10 @@ absl::Status GpuModel::ScoreRows(const float* x_rows, std::span<const int32_t> t
     OSCARKV_CUDA_OK(k::TokenLogprobsRowsCuda(score_logits_.as<float>(), static_cast<int>(n),
                                              static_cast<int>(vocab), d_tokens, top_n, d_logprob,
                                              d_rank, d_top_ids, d_top_lp, stream_));
-    OSCARKV_CUDA_OK(cudaMemcpyAsync(logprob.data(), d_logprob, n * 4, cudaMemcpyDeviceToHost, stream_));
-    OSCARKV_CUDA_OK(cudaMemcpyAsync(rank.data(), d_rank, n * 4, cudaMemcpyDeviceToHost, stream_));
+    OSCARKV_CUDA_OK(
+        cudaMemcpyAsync(logprob.data(), d_logprob, n * 4, cudaMemcpyDeviceToHost, stream_));
+    OSCARKV_CUDA_OK(
+        cudaMemcpyAsync(rank.data(), d_rank, n * 4, cudaMemcpyDeviceToHost, stream_));
     if (top_n > 0) {
       OSCARKV_CUDA_OK(cudaMemcpyAsync(top_ids.data(), d_top_ids, n * top_n * 4,
                                       cudaMemcpyDeviceToHost, stream_));
@@ -580,7 +582,9 @@ absl::Status GpuModel::ScoreRows(const float* x_rows, std::span<const int32_t> t
       s.logprob = logprob[r];
       s.rank = rank[r];
       s.top.reserve(top_n);
-      for (int j = 0; j < top_n; ++j) s.top.emplace_back(top_ids[r * top_n + j], top_lp[r * top_n + j]);
+      for (int j = 0; j < top_n; ++j) {
+        s.top.emplace_back(top_ids[r * top_n + j], top_lp[r * top_n + j]);
+      }
     }
   }
   return absl::OkStatus();

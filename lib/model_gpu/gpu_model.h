@@ -199,7 +199,8 @@ class GpuModel {
   absl::Status Logits(int64_t rows, const float* x_rows, std::vector<float>* logits_out,
                       int32_t* argmax_out);
   // Logits of n <= max_batch rows into logits_, or of n rows of the activation scratch into
-  // `out` ([n, vocab] device) when given (and their argmax into argmax_), enqueued only.
+  // `out` ([n, vocab] device) when given (and, with `argmax`, n <= max_batch and their argmax
+  // into argmax_), enqueued only.
   absl::Status LogitsKernels(int64_t n, const float* x_rows, bool argmax, float* out = nullptr);
   // Appends to `out` the logprobs of tokens[r] under the logits of row r of x_rows (device,
   // tokens.size() rows) with `top_n` alternatives, computed on the GPU.

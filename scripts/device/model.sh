@@ -20,9 +20,10 @@
 #        both on GPU 0 with one GPU), measured through the router by services_client.py and
 #        for bf16 and oscar with the chunked GPU prefill (kvstore reuse checked) and oscar with
 #        the one-pass GPU prefill (checked against `oscarkv generate --device cuda`), each also
-#        scoring a prompt (echo + logprobs; one-pass workers score through their chunked prefill); SVC_RUNS
-#        picks codec:mode runs, mode one of chunked, one_pass, one_pass_direct (KV GPU to GPU
-#        over UCX cuda_ipc), one_pass_host (same UCX, handoff off); with --cpu-eval the CPU
+#        scoring a prompt (echo + logprobs; one-pass workers score through their chunked
+#        prefill); SVC_RUNS picks codec:mode runs, mode one of chunked, one_pass,
+#        one_pass_direct (KV GPU to GPU over UCX cuda_ipc), one_pass_host (same UCX, handoff
+#        off); with --cpu-eval the CPU
 #        emulation `oscarkv eval` on this machine's cores ((window, codec) forwards in parallel,
 #        --jobs = nproc): CPU_EVAL_CODECS (required), CPU_EVAL_CONTEXT (8192), CPU_EVAL_WINDOWS
 #        (20), CPU_EVAL_LIMIT (560 s; results.json is rewritten after every finished window, so

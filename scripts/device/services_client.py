@@ -7,9 +7,10 @@ request's stored prefix here, and the answer must not change), with the prefill 
 times, reused tokens and the bytes the decode worker received taken from their /metrics around
 each request. With --generate, also checks the first answer token for token against `oscarkv
 generate` (same prompt, codec and device: prints prompt + text). With --score, also scores the
-first prompt (echo with logprobs, 2 greedy tokens) and expects the prompt and the two tokens back
-with every token but the first scored and the prefill's scored-token counter to move by that many (every prefill
-worker scores; a one-pass GPU one through its chunked prefill).
+first prompt (echo with logprobs, 2 greedy tokens) and expects the prompt and the two tokens
+back with every token but the first scored, and the prefill's scored-token counter to move by
+the prompt's tokens but one (every prefill worker scores; a one-pass GPU one through its chunked
+prefill).
 
 Writes one JSON line per request to --out and a summary to stdout. Standard library only.
 """

@@ -443,8 +443,8 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   };
   // A prompt's later choices deliver the same prompt tokens (echo, prompt_logprobs) as its
   // first: they get the first's copies, and their own prefills neither score nor send the prompt
-  // (so they may reuse its stored blocks). With max_tokens 0 the first has no token to wait for
-  // and the others run in full.
+  // (so they may reuse its stored blocks). With max_tokens 0 (the prompt alone) each
+  // choice still runs its own.
   auto start_later = [this, n, take](Exchange& x, int choice) {
     if (choice % n != 0 || x.failed) return;
     for (auto& [index, r] : x.later[choice / n]) {

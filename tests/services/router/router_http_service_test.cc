@@ -387,7 +387,9 @@ TEST_F(RouterHttpTest, NChoicesScoreThePromptOnce) {
   for (const std::string& e : SseEvents(res->body)) {
     if (e == "[DONE]") continue;
     const json chunk = json::parse(e);
-    for (const json& c : chunk["choices"]) text[c["index"].get<int>()] += c["text"].get<std::string>();
+    for (const json& c : chunk["choices"]) {
+      text[c["index"].get<int>()] += c["text"].get<std::string>();
+    }
   }
   EXPECT_EQ(text, (std::vector<std::string>(3, "abHello,")));
   calls = backend_->requests();
