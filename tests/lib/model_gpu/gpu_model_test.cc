@@ -4,7 +4,9 @@
 //     diverge it must be a near-tie of the CPU's own logits;
 //   * codec oscar: teacher-forced decode logits within a relative-error budget, top-1 agreement;
 //   * continuous batching: sequences stepped together equal each stepped alone;
-//   * decode steps replayed from CUDA graphs equal kernel-by-kernel launches, bit for bit.
+//   * decode steps replayed from CUDA graphs equal kernel-by-kernel launches, bit for bit;
+//   * prompt scoring: TokenLogprobsRowsCuda against engine::ComputeLogprobs (random and real
+//     rows), and the chunked prefill's scores against the CPU engine's.
 #include <cuda_runtime.h>
 
 #include <algorithm>
