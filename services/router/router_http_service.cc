@@ -443,22 +443,34 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   };
   // A prompt's later choices deliver the same prompt tokens (echo, prompt_logprobs) as its
   // first: they get the first's copies, and their own prefills neither score nor send the prompt
-  // (so they may reuse its stored blocks). With max_tokens 0 (the prompt alone) each
-  // choice still runs its own.
+  // (so they may reuse its stored blocks). With max_tokens 0 (the prompt alone) a later choice
+  // would produce exactly what the first did, seed or not: it never runs, and takes the first's
+  // prompt tokens and finish reason when the first ends.
   auto start_later = [this, n, take](Exchange& x, int choice) {
     if (choice % n != 0 || x.failed) return;
-    for (auto& [index, r] : x.later[choice / n]) {
-      if (DeliversPrompt(r) && r.max_tokens > 0) {
-        for (const TokenEvent& t : x.prompt_events[choice / n]) take(x, index, t);
+    const int prompt = choice / n;
+    if (x.later[prompt].empty()) return;
+    const std::optional<FinishReason>& first_finish = x.choices[choice].finish;
+    const bool prompt_only = x.later[prompt].front().second.max_tokens == 0;
+    if (prompt_only && !first_finish) return;  // filled once the first ends
+    for (auto& [index, r] : x.later[prompt]) {
+      --x.waiting;
+      if (prompt_only) {
+        for (const TokenEvent& t : x.prompt_events[prompt]) take(x, index, t);
+        x.choices[index].finish = first_finish;
+        if (x.stream) x.pending.push_back({index, "", std::nullopt, 0, first_finish});
+        continue;
+      }
+      if (DeliversPrompt(r)) {
+        for (const TokenEvent& t : x.prompt_events[prompt]) take(x, index, t);
         r.echo = false;
         r.prompt_logprobs = -1;
       }
       ++x.running;
-      --x.waiting;
       StartChoice(backend_, std::move(r), index, x.run);
     }
-    x.later[choice / n].clear();
-    x.prompt_events[choice / n].clear();
+    x.later[prompt].clear();
+    x.prompt_events[prompt].clear();
   };
   // Takes in what the choices produced: tokens into each choice (or, streaming, into pending),
   // ends into finish reasons or the request's failure.

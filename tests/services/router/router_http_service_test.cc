@@ -398,15 +398,52 @@ TEST_F(RouterHttpTest, NChoicesScoreThePromptOnce) {
   for (size_t k = 3; k < calls.size(); ++k) scored += PromptScoreAlternatives(calls[k]) >= 0;
   EXPECT_EQ(scored, 1);
 
-  // max_tokens 0: nothing to wait for, each choice echoes (and scores) on its own.
+  // max_tokens 0 (the prompt alone): the later choices would say exactly what choice 0 says;
+  // they never run, and repeat its prompt tokens, scores and finish reason, streamed or not.
   json only_prompt = body;
   only_prompt["max_tokens"] = 0;
   res = Post("/v1/completions", only_prompt);
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   const json k = json::parse(res->body);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(k["choices"][i]["text"], "ab") << i;
-  EXPECT_EQ(k["choices"][2]["logprobs"], k["choices"][0]["logprobs"]);
+  ASSERT_EQ(k["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const json& c = k["choices"][i];
+    EXPECT_EQ(c["index"], i);
+    EXPECT_EQ(c["text"], "ab") << i;
+    EXPECT_EQ(c["logprobs"]["text_offset"], json({0, 1})) << i;
+    EXPECT_EQ(c["logprobs"], k["choices"][0]["logprobs"]) << i;
+    EXPECT_EQ(c["prompt_logprobs"], k["choices"][0]["prompt_logprobs"]) << i;
+    EXPECT_EQ(c["prompt_logprobs"].size(), 2u) << i;
+    EXPECT_EQ(c["finish_reason"], "length") << i;
+  }
+  EXPECT_EQ(k["usage"]["prompt_tokens"], 2);
+  EXPECT_EQ(k["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(backend_->requests().size(), 7u) << "only choice 0 runs";
+
+  json only_prompt_streamed = only_prompt;
+  only_prompt_streamed.erase("prompt_logprobs");
+  only_prompt_streamed["stream"] = true;
+  res = Post("/v1/completions", only_prompt_streamed);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::vector<std::string> echoed(3);
+  std::vector<int> finishes(3, 0);
+  for (const std::string& e : SseEvents(res->body)) {
+    if (e == "[DONE]") continue;
+    const json chunk = json::parse(e);
+    for (const json& c : chunk["choices"]) {
+      const int index = c["index"].get<int>();
+      echoed[index] += c["text"].get<std::string>();
+      if (!c["finish_reason"].is_null()) {
+        ++finishes[index];
+        EXPECT_EQ(c["finish_reason"], "length");
+      }
+    }
+  }
+  EXPECT_EQ(echoed, (std::vector<std::string>(3, "ab")));
+  EXPECT_EQ(finishes, (std::vector<int>(3, 1)));
+  EXPECT_EQ(backend_->requests().size(), 8u) << "only choice 0 runs";
   ExpectAllFinished();
 }
 
