@@ -50,8 +50,8 @@ std::optional<ApiError> ReadNumber(const json& body, const char* name, double lo
 }
 
 // `echo`: 0 is allowed too (the prompt back, nothing generated).
-std::optional<ApiError> ReadMaxTokens(const json& body, const char* name, int limit, bool echo,
-                                      std::optional<int>* out) {
+std::optional<ApiError> ReadMaxTokens(const json& body, const char* name, int limit,
+                                      Endpoint endpoint, bool echo, std::optional<int>* out) {
   auto it = body.find(name);
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_number_integer()) {
@@ -61,7 +61,7 @@ std::optional<ApiError> ReadMaxTokens(const json& body, const char* name, int li
   const int least = echo ? 0 : 1;
   if (v < least || v > limit) {
     return Invalid(absl::StrCat("'", name, "' must be in [", least, ", ", limit, "], got ", v,
-                                v == 0 ? " (0 only with echo)" : ""),
+                                v == 0 && endpoint == Endpoint::kCompletions ? " (0 only with echo)" : ""),
                    name);
   }
   *out = static_cast<int>(v);
@@ -102,7 +102,9 @@ std::optional<ApiError> ReadTokenIds(const json& p, std::vector<int32_t>* out) {
     if (!x.is_number_integer()) return Invalid("'prompt' token ids must be integers", "prompt");
     const int64_t v = x.get<int64_t>();
     if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
-      return Invalid(absl::StrCat("'prompt' token id out of range: ", v), "prompt");
+      return Invalid(absl::StrCat("token id ", v, " is outside [0, ",
+                                  std::numeric_limits<int32_t>::max(), "]"),
+                     "prompt");
     }
     out->push_back(static_cast<int32_t>(v));
   }
@@ -526,10 +528,11 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
                                                                  : ReadMessages(body, &req.prompts);
   if (!e) e = ReadEcho(body, endpoint, &req.echo);
   if (!e) {
-    e = ReadMaxTokens(body, "max_tokens", limits.max_tokens_limit, req.echo, &req.max_tokens);
+    e = ReadMaxTokens(body, "max_tokens", limits.max_tokens_limit, endpoint, req.echo,
+                      &req.max_tokens);
   }
   if (!e && endpoint == Endpoint::kChatCompletions && !req.max_tokens) {
-    e = ReadMaxTokens(body, "max_completion_tokens", limits.max_tokens_limit, false,
+    e = ReadMaxTokens(body, "max_completion_tokens", limits.max_tokens_limit, endpoint, false,
                       &req.max_tokens);
   }
   if (!e) e = ReadNumber(body, "temperature", 0, false, 2, &req.temperature);

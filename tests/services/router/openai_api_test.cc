@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -50,10 +51,32 @@ TEST(OpenAiApi, ParsesEveryPromptForm) {
     ASSERT_TRUE(r.error) << bad;
     EXPECT_EQ(r.error->param, "prompt") << bad;
   }
+  r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", {1, -2}}});
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->message, "token id -2 is outside [0, 2147483647]");
   r = Parse(Endpoint::kCompletions,
             {{"model", "m"}, {"prompt", std::vector<std::string>(8, "p")}, {"n", 9}});
   ASSERT_TRUE(r.error);  // 72 choices > 64
   EXPECT_EQ(r.error->param, "n");
+}
+
+// max_tokens 0 is the prompt alone, which only completions (with echo) can return; the hint
+// that says so is not given where it cannot be followed.
+TEST(OpenAiApi, MaxTokensZeroSaysWhenItIsAllowed) {
+  auto r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", "x"}, {"max_tokens", 0}});
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->message, "'max_tokens' must be in [1, 100], got 0 (0 only with echo)");
+  r = Parse(Endpoint::kCompletions,
+            {{"model", "m"}, {"prompt", "x"}, {"max_tokens", 0}, {"echo", true}});
+  ASSERT_FALSE(r.error) << r.error->message;
+  EXPECT_EQ(r.request.max_tokens, 0);
+  const json user = {{{"role", "user"}, {"content", "hi"}}};
+  for (const char* field : {"max_tokens", "max_completion_tokens"}) {
+    r = Parse(Endpoint::kChatCompletions, {{"model", "m"}, {"messages", user}, {field, 0}});
+    ASSERT_TRUE(r.error) << field;
+    EXPECT_EQ(r.error->message, absl::StrCat("'", field, "' must be in [1, 100], got 0"));
+    EXPECT_EQ(r.error->param, field);
+  }
 }
 
 TEST(OpenAiApi, ParsesSamplingAndExtensionFields) {
