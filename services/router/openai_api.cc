@@ -49,7 +49,8 @@ std::optional<ApiError> ReadNumber(const json& body, const char* name, double lo
   return std::nullopt;
 }
 
-// `echo`: 0 is allowed too (the prompt back, nothing generated).
+// `echo`: 0 is allowed too (the prompt back, nothing generated); the error for 0 points to echo
+// only on the endpoint that has it.
 std::optional<ApiError> ReadMaxTokens(const json& body, const char* name, int limit,
                                       Endpoint endpoint, bool echo, std::optional<int>* out) {
   auto it = body.find(name);
@@ -60,8 +61,9 @@ std::optional<ApiError> ReadMaxTokens(const json& body, const char* name, int li
   const int64_t v = it->get<int64_t>();
   const int least = echo ? 0 : 1;
   if (v < least || v > limit) {
+    const bool echo_would_allow_zero = v == 0 && endpoint == Endpoint::kCompletions;
     return Invalid(absl::StrCat("'", name, "' must be in [", least, ", ", limit, "], got ", v,
-                                v == 0 && endpoint == Endpoint::kCompletions ? " (0 only with echo)" : ""),
+                                echo_would_allow_zero ? " (0 only with echo)" : ""),
                    name);
   }
   *out = static_cast<int>(v);

@@ -70,6 +70,34 @@ class RouterHttpTest : public ::testing::Test {
     return events;
   }
 
+  // Streams a completions `body` (without prompt_logprobs, which streaming refuses) and joins
+  // each choice's text and finish reasons.
+  struct StreamedChoices {
+    std::vector<std::string> text;
+    std::vector<std::string> finish;
+  };
+  StreamedChoices StreamChoices(json body, int choices) {
+    body.erase("prompt_logprobs");
+    body["stream"] = true;
+    StreamedChoices out{std::vector<std::string>(choices), std::vector<std::string>(choices)};
+    auto res = Post("/v1/completions", body);
+    EXPECT_TRUE(res) << "no response";
+    if (!res) return out;
+    EXPECT_EQ(res->status, 200) << res->body;
+    for (const std::string& e : SseEvents(res->body)) {
+      if (e == "[DONE]") continue;
+      const json chunk = json::parse(e);
+      for (const json& c : chunk["choices"]) {
+        const int index = c["index"].get<int>();
+        out.text.at(index) += c["text"].get<std::string>();
+        if (!c["finish_reason"].is_null()) {
+          out.finish.at(index) += c["finish_reason"].get<std::string>();
+        }
+      }
+    }
+    return out;
+  }
+
   void ExpectAllFinished() {
     // The handler records the end before the last byte leaves; allow the stream to settle.
     for (int i = 0; i < 200 && server_->tracker().InFlight() > 0; ++i) {
@@ -377,21 +405,7 @@ TEST_F(RouterHttpTest, NChoicesScoreThePromptOnce) {
   EXPECT_EQ(scored, 1);
 
   // Streamed (echo + logprobs): every choice's events start with the prompt's two tokens.
-  json streamed = body;
-  streamed.erase("prompt_logprobs");
-  streamed["stream"] = true;
-  res = Post("/v1/completions", streamed);
-  ASSERT_TRUE(res);
-  ASSERT_EQ(res->status, 200) << res->body;
-  std::vector<std::string> text(3);
-  for (const std::string& e : SseEvents(res->body)) {
-    if (e == "[DONE]") continue;
-    const json chunk = json::parse(e);
-    for (const json& c : chunk["choices"]) {
-      text[c["index"].get<int>()] += c["text"].get<std::string>();
-    }
-  }
-  EXPECT_EQ(text, (std::vector<std::string>(3, "abHello,")));
+  EXPECT_EQ(StreamChoices(body, 3).text, (std::vector<std::string>(3, "abHello,")));
   calls = backend_->requests();
   ASSERT_EQ(calls.size(), 6u);
   scored = 0;
@@ -421,28 +435,9 @@ TEST_F(RouterHttpTest, NChoicesScoreThePromptOnce) {
   EXPECT_EQ(k["usage"]["completion_tokens"], 0);
   EXPECT_EQ(backend_->requests().size(), 7u) << "only choice 0 runs";
 
-  json only_prompt_streamed = only_prompt;
-  only_prompt_streamed.erase("prompt_logprobs");
-  only_prompt_streamed["stream"] = true;
-  res = Post("/v1/completions", only_prompt_streamed);
-  ASSERT_TRUE(res);
-  ASSERT_EQ(res->status, 200) << res->body;
-  std::vector<std::string> echoed(3);
-  std::vector<int> finishes(3, 0);
-  for (const std::string& e : SseEvents(res->body)) {
-    if (e == "[DONE]") continue;
-    const json chunk = json::parse(e);
-    for (const json& c : chunk["choices"]) {
-      const int index = c["index"].get<int>();
-      echoed[index] += c["text"].get<std::string>();
-      if (!c["finish_reason"].is_null()) {
-        ++finishes[index];
-        EXPECT_EQ(c["finish_reason"], "length");
-      }
-    }
-  }
-  EXPECT_EQ(echoed, (std::vector<std::string>(3, "ab")));
-  EXPECT_EQ(finishes, (std::vector<int>(3, 1)));
+  const StreamedChoices streamed = StreamChoices(only_prompt, 3);
+  EXPECT_EQ(streamed.text, (std::vector<std::string>(3, "ab")));
+  EXPECT_EQ(streamed.finish, (std::vector<std::string>(3, "length")));  // one finish each
   EXPECT_EQ(backend_->requests().size(), 8u) << "only choice 0 runs";
   ExpectAllFinished();
 }
