@@ -5,19 +5,23 @@
 
 #include <Eigen/Core>
 
+#include "lib/engine/finite_rows.h"
+#include "lib/engine/vector_exp.h"
+
 namespace oscarkv::engine {
 
 namespace {
 
-// Σ exp(x_i − shift) for all-finite x, shift >= max(x): Eigen's packet exp (a few ulp; glibc's
-// expf does not vectorise without -ffast-math), summed in float over blocks of 512 and the
-// blocks in double.
+// Σ exp(x_i − shift) for all-finite x, shift >= max(x): libmvec's exp (vector_exp.h), summed in
+// float over blocks of 512 and the blocks in double.
 double SumExpShifted(std::span<const float> x, float shift) {
   constexpr size_t kBlock = 512;
+  float exps[kBlock];
   double sum = 0;
   for (size_t at = 0; at < x.size(); at += kBlock) {
-    const Eigen::Map<const Eigen::ArrayXf> block(x.data() + at, std::min(kBlock, x.size() - at));
-    sum += (block - shift).exp().sum();
+    const size_t n = std::min(kBlock, x.size() - at);
+    ExpShifted(x.subspan(at, n), shift, 1.0f, std::span<float>(exps, n));
+    sum += Eigen::Map<const Eigen::ArrayXf>(exps, static_cast<Eigen::Index>(n)).sum();
   }
   return sum;
 }
@@ -28,8 +32,7 @@ TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int 
   auto value = [&](size_t i) { return std::isfinite(logits[i]) ? logits[i] : -INFINITY; };
   const Eigen::Map<const Eigen::ArrayXf> all(logits.data(),
                                              static_cast<Eigen::Index>(logits.size()));
-  // A model's logits are finite: then both passes vectorise. (x − x is 0 only for finite x.)
-  const bool finite = (all - all).sum() == 0.0f;
+  const bool finite = AllFinite(logits);  // then both passes vectorise
   float max = -INFINITY;
   double sum = 0;
   if (finite) {

@@ -58,6 +58,8 @@ class Sampler {
     return params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
   }
   int32_t SampleAdjusted(std::span<const float> logits);  // logits already biased, penalized
+  // Draws from `weight` (softmax numerators, unfiltered) by ascending id; `fallback` if all 0.
+  int32_t DrawInIdOrder(std::span<const float> weight, int32_t fallback);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

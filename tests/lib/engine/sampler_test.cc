@@ -1,8 +1,11 @@
 // Sampling: greedy is argmax (lowest id on ties), seeds reproduce, and temperature / top-k /
-// top-p sampling draw from the float64 softmax of the filtered logits, and presence / frequency
-// penalties lower the logits of generated tokens by OpenAI's formula.
+// top-p sampling draw from the softmax of the filtered logits (float weights summed in float64),
+// over small vocabularies and over a model-sized one whose candidates the sampler orders a band
+// at a time; non-finite logits are never drawn; presence / frequency penalties lower the logits
+// of generated tokens by OpenAI's formula.
 #include "lib/engine/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -85,6 +88,117 @@ TEST(Sampler, FrequenciesMatchFilteredSoftmax) {
     const double sigma = std::sqrt(draws * q * (1 - q));
     EXPECT_NEAR(count[id], draws * q, 5 * sigma + 1) << "token " << id;
   }
+}
+
+// The float64 softmax of `l` at `temperature`, filtered by top-k (0 = off), then top-p, as the
+// OpenAI API defines them: candidates by logit descending, then id.
+std::map<int, double> FilteredSoftmax(const std::vector<float>& l, float temperature, float top_p,
+                                      int top_k) {
+  std::vector<int> ids(l.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
+  std::sort(ids.begin(), ids.end(),
+            [&](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+  if (top_k > 0 && static_cast<size_t>(top_k) < ids.size()) ids.resize(top_k);
+  double z = 0;
+  for (int id : ids) z += std::exp((double{l[id]} - l[ids[0]]) / temperature);
+  std::map<int, double> p;
+  double mass = 0;
+  for (int id : ids) {
+    p[id] = std::exp((double{l[id]} - l[ids[0]]) / temperature) / z;
+    mass += p[id];
+    if (mass >= top_p) break;
+  }
+  for (auto& [id, q] : p) q /= mass;
+  return p;
+}
+
+// A larger vocabulary (8,192 logits, flatter than a model's so that draws reach deep into the
+// order: several bands and chunks): per token of the 30 likeliest, and per tenth of the remaining mass, the frequencies
+// match the float64 reference within 5 sigma, unfiltered (drawn by id) and with top-k and top-p
+// (drawn from the ordered candidates).
+TEST(Sampler, LargeVocabularyFrequenciesMatchFilteredSoftmax) {
+  const std::vector<float> l = RandomLogits(8192, 11);
+  struct Case {
+    float temperature, top_p;
+    int top_k;
+  };
+  for (const Case& c : {Case{1.0f, 1.0f, 0}, Case{0.7f, 0.9f, 0}, Case{1.3f, 1.0f, 300},
+                        Case{1.0f, 0.95f, 1000}}) {
+    SCOPED_TRACE(testing::Message() << "temperature " << c.temperature << " top_p " << c.top_p
+                                    << " top_k " << c.top_k);
+    const std::map<int, double> expected = FilteredSoftmax(l, c.temperature, c.top_p, c.top_k);
+    // Buckets: the 30 likeliest tokens alone, then the rest by tenths of their mass.
+    std::vector<std::pair<double, int>> by_p;
+    for (const auto& [id, q] : expected) by_p.emplace_back(-q, id);
+    std::sort(by_p.begin(), by_p.end());
+    std::map<int, int> bucket_of;
+    std::vector<double> bucket_p;
+    double rest = 0;
+    for (size_t i = 30; i < by_p.size(); ++i) rest -= by_p[i].first;
+    double seen = 0;
+    for (size_t i = 0; i < by_p.size(); ++i) {
+      const double q = -by_p[i].first;
+      const size_t b = i < 30 ? i : 30 + std::min<size_t>(9, static_cast<size_t>(10 * seen / rest));
+      if (i >= 30) seen += q;
+      if (bucket_p.size() <= b) bucket_p.resize(b + 1, 0.0);
+      bucket_p[b] += q;
+      bucket_of[by_p[i].second] = static_cast<int>(b);
+    }
+    Sampler s({.temperature = c.temperature, .top_p = c.top_p, .top_k = c.top_k, .seed = 21});
+    const int draws = 10000;
+    std::vector<int> count(bucket_p.size(), 0);
+    for (int i = 0; i < draws; ++i) {
+      const int32_t token = s.Sample(l);
+      auto it = bucket_of.find(token);
+      ASSERT_NE(it, bucket_of.end()) << "token " << token << " outside the filtered set";
+      ++count[it->second];
+    }
+    for (size_t b = 0; b < bucket_p.size(); ++b) {
+      const double q = bucket_p[b];
+      EXPECT_NEAR(count[b], draws * q, 5 * std::sqrt(draws * q * (1 - q)) + 1) << "bucket " << b;
+    }
+  }
+}
+
+// Top-k's cut and top-p's nucleus go by logit, then lowest id: tied logits straddling the cut
+// keep the lower ids.
+TEST(Sampler, FiltersBreakTiesByLowerId) {
+  std::vector<float> l(5000, -5.0f);
+  for (int id : {4000, 17, 2500, 999}) l[id] = 3.0f;  // four tied best
+  Sampler top2({.temperature = 1.0f, .top_k = 2, .seed = 4});
+  std::map<int, int> seen;
+  for (int i = 0; i < 400; ++i) ++seen[top2.Sample(l)];
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_GT(seen[17], 0);
+  EXPECT_GT(seen[999], 0);
+  Sampler nucleus({.temperature = 1.0f, .top_p = 1e-6f, .seed = 4});
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(nucleus.Sample(l), 17);
+}
+
+// NaN and +inf count as -inf: never drawn, in every mode; nothing finite left gives token 0;
+// a subnormal temperature is greedy.
+TEST(Sampler, NonFiniteLogitsAreNeverDrawn) {
+  std::vector<float> l = RandomLogits(3000, 12);
+  for (int i = 0; i < 3000; i += 7) l[i] = NAN;
+  for (int i = 3; i < 3000; i += 11) l[i] = INFINITY;
+  for (int i = 5; i < 3000; i += 13) l[i] = -INFINITY;
+  auto finite = [&](int32_t t) { return std::isfinite(l[t]); };
+  for (const SamplingParams& p :
+       {SamplingParams{.temperature = 1.0f, .seed = 1},
+        SamplingParams{.temperature = 50.0f, .seed = 2},
+        SamplingParams{.temperature = 0.8f, .top_p = 0.9f, .seed = 3},
+        SamplingParams{.temperature = 100.0f, .top_k = 2900, .seed = 4}}) {
+    Sampler s(p);
+    for (int i = 0; i < 500; ++i) {
+      const int32_t t = s.Sample(l);
+      ASSERT_TRUE(finite(t)) << "token " << t << " (" << l[t] << ") at temperature "
+                             << p.temperature;
+    }
+  }
+  EXPECT_EQ(Sampler({.temperature = 1e-40f}).Sample(l), Argmax(l));
+  const std::vector<float> none = {NAN, -INFINITY, INFINITY};
+  EXPECT_EQ(Sampler({.temperature = 1.0f}).Sample(none), 0);
+  EXPECT_EQ(Sampler({}).Sample(none), 0);
 }
 
 TEST(Sampler, PresencePenaltyLowersEachGeneratedTokenOnce) {
