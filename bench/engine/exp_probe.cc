@@ -1,11 +1,13 @@
-// Standalone probe behind bench/model/NOTES.md "Session 35": the cost of the passes of a
-// log-softmax normaliser over one 49,152-logit row (N(0, 3)) — max, then Σ exp — as scalar loops
-// (glibc expf, which does not vectorise without -ffast-math) and as Eigen array expressions, with
-// and without the isfinite select. Not part of the CMake build: its point is comparing the same
+// Standalone probe behind bench/model/NOTES.md "Session 35" and "Session 37": the cost of the
+// passes of a log-softmax normaliser over one 49,152-logit row (N(0, 3)) — max, then Σ exp — as
+// scalar loops (glibc expf, which does not vectorise without -ffast-math), as Eigen array
+// expressions, with and without the isfinite select, and through engine::ExpShifted (libmvec,
+// the lanes picked at run time). Not part of the CMake build: its point is comparing the same
 // source under different target flags, which one binary cannot do (see the notes). Run:
-//   g++ -O2 -std=c++20 -I/usr/include/eigen3 bench/engine/exp_probe.cc -o /tmp/p && /tmp/p
-//   g++ -O2 -mavx2 -mfma -std=c++20 -I/usr/include/eigen3 bench/engine/exp_probe.cc \
-//       -o /tmp/p_avx2 && /tmp/p_avx2
+//   g++ -O2 -std=c++20 -I. -I/usr/include/eigen3 bench/engine/exp_probe.cc \
+//       lib/engine/vector_exp.cc -lmvec -o /tmp/p && /tmp/p
+//   g++ -O2 -mavx2 -mfma -std=c++20 -I. -I/usr/include/eigen3 bench/engine/exp_probe.cc \
+//       lib/engine/vector_exp.cc -lmvec -o /tmp/p_avx2 && /tmp/p_avx2
 #include <Eigen/Core>
 
 #include <chrono>
@@ -13,6 +15,8 @@
 #include <cstdio>
 #include <random>
 #include <vector>
+
+#include "lib/engine/vector_exp.h"
 
 int main() {
   std::mt19937_64 rng(1);
@@ -46,4 +50,10 @@ int main() {
     return double{a.isFinite().select(a - 9.f, -INFINITY).exp().sum()};
   });
   time("sum exp, Eigen", [&] { return double{(a - 9.f).exp().sum()}; });
+  std::vector<float> e(l.size());
+  time("sum exp, ExpShifted (libmvec)", [&] {
+    oscarkv::engine::ExpShifted(l, 9.f, 1.f, e);
+    const Eigen::Map<const Eigen::ArrayXf> exps(e.data(), static_cast<Eigen::Index>(e.size()));
+    return double{exps.sum()};
+  });
 }
