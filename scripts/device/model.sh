@@ -23,7 +23,8 @@
 #        scoring a prompt (echo + logprobs; one-pass workers score through their chunked
 #        prefill); SVC_RUNS picks codec:mode runs, mode one of chunked, one_pass,
 #        one_pass_direct (KV GPU to GPU over UCX cuda_ipc), one_pass_host (same UCX, handoff
-#        off); with --cpu-eval the CPU
+#        off); SVC_TEMPERATURES (default 0) runs the client once per temperature on each
+#        (temperature > 0: sampled with a seed; labels get _t<T>); with --cpu-eval the CPU
 #        emulation `oscarkv eval` on this machine's cores ((window, codec) forwards in parallel,
 #        --jobs = nproc): CPU_EVAL_CODECS (required), CPU_EVAL_CONTEXT (8192), CPU_EVAL_WINDOWS
 #        (20), CPU_EVAL_LIMIT (560 s; results.json is rewritten after every finished window, so
@@ -111,10 +112,13 @@ if [ $services = 1 ]; then
     [ "$gpu_prefill" = one_pass ] && check=(--score
                                             --generate "$BIN/oscarkv generate --device cuda --codec $codec")
     if grep -q "ready at" "$OUT/services_$name.log"; then
-      LD_LIBRARY_PATH="$MG_LIBS" timeout 300 python3 scripts/device/services_client.py \
-        --text "$SCRATCH/mobydick.txt" --chars "${SVC_CHARS:-4000,16000,30000}" \
-        --label "$name" --out "$OUT/services.jsonl" "${check[@]}" \
-        2>&1 | tee "$OUT/services_client_$name.log" || status=1
+      for temp in ${SVC_TEMPERATURES:-0}; do
+        label=$name; [ "$temp" = 0 ] || label="${name}_t$temp"
+        LD_LIBRARY_PATH="$MG_LIBS" timeout 300 python3 scripts/device/services_client.py \
+          --text "$SCRATCH/mobydick.txt" --chars "${SVC_CHARS:-4000,16000,30000}" \
+          --temperature "$temp" --label "$label" --out "$OUT/services.jsonl" "${check[@]}" \
+          2>&1 | tee "$OUT/services_client_$label.log" || status=1
+      done
     else
       status=1
     fi

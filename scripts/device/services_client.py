@@ -10,7 +10,9 @@ generate` (same prompt, codec and device: prints prompt + text). With --score, a
 first prompt (echo with logprobs, 2 greedy tokens) and expects the prompt and the two tokens
 back with every token but the first scored, and the prefill's scored-token counter to move by
 the prompt's tokens but one (every prefill worker scores; a one-pass GPU one through its chunked
-prefill).
+prefill). With --temperature T > 0 the completions are sampled (seed 1, so the streamed
+repeat must still give the same answer; --generate is then skipped: generate draws the first
+token from the same random stream as the rest, the workers from two).
 
 Writes one JSON line per request to --out and a summary to stdout. Standard library only.
 """
@@ -104,6 +106,8 @@ def main():
                     help="command prefix of `oscarkv generate ...` to check answers against")
     ap.add_argument("--score", action="store_true",
                     help="also score the first prompt (echo + logprobs, 2 tokens)")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sampling temperature of the completions (0 = greedy)")
     ap.add_argument("--label", default="")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -118,7 +122,9 @@ def main():
                 start = 20000 + rep * 40000 + chars
                 prompt = text[start:start + chars]
                 body = {"model": model, "prompt": prompt, "max_tokens": args.max_tokens,
-                        "temperature": 0}
+                        "temperature": args.temperature}
+                if args.temperature > 0:
+                    body["seed"] = 1
                 p0, d0 = scrape(args.prefill_metrics), scrape(args.decode_metrics)
                 t0 = time.time()
                 with post(args.url + "/completions", body) as r:
@@ -145,6 +151,7 @@ def main():
                     p1, p0, 'oscarkv_prefill_phase_seconds_sum{phase="%s"}' % name)
                 rec = {
                     "label": args.label, "chars": chars, "repeat": rep,
+                    "temperature": args.temperature,
                     "prompt_tokens": usage["prompt_tokens"],
                     "completion_tokens": usage["completion_tokens"],
                     "e2e_seconds": e2e, "ttft_seconds_streamed": ttft,
@@ -170,7 +177,7 @@ def main():
                 if rec["decode_steps"] > 0:
                     rec["decode_tokens_per_second"] = (
                         rec["decode_steps"] / max(1e-9, rec["decode_step_seconds"]))
-                if args.generate and rep == 0:
+                if args.generate and rep == 0 and args.temperature == 0:
                     g = subprocess.run(args.generate.split() + [
                         "--prompt", prompt, "--max-tokens", str(args.max_tokens)],
                         capture_output=True, text=True)

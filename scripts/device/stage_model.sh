@@ -9,7 +9,7 @@
 #   .carry/stage3: the last third of the model
 #   .carry/run:    the stripped binaries (model_gpu_test,
 #                  model_kernels_gpu_test, int2_dequant_gpu_test, gpu_e2e_bench, oscarkv, the kvstore, prefill and
-#                  decode workers, and multigpu_bench when NCCL was found) and the shared libraries ldd lists (minus libc, libm, libstdc++,
+#                  decode workers, and multigpu_bench when NCCL was found) and the shared libraries ldd lists (minus libc, libm, libmvec, libstdc++,
 #                  libgcc_s, the loader, the CUDA runtime/cuBLAS and NCCL, which the GPU
 #                  machine has), as bins.tar.xz; model.sha256 checks the reassembled file.
 # Then, back to back (the machine keeps the scratch folder 30 s after a call):
@@ -55,7 +55,7 @@ done
 for b in "${bins[@]}"; do
   strip -o ".carry/pack/bin/$(basename "$b")" "$BUILD/$b"
   ldd "$BUILD/$b" | awk '/=> \//{print $3}' ; done | sort -u \
-  | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcudart|libcublas|libcublasLt|libnccl)\.so' \
+  | grep -vE '/(libc|libm|libmvec|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcudart|libcublas|libcublasLt|libnccl)\.so' \
   | while read -r lib; do cp -L "$lib" .carry/pack/lib/; done
 tar -C .carry/pack -cJf .carry/run/bins.tar.xz bin lib
 cp .cache/gpu-deps/ucx-cu13.tar.xz .carry/stage2/
