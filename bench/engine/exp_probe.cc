@@ -1,6 +1,6 @@
 // Standalone probe behind bench/model/NOTES.md "Session 35" and "Session 37": the cost of the
-// passes of a log-softmax normaliser over one 49,152-logit row (N(0, 3)) — max, then Σ exp — as
-// scalar loops (glibc expf, which does not vectorise without -ffast-math), as Eigen array
+// passes of a log-softmax normaliser over one 49,152-logit row (N(0, 3)) — max, then Σ exp —
+// as scalar loops (glibc expf, which does not vectorise without -ffast-math), as Eigen array
 // expressions, with and without the isfinite select, and through engine::ExpShifted (libmvec,
 // the lanes picked at run time). Not part of the CMake build: its point is comparing the same
 // source under different target flags, which one binary cannot do (see the notes). Run:

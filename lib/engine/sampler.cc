@@ -143,9 +143,10 @@ int32_t ArgmaxOfFinite(std::span<const float> logits) {
       block = at;
     }
   }
-  const auto end = logits.begin() + static_cast<ptrdiff_t>(std::min(logits.size(), block + kBlock));
-  return static_cast<int32_t>(std::find(logits.begin() + static_cast<ptrdiff_t>(block), end, max) -
-                              logits.begin());
+  const auto first = logits.begin() + static_cast<ptrdiff_t>(block);
+  const auto last =
+      logits.begin() + static_cast<ptrdiff_t>(std::min(logits.size(), block + kBlock));
+  return static_cast<int32_t>(std::find(first, last, max) - logits.begin());
 }
 
 }  // namespace
@@ -281,14 +282,13 @@ int32_t Sampler::SampleAdjusted(std::span<const float> logits) {
 
   // The candidates in order, as far as the draw needs them.
   DescendingOrder order(keys, top, params_.temperature, &scratch.order, &scratch.block_max);
-  auto candidate = [&order](size_t i) { return order.At(i); };
   // Top-k: the first k candidates; else all of them.
   size_t count = vocab;
   double sum = 0;
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < vocab) {
     count = static_cast<size_t>(params_.top_k);
     for (size_t i = 0; i < count; ++i) {
-      const int32_t id = candidate(i);
+      const int32_t id = order.At(i);
       if (id < 0) break;
       sum += weight[id];
     }
@@ -302,7 +302,7 @@ int32_t Sampler::SampleAdjusted(std::span<const float> logits) {
     double mass = 0;
     total = 0;
     for (size_t i = 0; i < count; ++i) {
-      const int32_t id = candidate(i);
+      const int32_t id = order.At(i);
       if (id < 0) break;
       mass += weight[id] / sum;
       total += weight[id];
@@ -316,7 +316,7 @@ int32_t Sampler::SampleAdjusted(std::span<const float> logits) {
   double acc = 0;
   int32_t last = best;
   for (size_t i = 0; i < n; ++i) {
-    const int32_t id = candidate(i);
+    const int32_t id = order.At(i);
     if (id < 0) break;
     acc += weight[id];
     last = id;

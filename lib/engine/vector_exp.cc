@@ -23,7 +23,8 @@ using Kernel = void (*)(const float*, float, float, float*, size_t);
 struct Sse {
   static constexpr size_t kLanes = 4;
   static void Exp(const float* in, float shift, float scale, float* to) {
-    const __m128 x = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(in), _mm_set1_ps(shift)), _mm_set1_ps(scale));
+    const __m128 x =
+        _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(in), _mm_set1_ps(shift)), _mm_set1_ps(scale));
     _mm_storeu_ps(to, _ZGVbN4v_expf(x));
   }
 };

@@ -113,9 +113,9 @@ std::map<int, double> FilteredSoftmax(const std::vector<float>& l, float tempera
 }
 
 // A larger vocabulary (8,192 logits, flatter than a model's so that draws reach deep into the
-// order: several bands and chunks): per token of the 30 likeliest, and per tenth of the remaining mass, the frequencies
-// match the float64 reference within 5 sigma, unfiltered (drawn by id) and with top-k and top-p
-// (drawn from the ordered candidates).
+// order: several bands and chunks): per token of the 30 likeliest, and per tenth of the
+// remaining mass, the frequencies match the float64 reference within 5 sigma, unfiltered (drawn
+// by id) and with top-k and top-p (drawn from the ordered candidates).
 TEST(Sampler, LargeVocabularyFrequenciesMatchFilteredSoftmax) {
   const std::vector<float> l = RandomLogits(8192, 11);
   struct Case {
