@@ -24,7 +24,8 @@
 #        prefill); SVC_RUNS picks codec:mode runs, mode one of chunked, one_pass,
 #        one_pass_direct (KV GPU to GPU over UCX cuda_ipc), one_pass_host (same UCX, handoff
 #        off); SVC_TEMPERATURES (default 0) runs the client once per temperature on each
-#        (temperature > 0: sampled with a seed; labels get _t<T>); with --cpu-eval the CPU
+#        (temperature > 0: sampled with a seed; labels get _t<T>); SVC_BIN replaces the folder
+#        of the four service binaries (a before/after with another build's); with --cpu-eval the CPU
 #        emulation `oscarkv eval` on this machine's cores ((window, codec) forwards in parallel,
 #        --jobs = nproc): CPU_EVAL_CODECS (required), CPU_EVAL_CONTEXT (8192), CPU_EVAL_WINDOWS
 #        (20), CPU_EVAL_LIMIT (560 s; results.json is rewritten after every finished window, so
@@ -99,7 +100,7 @@ if [ $services = 1 ]; then
     # --model default = $OSCARKV_DEFAULT_MODEL (the reassembled checkpoint), with its calibration.
     echo "== services: router + kvstore (host), prefill cuda:0 ($mode), decode $dec, codec $codec"
     LOG_DIR="$OUT/services_$name" LD_LIBRARY_PATH="$MG_LIBS" timeout 400 \
-      bash scripts/run_four_processes.sh --bin-dir "$BIN" --worker-args "$wargs" \
+      bash scripts/run_four_processes.sh --bin-dir "${SVC_BIN:-$BIN}" --worker-args "$wargs" \
       --codec "$codec" --prefill-device cuda:0 --decode-device "$dec" --gpu-prefill "$gpu_prefill" \
       > "$OUT/services_$name.log" 2>&1 &
     svc=$!
