@@ -24,7 +24,8 @@
 #        prefill); SVC_RUNS picks codec:mode runs, mode one of chunked, one_pass,
 #        one_pass_direct (KV GPU to GPU over UCX cuda_ipc), one_pass_host (same UCX, handoff
 #        off); SVC_TEMPERATURES (default 0) runs the client once per temperature on each
-#        (temperature > 0: sampled with a seed; labels get _t<T>); SVC_BIN replaces the folder
+#        (temperature > 0: sampled with a seed; labels get _t<T>), and with SVC_BATCH=NxM also
+#        batch_client.py (N concurrent M-token completions); SVC_BIN replaces the folder
 #        of the four service binaries (a before/after with another build's); with --cpu-eval the CPU
 #        emulation `oscarkv eval` on this machine's cores ((window, codec) forwards in parallel,
 #        --jobs = nproc): CPU_EVAL_CODECS (required), CPU_EVAL_CONTEXT (8192), CPU_EVAL_WINDOWS
@@ -119,6 +120,12 @@ if [ $services = 1 ]; then
           --text "$SCRATCH/mobydick.txt" --chars "${SVC_CHARS:-4000,16000,30000}" \
           --temperature "$temp" --label "$label" --out "$OUT/services.jsonl" "${check[@]}" \
           2>&1 | tee "$OUT/services_client_$label.log" || status=1
+        if [ -n "${SVC_BATCH:-}" ]; then  # N concurrent requests of M tokens: "NxM"
+          LD_LIBRARY_PATH="$MG_LIBS" timeout 300 python3 scripts/device/batch_client.py \
+            --text "$SCRATCH/mobydick.txt" --requests "${SVC_BATCH%%x*}" \
+            --max-tokens "${SVC_BATCH##*x}" --temperature "$temp" --label "$label" \
+            --out "$OUT/batch.jsonl" 2>&1 | tee -a "$OUT/batch_client.log" || status=1
+        fi
       done
     else
       status=1

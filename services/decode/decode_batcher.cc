@@ -6,8 +6,15 @@
 #include <utility>
 
 #include "lib/base/log.h"
+#include "lib/model/thread_pool.h"
 
 namespace oscarkv::decode {
+
+namespace {
+// From this many rows a step's sampling goes to the CPU pool (below, a handoff costs more
+// than it saves: one row takes ~15-90 µs on the default model's vocabulary).
+constexpr size_t kPooledSamplingRows = 4;
+}  // namespace
 
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
@@ -31,8 +38,12 @@ struct DecodeBatcher::Entry {
   int generated = 0;
 };
 
-DecodeBatcher::DecodeBatcher(StepFunction step, int vocab_size, int max_batch)
-    : step_(std::move(step)), vocab_size_(vocab_size), max_batch_(std::max(1, max_batch)) {
+DecodeBatcher::DecodeBatcher(StepFunction step, int vocab_size, int max_batch,
+                             std::function<void(double seconds)> on_sampled)
+    : step_(std::move(step)),
+      on_sampled_(std::move(on_sampled)),
+      vocab_size_(vocab_size),
+      max_batch_(std::max(1, max_batch)) {
   CHECK(vocab_size_ > 0);
   thread_ = std::thread([this] { Loop(); });
 }
@@ -89,6 +100,8 @@ void DecodeBatcher::Loop() {
   std::vector<HeldSequence*> seqs;
   std::vector<int32_t> tokens;
   std::vector<float> logits;
+  std::vector<int32_t> sampled;                                // per row of the step
+  std::vector<std::optional<engine::TokenLogprobs>> row_logprobs;  // per row, when asked for
   auto finish = [](Entry& e, FinishReason r, const absl::Status& s) {
     if (e.request.on_done) e.request.on_done(r, s);
   };
@@ -153,8 +166,32 @@ void DecodeBatcher::Loop() {
       active_count_ = 0;
       continue;
     }
-    uint64_t produced = 0;
+    // Each row's token and logprobs: the sequences are independent (each its own sampler), so
+    // the rows split over the CPU pool's workers; delivery below stays in order on this thread.
     const size_t batch = active.size();
+    const auto s0 = std::chrono::steady_clock::now();
+    sampled.resize(batch);
+    row_logprobs.assign(batch, std::nullopt);
+    auto sample_rows = [&](int worker, int workers) {
+      for (size_t b = static_cast<size_t>(worker); b < batch; b += static_cast<size_t>(workers)) {
+        Entry& e = *active[b];
+        const std::span<const float> row(logits.data() + b * vocab_size_, vocab_size_);
+        sampled[b] = e.sampler->Sample(row);
+        if (e.request.logprobs >= 0) {
+          row_logprobs[b] = engine::ComputeLogprobs(row, sampled[b], e.request.logprobs);
+        }
+      }
+    };
+    if (batch >= kPooledSamplingRows) {
+      model::RunOnCpuPool(sample_rows);
+    } else {
+      sample_rows(0, 1);
+    }
+    const double sample_dt =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+    if (on_sampled_) on_sampled_(sample_dt);
+
+    uint64_t produced = 0;
     std::vector<std::unique_ptr<Entry>> still;
     // Finished entries are reported after the step's stats are recorded, so a caller woken by
     // on_done sees stats that include its own last token.
@@ -162,8 +199,7 @@ void DecodeBatcher::Loop() {
     still.reserve(active.size());
     for (size_t b = 0; b < active.size(); ++b) {
       Entry& e = *active[b];
-      const std::span<const float> row(logits.data() + b * vocab_size_, vocab_size_);
-      const int32_t token = e.sampler->Sample(row);
+      const int32_t token = sampled[b];
       ++produced;
       ++e.generated;
       const auto& stops = e.request.stop_token_ids;
@@ -171,10 +207,7 @@ void DecodeBatcher::Loop() {
         finished.emplace_back(std::move(active[b]), FinishReason::kStop);
         continue;
       }
-      std::optional<engine::TokenLogprobs> logprobs;
-      if (e.request.logprobs >= 0) {
-        logprobs = engine::ComputeLogprobs(row, token, e.request.logprobs);
-      }
+      const std::optional<engine::TokenLogprobs>& logprobs = row_logprobs[b];
       if (e.request.on_token &&
           !e.request.on_token(token, logprobs ? &*logprobs : nullptr)) {
         finished.emplace_back(std::move(active[b]), FinishReason::kCancelled);

@@ -4,7 +4,8 @@
 //
 // Each step: move waiting requests into the active set (up to max_batch), feed every active
 // sequence its last token through `step` (one batched forward), sample the next token per
-// sequence, deliver it, and retire the finished ones.
+// sequence (and its logprobs; the rows split over lib/model's CPU pool, each sequence having
+// its own sampler), deliver it, and retire the finished ones.
 //
 // Threads: the loop thread calls `step` and every callback; Submit/Cancel/Stop may be called from
 // any thread. One mutex (mu_) guards the waiting list and cancel flags; it is never held while
@@ -62,8 +63,10 @@ struct BatcherStats {
 
 class DecodeBatcher {
  public:
-  // Starts the loop thread. `vocab_size` > 0, `max_batch` >= 1.
-  DecodeBatcher(StepFunction step, int vocab_size, int max_batch);
+  // Starts the loop thread. `vocab_size` > 0, `max_batch` >= 1. `on_sampled`, if set, gets
+  // each step's sampling time in seconds (on the loop thread).
+  DecodeBatcher(StepFunction step, int vocab_size, int max_batch,
+                std::function<void(double seconds)> on_sampled = nullptr);
   ~DecodeBatcher();  // Stop()
   DecodeBatcher(const DecodeBatcher&) = delete;
   DecodeBatcher& operator=(const DecodeBatcher&) = delete;
@@ -84,6 +87,7 @@ class DecodeBatcher {
   void Loop();
 
   StepFunction step_;
+  std::function<void(double seconds)> on_sampled_;
   const int vocab_size_;
   const int max_batch_;
   mutable std::mutex mu_;

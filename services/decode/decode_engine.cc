@@ -27,7 +27,8 @@ DecodeEngine::DecodeEngine(const engine::ServingEngine* engine, DecodeDevice* de
             metrics->steps_total.Increment();
             return s;
           },
-          engine->model().tokenizer().vocab_size(), options.max_batch),
+          engine->model().tokenizer().vocab_size(), options.max_batch,
+          [metrics](double seconds) { metrics->sample_seconds.Observe(seconds); }),
       backend_(backend) {}
 
 struct DecodeEngine::Receive {

@@ -38,6 +38,10 @@ DecodeMetrics::DecodeMetrics(metrics::Registry& r)
       step_seconds(r.AddHistogram("oscarkv_decode_step_seconds", "One batched decode step.",
                                   metrics::ExponentialBuckets(0.0005, 2, 16))
                        .Get()),
+      sample_seconds(r.AddHistogram("oscarkv_decode_sample_seconds",
+                                    "Sampling one step's rows (and their logprobs) on the host.",
+                                    metrics::ExponentialBuckets(0.00001, 2, 18))
+                         .Get()),
       active_sequences(r.AddGauge("oscarkv_decode_active_sequences",
                                   "Sequences waiting or running in the batcher.")
                            .Get()),

@@ -21,6 +21,7 @@ struct DecodeMetrics {
   metrics::Histogram& packed_kv_transfer_seconds;  // the GPU-to-GPU read of packed KV alone
   metrics::Histogram& time_to_first_token_seconds;  // Generate → first streamed token
   metrics::Histogram& step_seconds;             // one batched step
+  metrics::Histogram& sample_seconds;           // sampling one step's rows on the host
   metrics::Gauge& active_sequences;             // waiting + running in the batcher
   metrics::Gauge& pooled_sequences;             // sequences held in the token pool
   metrics::Gauge& kv_bytes;                     // KV bytes held (codec form)

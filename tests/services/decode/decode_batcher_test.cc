@@ -166,6 +166,56 @@ TEST(DecodeBatcher, LogprobsAreThoseOfTheSampledRow) {
   }
 }
 
+// Batches of 8 sample their rows on the CPU pool: every sequence gets the tokens it gets when
+// it runs alone (its own seeded sampler, temperature 1, its own logprobs), and each step's
+// sampling time reaches on_sampled.
+TEST(DecodeBatcher, PooledSamplingGivesEachSequenceItsOwnTokens) {
+  constexpr int kSequences = 8, kTokens = 12;
+  auto run = [](const std::vector<int>& which, std::vector<std::vector<int32_t>>* tokens,
+                std::vector<std::vector<float>>* logprobs, int* sampled_steps) {
+    FakeStep step;
+    step.delay = std::chrono::milliseconds(0);
+    int observed = 0;
+    DecodeBatcher batcher(step.Fn(), kVocab, kSequences, [&observed](double seconds) {
+      EXPECT_GE(seconds, 0.0);
+      ++observed;
+    });
+    std::vector<FakeSequence> seqs(which.size());
+    std::vector<Result> results(which.size());
+    for (size_t i = 0; i < which.size(); ++i) {
+      const int s = which[i];
+      BatchRequest q = Make(&seqs[i], s, kTokens, &results[i]);
+      q.sampling.temperature = 1.0f;
+      q.sampling.seed = 100 + s;
+      q.logprobs = 1;
+      q.on_token = [&, i, s](int32_t t, const engine::TokenLogprobs* lp) {
+        (*tokens)[s].push_back(t);
+        (*logprobs)[s].push_back(lp != nullptr && lp->token == t ? lp->logprob : NAN);
+        return true;
+      };
+      batcher.Submit(std::move(q));
+    }
+    for (Result& r : results) EXPECT_EQ(r.done.get_future().get(), FinishReason::kLength);
+    batcher.Stop();
+    *sampled_steps += observed;
+  };
+  std::vector<std::vector<int32_t>> together(kSequences), alone(kSequences);
+  std::vector<std::vector<float>> together_lp(kSequences), alone_lp(kSequences);
+  int steps_together = 0, steps_alone = 0;
+  std::vector<int> all(kSequences);
+  for (int s = 0; s < kSequences; ++s) all[s] = s;
+  run(all, &together, &together_lp, &steps_together);
+  for (int s = 0; s < kSequences; ++s) run({s}, &alone, &alone_lp, &steps_alone);
+  for (int s = 0; s < kSequences; ++s) {
+    ASSERT_EQ(together[s].size(), static_cast<size_t>(kTokens)) << s;
+    EXPECT_EQ(together[s], alone[s]) << "sequence " << s;
+    for (float lp : together_lp[s]) EXPECT_TRUE(std::isfinite(lp)) << "sequence " << s;
+    EXPECT_EQ(together_lp[s], alone_lp[s]) << "sequence " << s;
+  }
+  EXPECT_GE(steps_together, kTokens);  // every step reports its sampling
+  EXPECT_GE(steps_alone, kSequences * kTokens);
+}
+
 TEST(DecodeBatcher, CancelAndCallbackFalseLeaveTheBatch) {
   FakeStep step;
   DecodeBatcher batcher(step.Fn(), kVocab, 4);
