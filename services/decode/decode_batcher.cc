@@ -11,8 +11,10 @@
 namespace oscarkv::decode {
 
 namespace {
-// From this many rows a step's sampling goes to the CPU pool (below, a handoff costs more
-// than it saves: one row takes ~15-90 µs on the default model's vocabulary).
+// From this many rows a step's sampling goes to the CPU pool. Fewer stay on this thread: a row
+// takes ~15-90 µs on the default model's vocabulary, and the pool's workers may be asleep (a
+// futex wake each) after a long model step. Not tuned: 32 rows gain ~5% on the H200 services
+// (bench/model/NOTES.md "Session 37").
 constexpr size_t kPooledSamplingRows = 4;
 }  // namespace
 
