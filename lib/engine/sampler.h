@@ -53,6 +53,13 @@ class Sampler {
   // first token, sampled by the prefill worker).
   void Observe(int32_t token);
 
+  // Whether the next Sample is the argmax of the raw logits (greedy, no bias, penalty or ban in
+  // force): then a token picked as Argmax elsewhere (e.g. on a GPU) and Observe'd is the same.
+  bool IsPlainGreedy() const {
+    return params_.temperature == 0.0f && params_.logit_bias.empty() && !penalized() &&
+           !(generated_count_ < params_.min_tokens && !params_.min_tokens_banned.empty());
+  }
+
  private:
   bool penalized() const {
     return params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;

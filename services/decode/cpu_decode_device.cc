@@ -33,8 +33,10 @@ class CpuDecodeDevice final : public DecodeDevice {
     return std::make_unique<CpuHeldSequence>(engine_, std::move(seq));
   }
 
+  // The logits are on the host already: the batcher takes the argmax itself.
   absl::Status Step(std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
-                    std::vector<float>* logits) override {
+                    std::vector<float>* logits, std::vector<int32_t>* argmax) override {
+    if (argmax != nullptr) argmax->clear();
     std::vector<model::Sequence*> cpu(seqs.size());
     for (size_t i = 0; i < seqs.size(); ++i) {
       cpu[i] = static_cast<CpuHeldSequence*>(seqs[i])->sequence();

@@ -102,6 +102,7 @@ void DecodeBatcher::Loop() {
   std::vector<HeldSequence*> seqs;
   std::vector<int32_t> tokens;
   std::vector<float> logits;
+  std::vector<int32_t> argmax;                                 // per row, from the device
   std::vector<int32_t> sampled;                                // per row of the step
   std::vector<std::optional<engine::TokenLogprobs>> row_logprobs;  // per row, when asked for
   auto finish = [](Entry& e, FinishReason r, const absl::Status& s) {
@@ -154,11 +155,23 @@ void DecodeBatcher::Loop() {
       seqs.push_back(e->request.sequence);
       tokens.push_back(e->next_input);
     }
+    // A step whose rows all take the plain argmax asks the device for that alone (a GPU then
+    // copies B ids instead of B rows of logits).
+    const bool greedy_only = std::all_of(active.begin(), active.end(), [](const auto& e) {
+      return e->request.logprobs < 0 && e->sampler->IsPlainGreedy();
+    });
+    argmax.clear();
     const auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = step_(seqs, tokens, &logits);
+    absl::Status s = step_(seqs, tokens, &logits, greedy_only ? &argmax : nullptr);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s.ok() && logits.size() != active.size() * static_cast<size_t>(vocab_size_)) {
+    const size_t batch = active.size();
+    const bool took_argmax = greedy_only && argmax.size() == batch;
+    if (s.ok() && !took_argmax && logits.size() != batch * static_cast<size_t>(vocab_size_)) {
       s = absl::InternalError("decode step returned logits of the wrong size");
+    }
+    if (s.ok() && took_argmax &&
+        std::any_of(argmax.begin(), argmax.end(), [&](int32_t t) { return t < 0 || t >= vocab_size_; })) {
+      s = absl::InternalError("decode step returned an argmax outside the vocabulary");
     }
     if (!s.ok()) {
       LOG(WARNING) << "decode step over " << active.size() << " sequences failed: " << s;
@@ -170,7 +183,6 @@ void DecodeBatcher::Loop() {
     }
     // Each row's token and logprobs: the sequences are independent (each its own sampler), so
     // the rows split over the CPU pool's workers; delivery below stays in order on this thread.
-    const size_t batch = active.size();
     const auto s0 = std::chrono::steady_clock::now();
     sampled.resize(batch);
     row_logprobs.assign(batch, std::nullopt);
@@ -184,7 +196,12 @@ void DecodeBatcher::Loop() {
         }
       }
     };
-    if (batch >= kPooledSamplingRows) {
+    if (took_argmax) {
+      for (size_t b = 0; b < batch; ++b) {
+        sampled[b] = argmax[b];
+        active[b]->sampler->Observe(argmax[b]);
+      }
+    } else if (batch >= kPooledSamplingRows) {
       model::RunOnCpuPool(sample_rows);
     } else {
       sample_rows(0, 1);

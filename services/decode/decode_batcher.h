@@ -5,7 +5,8 @@
 // Each step: move waiting requests into the active set (up to max_batch), feed every active
 // sequence its last token through `step` (one batched forward), sample the next token per
 // sequence (and its logprobs; the rows split over lib/model's CPU pool, each sequence having
-// its own sampler), deliver it, and retire the finished ones.
+// its own sampler; a step whose rows are all plain greedy takes the device's argmax instead,
+// where it has one), deliver it, and retire the finished ones.
 //
 // Threads: the loop thread calls `step` and every callback; Submit/Cancel/Stop may be called from
 // any thread. One mutex (mu_) guards the waiting list and cancel flags; it is never held while
@@ -31,10 +32,12 @@
 
 namespace oscarkv::decode {
 
-// One batched forward: appends tokens[b] to *seqs[b] and writes logits [B, vocab].
+// One batched forward: appends tokens[b] to *seqs[b] and writes logits [B, vocab], or, when
+// `argmax` is set (every row plain greedy) and the step can, each row's argmax to *argmax (B
+// ids; *logits may then stay empty). DecodeDevice::Step's contract.
 using StepFunction = std::function<absl::Status(
     std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
-    std::vector<float>* logits)>;
+    std::vector<float>* logits, std::vector<int32_t>* argmax)>;
 
 // Why a sequence left the batch.
 enum class FinishReason { kStop, kLength, kCancelled, kError };

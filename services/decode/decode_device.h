@@ -72,9 +72,12 @@ class DecodeDevice {
   virtual absl::StatusOr<std::unique_ptr<HeldSequence>> BuildFromPacked(
       const PackedKvSource& source, int64_t max_new_tokens, PackedKvArrival* arrival);
   // One batched decode step: appends tokens[b] to *seqs[b] (all built here, distinct) and writes
-  // logits [B, vocab].
+  // logits [B, vocab]. With `argmax` set the caller needs only each row's argmax (every row
+  // greedy, nothing else read from the logits): a device that has them where the logits are may
+  // write them to *argmax (B ids, lowest on ties, NaN never chosen) and leave *logits empty,
+  // saving the logits' copy; otherwise it leaves *argmax empty.
   virtual absl::Status Step(std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
-                            std::vector<float>* logits) = 0;
+                            std::vector<float>* logits, std::vector<int32_t>* argmax) = 0;
 };
 
 inline absl::StatusOr<std::unique_ptr<HeldSequence>> DecodeDevice::BuildFromPacked(

@@ -19,9 +19,9 @@ DecodeEngine::DecodeEngine(const engine::ServingEngine* engine, DecodeDevice* de
       pool_(options.kv_capacity_bytes, absl::Seconds(options.idle_ttl_seconds)),
       batcher_(
           [device, metrics](std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
-                            std::vector<float>* logits) {
+                            std::vector<float>* logits, std::vector<int32_t>* argmax) {
             const auto t0 = std::chrono::steady_clock::now();
-            absl::Status s = device->Step(seqs, tokens, logits);
+            absl::Status s = device->Step(seqs, tokens, logits, argmax);
             metrics->step_seconds.Observe(
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
             metrics->steps_total.Increment();

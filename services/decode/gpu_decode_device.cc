@@ -135,15 +135,21 @@ class GpuDecodeDevice final : public DecodeDevice {
     return std::make_unique<GpuHeldSequence>(this, id, length, length + max_new_tokens);
   }
 
+  // The GPU has every row's argmax after a step anyway; an all-greedy step copies only those.
   absl::Status Step(std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
-                    std::vector<float>* logits) override {
+                    std::vector<float>* logits, std::vector<int32_t>* argmax) override {
     std::vector<int64_t> ids(seqs.size());
     for (size_t i = 0; i < seqs.size(); ++i) {
       ids[i] = static_cast<GpuHeldSequence*>(seqs[i])->id();
     }
     std::lock_guard<std::mutex> lock(mu_);
     OSCARKV_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
-    OSCARKV_RETURN_IF_ERROR(gpu_->DecodeStep(ids, tokens, &greedy_, logits));
+    if (argmax != nullptr) {
+      logits->clear();
+      OSCARKV_RETURN_IF_ERROR(gpu_->DecodeStep(ids, tokens, argmax, nullptr));
+    } else {
+      OSCARKV_RETURN_IF_ERROR(gpu_->DecodeStep(ids, tokens, &greedy_, logits));
+    }
     for (HeldSequence* s : seqs) static_cast<GpuHeldSequence*>(s)->Appended();
     return absl::OkStatus();
   }

@@ -28,19 +28,27 @@ struct FakeStep {
   std::chrono::milliseconds delay{2};
   bool fail = false;
   int32_t always = -1;  // >= 0: every row's one-hot is this token instead of token + 1
+  bool gives_argmax = false;  // like the GPU device: answers an argmax request with ids only
+  int argmax_asked = 0, argmax_given = 0;  // steps that asked for the argmax / got ids only
 
   StepFunction Fn() {
     return [this](std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
-                  std::vector<float>* logits) -> absl::Status {
+                  std::vector<float>* logits, std::vector<int32_t>* argmax) -> absl::Status {
       std::this_thread::sleep_for(delay);
       std::lock_guard<std::mutex> lock(mu);
       if (fail) return absl::InternalError("boom");
       batches.emplace_back(seqs.begin(), seqs.end());
-      logits->assign(seqs.size() * kVocab, 0.0f);
-      for (size_t b = 0; b < seqs.size(); ++b) {
-        const int32_t hot = always >= 0 ? always : (tokens[b] + 1) % kVocab;
-        (*logits)[b * kVocab + hot] = 1;
+      auto hot = [&](size_t b) { return always >= 0 ? always : (tokens[b] + 1) % kVocab; };
+      argmax_asked += argmax != nullptr;
+      if (argmax != nullptr && gives_argmax) {
+        ++argmax_given;
+        logits->clear();
+        argmax->clear();
+        for (size_t b = 0; b < seqs.size(); ++b) argmax->push_back(hot(b));
+        return absl::OkStatus();
       }
+      logits->assign(seqs.size() * kVocab, 0.0f);
+      for (size_t b = 0; b < seqs.size(); ++b) (*logits)[b * kVocab + hot(b)] = 1;
       return absl::OkStatus();
     };
   }
@@ -214,6 +222,59 @@ TEST(DecodeBatcher, PooledSamplingGivesEachSequenceItsOwnTokens) {
   }
   EXPECT_GE(steps_together, kTokens);  // every step reports its sampling
   EXPECT_GE(steps_alone, kSequences * kTokens);
+}
+
+// Steps whose rows are all plain greedy ask the device for the argmax alone; a device that gives
+// it (the GPU) sends no logits, and the tokens are the same. A row sampling at temperature,
+// asking for logprobs or under a penalty makes its steps take the logits again.
+TEST(DecodeBatcher, AllGreedyStepsTakeTheDevicesArgmax) {
+  for (const bool gives : {false, true}) {
+    SCOPED_TRACE(gives ? "device gives the argmax" : "device gives logits");
+    FakeStep step;
+    step.gives_argmax = gives;
+    DecodeBatcher batcher(step.Fn(), kVocab, 4);
+    FakeSequence a, b;
+    Result ra, rb;
+    BatchRequest qa = Make(&a, 0, 6, &ra);
+    qa.logprobs = -1;
+    batcher.Submit(std::move(qa));
+    BatchRequest qb = Make(&b, 40, 4, &rb);
+    qb.logprobs = -1;
+    batcher.Submit(std::move(qb));
+    EXPECT_EQ(ra.done.get_future().get(), FinishReason::kLength);
+    EXPECT_EQ(rb.done.get_future().get(), FinishReason::kLength);
+    EXPECT_EQ(ra.tokens, (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
+    EXPECT_EQ(rb.tokens, (std::vector<int32_t>{41, 42, 43, 44}));
+    batcher.Stop();
+    std::lock_guard<std::mutex> lock(step.mu);
+    EXPECT_EQ(step.argmax_asked, static_cast<int>(step.batches.size()));
+    EXPECT_EQ(step.argmax_given, gives ? step.argmax_asked : 0);
+  }
+  FakeStep step;
+  step.gives_argmax = true;
+  DecodeBatcher batcher(step.Fn(), kVocab, 4);
+  FakeSequence a, b, c;
+  Result ra, rb, rc;
+  BatchRequest greedy = Make(&a, 0, 5, &ra);
+  greedy.logprobs = -1;
+  BatchRequest scored = Make(&b, 10, 5, &rb);  // logprobs 2
+  BatchRequest penalized = Make(&c, 20, 5, &rc);
+  penalized.logprobs = -1;
+  penalized.sampling.presence_penalty = 0.1f;
+  batcher.Submit(std::move(greedy));
+  batcher.Submit(std::move(scored));
+  batcher.Submit(std::move(penalized));
+  for (Result* r : {&ra, &rb, &rc}) EXPECT_EQ(r->done.get_future().get(), FinishReason::kLength);
+  EXPECT_EQ(ra.tokens, (std::vector<int32_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(rb.tokens, (std::vector<int32_t>{11, 12, 13, 14, 15}));
+  EXPECT_EQ(rc.tokens, (std::vector<int32_t>{21, 22, 23, 24, 25}));
+  batcher.Stop();
+  std::lock_guard<std::mutex> lock(step.mu);
+  size_t all_three = 0;
+  for (const auto& batch : step.batches) all_three += batch.size() == 3;
+  EXPECT_GT(all_three, 0u);
+  // Only steps without the scored and penalized rows may ask (the greedy one alone, if any).
+  EXPECT_LE(static_cast<size_t>(step.argmax_asked), step.batches.size() - all_three);
 }
 
 TEST(DecodeBatcher, CancelAndCallbackFalseLeaveTheBatch) {
