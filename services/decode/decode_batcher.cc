@@ -169,8 +169,8 @@ void DecodeBatcher::Loop() {
     if (s.ok() && !took_argmax && logits.size() != batch * static_cast<size_t>(vocab_size_)) {
       s = absl::InternalError("decode step returned logits of the wrong size");
     }
-    if (s.ok() && took_argmax &&
-        std::any_of(argmax.begin(), argmax.end(), [&](int32_t t) { return t < 0 || t >= vocab_size_; })) {
+    auto outside = [this](int32_t t) { return t < 0 || t >= vocab_size_; };
+    if (s.ok() && took_argmax && std::any_of(argmax.begin(), argmax.end(), outside)) {
       s = absl::InternalError("decode step returned an argmax outside the vocabulary");
     }
     if (!s.ok()) {

@@ -74,8 +74,9 @@ class DecodeDevice {
   // One batched decode step: appends tokens[b] to *seqs[b] (all built here, distinct) and writes
   // logits [B, vocab]. With `argmax` set the caller needs only each row's argmax (every row
   // greedy, nothing else read from the logits): a device that has them where the logits are may
-  // write them to *argmax (B ids, lowest on ties, NaN never chosen) and leave *logits empty,
-  // saving the logits' copy; otherwise it leaves *argmax empty.
+  // write them to *argmax (B ids, lowest on ties, NaN never chosen; unlike engine::Argmax a +inf
+  // logit may win there, which only a broken model produces) and leave *logits empty, saving the
+  // logits' copy; otherwise it leaves *argmax empty.
   virtual absl::Status Step(std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
                             std::vector<float>* logits, std::vector<int32_t>* argmax) = 0;
 };
