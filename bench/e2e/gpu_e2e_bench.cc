@@ -5,7 +5,9 @@
 //   score      prompt scoring (echo with logprobs, prompt_logprobs) with the real default model:
 //              GpuModel::PrefillChunked of one prompt without and with every token scored on the
 //              GPU (0, 5, 20 alternatives), against what the host's engine::ComputeLogprobs
-//              (the CPU path) takes for the same rows, timed in the same run
+//              (the CPU path) takes for the same rows, timed in the same run; and the scoring
+//              kernel alone (TokenLogprobsRowsCuda) on as many random rows, its two top-list
+//              methods (kSelect, and the former kPassPerEntry) alternated
 //   quality    true-decode teacher forcing on real text with the real default model: windows of
 //              --contexts tokens decoded token by token through each codec's GPU cache (what
 //              quant.md E.0's decode-equivalent emulation emulates); per codec vs bf16: ΔNLL,
@@ -35,6 +37,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -43,6 +46,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/e2e/gpu_bench_setup.h"
+#include "kernels/model/model_kernels_cuda.h"
 #include "lib/base/status_macros.h"
 #include "lib/engine/logprobs.h"
 #include "lib/engine/quant_kv_cache.h"
@@ -262,12 +266,71 @@ absl::Status Ttft(const Flags& f) {
   return absl::OkStatus();
 }
 
+// The scoring kernel alone over `rows` rows of N(0, 3) logits on the device, each method timed
+// by CUDA events around one launch: medians of 9 alternated launches after a warm-up, in ms.
+absl::StatusOr<std::pair<double, double>> TimeScoringKernel(int rows, int vocab, int top,
+                                                            std::mt19937& rng) {
+  std::vector<float> host(static_cast<size_t>(rows) * vocab);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (float& x : host) x = normal(rng);
+  std::vector<int32_t> tokens(rows);
+  for (int r = 0; r < rows; ++r) tokens[r] = static_cast<int32_t>((r * 7919) % vocab);
+  float *logits = nullptr, *lp = nullptr, *top_lp = nullptr;
+  int32_t *d_tokens = nullptr, *rank = nullptr, *top_ids = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  const size_t top_n = static_cast<size_t>(rows) * std::max(top, 1);
+  auto check = [](cudaError_t e) -> absl::Status {
+    return e == cudaSuccess ? absl::OkStatus() : absl::InternalError(cudaGetErrorString(e));
+  };
+  auto run = [&]() -> absl::StatusOr<std::pair<double, double>> {
+    OSCARKV_RETURN_IF_ERROR(check(cudaMalloc(&logits, host.size() * sizeof(float))));
+    OSCARKV_RETURN_IF_ERROR(check(cudaMalloc(&d_tokens, rows * sizeof(int32_t))));
+    OSCARKV_RETURN_IF_ERROR(check(cudaMalloc(&lp, rows * sizeof(float))));
+    OSCARKV_RETURN_IF_ERROR(check(cudaMalloc(&rank, rows * sizeof(int32_t))));
+    OSCARKV_RETURN_IF_ERROR(check(cudaMalloc(&top_ids, top_n * sizeof(int32_t))));
+    OSCARKV_RETURN_IF_ERROR(check(cudaMalloc(&top_lp, top_n * sizeof(float))));
+    OSCARKV_RETURN_IF_ERROR(check(cudaMemcpy(logits, host.data(), host.size() * sizeof(float),
+                                             cudaMemcpyHostToDevice)));
+    OSCARKV_RETURN_IF_ERROR(check(cudaMemcpy(d_tokens, tokens.data(), rows * sizeof(int32_t),
+                                             cudaMemcpyHostToDevice)));
+    OSCARKV_RETURN_IF_ERROR(check(cudaEventCreate(&e0)));
+    OSCARKV_RETURN_IF_ERROR(check(cudaEventCreate(&e1)));
+    std::vector<double> ms[2];
+    for (int rep = 0; rep < 10; ++rep) {
+      for (int m = 0; m < 2; ++m) {
+        const auto method = m == 0 ? kernels::TopListMethod::kSelect
+                                   : kernels::TopListMethod::kPassPerEntry;
+        OSCARKV_RETURN_IF_ERROR(check(cudaEventRecord(e0)));
+        OSCARKV_RETURN_IF_ERROR(check(kernels::TokenLogprobsRowsCuda(
+            logits, rows, vocab, d_tokens, top, lp, rank, top_ids, top_lp, nullptr, method)));
+        OSCARKV_RETURN_IF_ERROR(check(cudaEventRecord(e1)));
+        OSCARKV_RETURN_IF_ERROR(check(cudaEventSynchronize(e1)));
+        float t = 0;
+        OSCARKV_RETURN_IF_ERROR(check(cudaEventElapsedTime(&t, e0, e1)));
+        if (rep > 0) ms[m].push_back(t);
+      }
+    }
+    for (auto& v : ms) std::sort(v.begin(), v.end());
+    return std::make_pair(ms[0][ms[0].size() / 2], ms[1][ms[1].size() / 2]);
+  };
+  absl::StatusOr<std::pair<double, double>> out = run();
+  for (void* p : {static_cast<void*>(logits), static_cast<void*>(d_tokens),
+                  static_cast<void*>(lp), static_cast<void*>(rank), static_cast<void*>(top_ids),
+                  static_cast<void*>(top_lp)}) {
+    if (p != nullptr) cudaFree(p);
+  }
+  if (e0 != nullptr) cudaEventDestroy(e0);
+  if (e1 != nullptr) cudaEventDestroy(e1);
+  return out;
+}
+
 absl::Status Score(const Flags& f) {
   if (f.config != "default") {
     return absl::InvalidArgumentError("--mode score needs --config default (the real model)");
   }
   std::printf("| codec | prompt tokens | alternatives | chunked prefill ms | scored ms | scoring "
-              "ms | host ComputeLogprobs ms (same rows) |\n|---|---|---|---|---|---|---|\n");
+              "ms | host ComputeLogprobs ms (same rows) | kernel alone ms: kSelect / kPassPerEntry "
+              "(random rows) |\n|---|---|---|---|---|---|---|---|\n");
   const std::vector<int64_t> contexts = ParseInts(f.contexts);
   const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
   using Clock = std::chrono::steady_clock;
@@ -328,9 +391,13 @@ absl::Status Score(const Flags& f) {
           sink += engine::ComputeLogprobs(row, static_cast<int32_t>(r % vocab), top).logprob;
         }
         const double host_ms = ms_since(t0);
-        std::printf("| %s | %lld | %d | %.2f | %.2f | %.2f | %.1f%s |\n", codec.c_str(),
-                    static_cast<long long>(n), top, plain[2], scored[2], scored[2] - plain[2],
-                    host_ms, sink > 0 ? "?" : "");
+        OSCARKV_ASSIGN_OR_RETURN(const auto kernel_ms,
+                                 TimeScoringKernel(static_cast<int>(n - 1),
+                                                   static_cast<int>(vocab), top, rng));
+        std::printf("| %s | %lld | %d | %.2f | %.2f | %.2f | %.1f%s | %.3f / %.3f |\n",
+                    codec.c_str(), static_cast<long long>(n), top, plain[2], scored[2],
+                    scored[2] - plain[2], host_ms, sink > 0 ? "?" : "", kernel_ms.first,
+                    kernel_ms.second);
         std::fflush(stdout);
       }
     }

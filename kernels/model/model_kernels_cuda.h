@@ -48,10 +48,14 @@ cudaError_t ArgmaxRowsCuda(const float* logits, int rows, int vocab, int32_t* ou
 //   rank_out[r]    = 1 + the logits larger than x[token],
 //   top_ids[r * top_n + j], top_logprobs[...] = the j-th most likely (larger logit first, lower id
 //   on ties), for 0 <= top_n <= min(vocab, 20); top_* may be null when top_n is 0.
-// One block per row; the top list takes one pass over the row per entry (the row stays in L2).
+// One block per row, two passes over it; the top list is picked from the elements at or before
+// a bound found in the first pass (kSelect), or with one more pass per entry (kPassPerEntry: the
+// former method, also the fallback for rows whose candidates do not fit; the bench's baseline).
+enum class TopListMethod { kSelect, kPassPerEntry };
 cudaError_t TokenLogprobsRowsCuda(const float* logits, int rows, int vocab, const int32_t* tokens,
                                   int top_n, float* logprob_out, int32_t* rank_out,
-                                  int32_t* top_ids, float* top_logprobs, cudaStream_t stream);
+                                  int32_t* top_ids, float* top_logprobs, cudaStream_t stream,
+                                  TopListMethod method = TopListMethod::kSelect);
 
 // Causal BF16 attention over one prompt, or over one chunk of it with q_offset > 0
 // (PrefillAttentionParams in model_kernels_ref.h). Requires head_dim 64 or 128, Hq % Hkv == 0,

@@ -51,7 +51,8 @@ int32_t Argmax(const float* l, int n) { return static_cast<int32_t>(std::max_ele
 
 // kernels::TokenLogprobsRowsCuda over host rows [tokens.size(), vocab], poisoned outputs.
 std::vector<engine::TokenLogprobs> GpuTokenLogprobs(const std::vector<float>& logits, int vocab,
-                                                    const std::vector<int32_t>& tokens, int top_n) {
+                                                    const std::vector<int32_t>& tokens, int top_n,
+                                                    kernels::TopListMethod method) {
   const int rows = static_cast<int>(tokens.size());
   float *d_logits = nullptr, *d_lp = nullptr, *d_top_lp = nullptr;
   int32_t *d_tokens = nullptr, *d_rank = nullptr, *d_top = nullptr;
@@ -69,7 +70,7 @@ std::vector<engine::TokenLogprobs> GpuTokenLogprobs(const std::vector<float>& lo
   ok(cudaMemset(d_top, 0x7f, std::max(1, rows * top_n) * 4));
   ok(cudaMemset(d_top_lp, 0x7f, std::max(1, rows * top_n) * 4));
   ok(kernels::TokenLogprobsRowsCuda(d_logits, rows, vocab, d_tokens, top_n, d_lp, d_rank, d_top,
-                                    d_top_lp, nullptr));
+                                    d_top_lp, nullptr, method));
   ok(cudaDeviceSynchronize());
   std::vector<float> lp(rows), top_lp(static_cast<size_t>(rows) * top_n);
   std::vector<int32_t> rank(rows), top(static_cast<size_t>(rows) * top_n);
@@ -98,8 +99,10 @@ std::vector<engine::TokenLogprobs> GpuTokenLogprobs(const std::vector<float>& lo
 // lists' ids exactly (the comparisons are exact), logprobs within float rounding of the
 // normaliser. Returns the largest logprob difference.
 double ExpectSameLogprobs(const std::vector<float>& logits, int vocab,
-                          const std::vector<int32_t>& tokens, int top_n, const std::string& what) {
-  const std::vector<engine::TokenLogprobs> gpu = GpuTokenLogprobs(logits, vocab, tokens, top_n);
+                          const std::vector<int32_t>& tokens, int top_n, const std::string& what,
+                          kernels::TopListMethod method = kernels::TopListMethod::kSelect) {
+  const std::vector<engine::TokenLogprobs> gpu =
+      GpuTokenLogprobs(logits, vocab, tokens, top_n, method);
   double worst = 0;
   auto close = [&](float a, float b, const std::string& where) {
     if (std::isinf(b)) {
@@ -127,11 +130,15 @@ double ExpectSameLogprobs(const std::vector<float>& logits, int vocab,
 }
 
 // Fresh random rows (both load paths), with ties, NaN and ±inf logits, a row of -inf only, a
-// token whose logit is -inf, and every list length from 0 to the limit.
+// token whose logit is -inf, and every list length from 0 to the limit; both top-list methods.
+// Two rows take kSelect's pass-per-entry fallback: at vocabulary 64 (float4 loads) fewer than
+// 20 threads hold an element, and at 49,152 row 9's best values crowd the strides of 19 threads
+// (float4 i goes to thread i % 512), so at 20 alternatives more of them come before the bound
+// than the kernel keeps as candidates.
 TEST(TokenLogprobsRowsCuda, MatchesTheCpuReferenceOnRandomRows) {
   if (!HaveGpu()) GTEST_SKIP() << "no GPU";
   std::mt19937 rng(20261202);
-  for (const int vocab : {49152, 1001, 7}) {
+  for (const int vocab : {49152, 1001, 64, 7}) {
     for (const int top_n : {0, 1, 5, 20}) {
       if (top_n > vocab) continue;
       const int rows = 37;
@@ -156,9 +163,20 @@ TEST(TokenLogprobsRowsCuda, MatchesTheCpuReferenceOnRandomRows) {
         if (r == 5) row[tokens[r]] = -INFINITY;
         if (r == 7) std::fill(row, row + vocab, -INFINITY);
         if (r == 8) std::fill(row, row + vocab, 1.5f);  // one tie over the whole row
+        if (r == 9) {
+          for (int i = 0; i < vocab; ++i) {
+            if ((i / 4) % 512 < 19) row[i] = 20.0f + normal(rng);
+          }
+        }
       }
-      ExpectSameLogprobs(logits, vocab, tokens, top_n,
-                         "vocab " + std::to_string(vocab) + " top " + std::to_string(top_n));
+      for (const auto method : {kernels::TopListMethod::kSelect,
+                                kernels::TopListMethod::kPassPerEntry}) {
+        ExpectSameLogprobs(
+            logits, vocab, tokens, top_n,
+            "vocab " + std::to_string(vocab) + " top " + std::to_string(top_n) +
+                (method == kernels::TopListMethod::kSelect ? " select" : " pass per entry"),
+            method);
+      }
     }
   }
 }
