@@ -26,7 +26,9 @@
 #        off); SVC_TEMPERATURES (default 0) runs the client once per temperature on each
 #        (temperature > 0: sampled with a seed; labels get _t<T>), and with SVC_BATCH=NxM also
 #        batch_client.py (N concurrent M-token completions); SVC_BIN replaces the folder
-#        of the four service binaries (a before/after with another build's); with --cpu-eval the CPU
+#        of the four service binaries (a before/after with another build's); SVC_PREFILL_DEVICE
+#        and SVC_DECODE_DEVICE (cpu or cuda:N) override the workers' devices, for a mixed fleet
+#        (the one_pass `matches generate` check is then left out); with --cpu-eval the CPU
 #        emulation `oscarkv eval` on this machine's cores ((window, codec) forwards in parallel,
 #        --jobs = nproc): CPU_EVAL_CODECS (required), CPU_EVAL_CONTEXT (8192), CPU_EVAL_WINDOWS
 #        (20), CPU_EVAL_LIMIT (560 s; results.json is rewritten after every finished window, so
@@ -87,6 +89,7 @@ fi
 if [ $services = 1 ]; then
   ngpu=$(nvidia-smi -L | wc -l)
   dec=cuda:1; [ "$ngpu" -lt 2 ] && dec=cuda:0
+  dec=${SVC_DECODE_DEVICE:-$dec}; pre=${SVC_PREFILL_DEVICE:-cuda:0}
   # codec:mode pairs; chunked prefill shares the kvstore (the streamed repeat reuses the stored
   # prefix), one_pass matches `oscarkv generate --device cuda` token for token. one_pass_direct:
   # the prompt's KV goes GPU to GPU in packed form (--gpu_direct_kv over UCX cuda_ipc);
@@ -99,10 +102,10 @@ if [ $services = 1 ]; then
     [[ $mode == *_direct ]] && wargs="$cuda_ucx --gpu_direct_kv true"
     [[ $mode == *_host ]] && wargs="$cuda_ucx --gpu_direct_kv false"
     # --model default = $OSCARKV_DEFAULT_MODEL (the reassembled checkpoint), with its calibration.
-    echo "== services: router + kvstore (host), prefill cuda:0 ($mode), decode $dec, codec $codec"
+    echo "== services: router + kvstore (host), prefill $pre ($mode), decode $dec, codec $codec"
     LOG_DIR="$OUT/services_$name" LD_LIBRARY_PATH="$MG_LIBS" timeout 400 \
       bash scripts/run_four_processes.sh --bin-dir "${SVC_BIN:-$BIN}" --worker-args "$wargs" \
-      --codec "$codec" --prefill-device cuda:0 --decode-device "$dec" --gpu-prefill "$gpu_prefill" \
+      --codec "$codec" --prefill-device "$pre" --decode-device "$dec" --gpu-prefill "$gpu_prefill" \
       > "$OUT/services_$name.log" 2>&1 &
     svc=$!
     for _ in $(seq 1 240); do
@@ -111,8 +114,8 @@ if [ $services = 1 ]; then
     done
     cat "$OUT/services_$name.log"
     check=(--score)
-    [ "$gpu_prefill" = one_pass ] && check=(--score
-                                            --generate "$BIN/oscarkv generate --device cuda --codec $codec")
+    [[ $gpu_prefill == one_pass && $pre == cuda:* && $dec == cuda:* ]] &&
+      check=(--score --generate "$BIN/oscarkv generate --device cuda --codec $codec")
     if grep -q "ready at" "$OUT/services_$name.log"; then
       for temp in ${SVC_TEMPERATURES:-0}; do
         label=$name; [ "$temp" = 0 ] || label="${name}_t$temp"
