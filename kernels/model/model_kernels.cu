@@ -10,6 +10,7 @@
 // differences are ulps of CUDA's double libm and summation order, well under one bf16 ulp.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -283,9 +284,16 @@ __global__ void __launch_bounds__(kRowThreads) ArgmaxRowsKernel(const float* __r
 }
 
 // ---- BF16 page units: write rows (f32 -> bf16), one block per token ----
+// The writes of one launch: blockIdx.y picks the job, blockIdx.x the token.
+struct PageRowsJobs {
+  PageRowsParams job[kMaxPageRowsJobs];
+};
+
 template <bool kVec>
-__global__ void WriteBf16PageRowsKernel(const __grid_constant__ PageRowsParams p) {
+__global__ void WriteBf16PageRowsKernel(const __grid_constant__ PageRowsJobs jobs) {
+  const PageRowsParams& p = jobs.job[blockIdx.y];
   const int64_t t = blockIdx.x;
+  if (t >= p.tokens) return;
   const int d = p.head_dim;
   const float* src = p.rows + t * p.row_stride;
   uint8_t* page = p.pool + static_cast<int64_t>(p.page_ids[t]) * p.page_stride_bytes +
@@ -428,25 +436,42 @@ cudaError_t ArgmaxRowsCuda(const float* logits, int rows, int vocab, int32_t* ou
   return cudaGetLastError();
 }
 
-cudaError_t WriteBf16PageRowsCuda(const PageRowsParams& params, cudaStream_t stream) {
-  const PageRowsParams& p = params;
-  if (p.tokens < 0 || p.tokens > INT_MAX) return cudaErrorInvalidValue;
-  if (p.tokens == 0) return cudaSuccess;
-  if (p.rows == nullptr || p.page_ids == nullptr || p.rows_in_page == nullptr ||
-      p.pool == nullptr || p.heads <= 0 || p.head_dim <= 0 || p.page_stride_bytes % 2 != 0 ||
-      p.head_stride_bytes % 2 != 0 || p.segment_offset_bytes % 2 != 0) {
+cudaError_t WriteBf16PageRowsCuda(const PageRowsParams* params, int num_jobs,
+                                  cudaStream_t stream) {
+  if (params == nullptr || num_jobs < 1 || num_jobs > kMaxPageRowsJobs) {
     return cudaErrorInvalidValue;
   }
-  const bool vec = p.head_dim % 4 == 0 && p.row_stride % 4 == 0 && Aligned16(p.rows) &&
-                   (reinterpret_cast<uintptr_t>(p.pool) & 7u) == 0 &&
-                   p.page_stride_bytes % 8 == 0 && p.head_stride_bytes % 8 == 0 &&
-                   p.segment_offset_bytes % 8 == 0;
+  PageRowsJobs jobs{};
+  int count = 0;
+  int64_t max_tokens = 0;
+  bool vec = true;
+  for (int i = 0; i < num_jobs; ++i) {
+    const PageRowsParams& p = params[i];
+    if (p.tokens < 0 || p.tokens > INT_MAX) return cudaErrorInvalidValue;
+    if (p.tokens == 0) continue;  // nothing to write: left out of the launch
+    if (p.rows == nullptr || p.page_ids == nullptr || p.rows_in_page == nullptr ||
+        p.pool == nullptr || p.heads <= 0 || p.head_dim <= 0 || p.page_stride_bytes % 2 != 0 ||
+        p.head_stride_bytes % 2 != 0 || p.segment_offset_bytes % 2 != 0) {
+      return cudaErrorInvalidValue;
+    }
+    vec = vec && p.head_dim % 4 == 0 && p.row_stride % 4 == 0 && Aligned16(p.rows) &&
+          (reinterpret_cast<uintptr_t>(p.pool) & 7u) == 0 && p.page_stride_bytes % 8 == 0 &&
+          p.head_stride_bytes % 8 == 0 && p.segment_offset_bytes % 8 == 0;
+    jobs.job[count++] = p;
+    max_tokens = std::max(max_tokens, p.tokens);
+  }
+  if (count == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(max_tokens), static_cast<unsigned>(count));
   if (vec) {
-    WriteBf16PageRowsKernel<true><<<static_cast<int>(p.tokens), 128, 0, stream>>>(p);
+    WriteBf16PageRowsKernel<true><<<grid, 128, 0, stream>>>(jobs);
   } else {
-    WriteBf16PageRowsKernel<false><<<static_cast<int>(p.tokens), 128, 0, stream>>>(p);
+    WriteBf16PageRowsKernel<false><<<grid, 128, 0, stream>>>(jobs);
   }
   return cudaGetLastError();
+}
+
+cudaError_t WriteBf16PageRowsCuda(const PageRowsParams& params, cudaStream_t stream) {
+  return WriteBf16PageRowsCuda(&params, 1, stream);
 }
 
 cudaError_t GatherBf16PageRowsCuda(const PageGatherParams& params, cudaStream_t stream) {

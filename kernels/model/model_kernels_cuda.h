@@ -72,6 +72,11 @@ int64_t PrefillAttentionWorkspaceBytes(const PrefillAttentionParams& params);
 
 // Writes rows into BF16 page units (PageRowsParams in model_kernels_ref.h).
 cudaError_t WriteBf16PageRowsCuda(const PageRowsParams& params, cudaStream_t stream);
+// 1..kMaxPageRowsJobs such writes in one launch (a step's K and V rows), as if each were
+// launched alone; their destinations must not overlap.
+constexpr int kMaxPageRowsJobs = 2;
+cudaError_t WriteBf16PageRowsCuda(const PageRowsParams* params, int num_jobs,
+                                  cudaStream_t stream);
 
 // Reads rows out of BF16 page units into a contiguous bf16 buffer (PageGatherParams).
 cudaError_t GatherBf16PageRowsCuda(const PageGatherParams& params, cudaStream_t stream);
@@ -82,9 +87,13 @@ cudaError_t PackPagesCuda(const PagePackParams& params, cudaStream_t stream);
 cudaError_t UnpackPagesCuda(const PagePackParams& params, cudaStream_t stream);
 
 // Rotates rows by a D x D matrix (RotateRowsParams), bit-identical to RotateRowsRef; rotation
-// must be 16-byte aligned (cudaErrorInvalidValue otherwise). Small and
-// large row counts alike (a decode step's few rows, a prefill's K/V); out must not alias in.
+// must be 16-byte aligned and exactly one of out, out_bf16 set (cudaErrorInvalidValue
+// otherwise). Small and large row counts alike (a decode step's few rows, a prefill's K/V); out
+// must not alias in. The second form runs 1..kMaxRotateJobs such rotations of one head_dim in
+// one launch, as if each were launched alone (their outputs must not overlap any input).
+constexpr int kMaxRotateJobs = 3;
 cudaError_t RotateRowsCuda(const RotateRowsParams& params, cudaStream_t stream);
+cudaError_t RotateRowsCuda(const RotateRowsParams* params, int num_jobs, cudaStream_t stream);
 
 }  // namespace oscarkv::kernels
 

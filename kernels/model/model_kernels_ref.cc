@@ -205,14 +205,18 @@ void RotateRowsRef(const RotateRowsParams& p) {
   for (int64_t t = 0; t < p.tokens; ++t) {
     for (int h = 0; h < p.heads; ++h) {
       const float* x = p.in + t * p.in_token_stride + static_cast<int64_t>(h) * d;
-      float* y = p.out + (t * p.heads + h) * d;
+      const int64_t y = (t * p.heads + h) * d;
       for (int j = 0; j < d; ++j) {
         float acc = 0.0f;
         for (int i = 0; i < d; ++i) {
           const float prod = x[i] * p.rotation[i * d + j];
           acc = acc + prod;
         }
-        y[j] = acc;
+        if (p.out_bf16 != nullptr) {
+          p.out_bf16[y + j] = FloatToBf16Bits(acc);
+        } else {
+          p.out[y + j] = acc;
+        }
       }
     }
   }

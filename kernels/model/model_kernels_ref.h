@@ -108,7 +108,8 @@ struct RotateRowsParams {
   int64_t tokens = 0;
   int heads = 0, head_dim = 0;  // head_dim 64 or 128
   const float* rotation = nullptr;  // [D][D] f32 row-major
-  float* out = nullptr;             // [tokens][heads][D], packed
+  float* out = nullptr;             // [tokens][heads][D], packed; or
+  uint16_t* out_bf16 = nullptr;     // the same rounded to bf16 (exactly one of out, out_bf16)
 };
 
 // Packing a sequence's KV pages into one contiguous buffer, the form in which they cross between

@@ -1,5 +1,8 @@
 // RotateRowsCuda: rows times a D x D rotation, bit-identical to RotateRowsRef (ascending sum,
-// separate round-to-nearest multiply and add: no FMA contraction).
+// separate round-to-nearest multiply and add: no FMA contraction). Several rotations may share
+// one launch (a decode step rotates K by R_K and V by R_V together: one kernel's latency less
+// per layer), and the results may be rounded to bf16 on the way out.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -12,25 +15,35 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;
 
+// The jobs of one launch: job j takes blocks [first_block[j], first_block[j + 1]).
+struct RotateJobs {
+  RotateRowsParams job[kMaxRotateJobs];
+  int64_t first_block[kMaxRotateJobs + 1];
+  int count;
+};
+
 // Block: D threads, one output column each, for kRowsPerBlock rows. R (64 KB at D = 128) is first
 // copied to shared memory with all its loads in flight at once: in a decode step R is cold (the
 // weights stream evicts it from L2) and there are only a few blocks, so streaming R's column
 // term by term would pay one DRAM round trip per batch of terms (~20 us per call, measured).
 // The rows sit in shared memory too; ascending i per output keeps the CPU's summation order.
 template <int D>
-__global__ void RotateRowsKernel(RotateRowsParams p) {
+__global__ void RotateRowsKernel(const __grid_constant__ RotateJobs jobs) {
   // A kernel launched after this one with programmatic dependent launch may start now (decode
   // attention after the q rotation: it reads q only after waiting for this grid).
   cuda::AllowDependentLaunch();
   extern __shared__ float4 smem4[];
   float* rs = reinterpret_cast<float*>(smem4);  // [D][D]
   float* xs = rs + D * D;                         // [kRowsPerBlock][D]
+  int job = 0;
+  while (job + 1 < jobs.count && blockIdx.x >= jobs.first_block[job + 1]) ++job;
+  const RotateRowsParams& p = jobs.job[job];
   const int j = threadIdx.x;
   const float4* r4 = reinterpret_cast<const float4*>(p.rotation);
 #pragma unroll 8
   for (int i = j; i < D * D / 4; i += D) smem4[i] = __ldg(r4 + i);
   const int64_t total = p.tokens * p.heads;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) - jobs.first_block[job]) * kRowsPerBlock;
   for (int r = 0; r < kRowsPerBlock; ++r) {
     const int64_t row = row0 + r;
     float v = 0.0f;
@@ -54,35 +67,57 @@ __global__ void RotateRowsKernel(RotateRowsParams p) {
 #pragma unroll
   for (int r = 0; r < kRowsPerBlock; ++r) {
     const int64_t row = row0 + r;
-    if (row < total) p.out[row * D + j] = acc[r];
+    if (row >= total) continue;
+    if (p.out_bf16 != nullptr) {
+      p.out_bf16[row * D + j] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[r]));
+    } else {
+      p.out[row * D + j] = acc[r];
+    }
   }
 }
 
 template <int D>
-cudaError_t LaunchRotateRows(const RotateRowsParams& p, int64_t blocks, cudaStream_t stream) {
+cudaError_t LaunchRotateRows(const RotateJobs& jobs, cudaStream_t stream) {
   constexpr int kSmem = (D * D + kRowsPerBlock * D) * static_cast<int>(sizeof(float));
   static const cudaError_t attr =
       cudaFuncSetAttribute(RotateRowsKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
-  RotateRowsKernel<D><<<static_cast<unsigned>(blocks), D, kSmem, stream>>>(p);
+  RotateRowsKernel<D><<<static_cast<unsigned>(jobs.first_block[jobs.count]), D, kSmem, stream>>>(
+      jobs);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t RotateRowsCuda(const RotateRowsParams& p, cudaStream_t stream) {
-  if (p.tokens < 0 || p.heads <= 0 || p.in == nullptr || p.out == nullptr ||
-      p.rotation == nullptr || p.in_token_stride < static_cast<int64_t>(p.heads) * p.head_dim) {
-    return cudaErrorInvalidValue;
+cudaError_t RotateRowsCuda(const RotateRowsParams* params, int num_jobs, cudaStream_t stream) {
+  if (num_jobs < 1 || num_jobs > kMaxRotateJobs || params == nullptr) return cudaErrorInvalidValue;
+  RotateJobs jobs{};
+  jobs.first_block[0] = 0;
+  for (int i = 0; i < num_jobs; ++i) {
+    const RotateRowsParams& p = params[i];
+    if (p.tokens < 0 || p.heads <= 0 || p.in == nullptr ||
+        (p.out == nullptr) == (p.out_bf16 == nullptr) || p.rotation == nullptr ||
+        p.in_token_stride < static_cast<int64_t>(p.heads) * p.head_dim) {
+      return cudaErrorInvalidValue;
+    }
+    if (p.head_dim != 64 && p.head_dim != 128) return cudaErrorInvalidValue;
+    if (p.head_dim != params[0].head_dim) return cudaErrorInvalidValue;
+    if (reinterpret_cast<uintptr_t>(p.rotation) % 16 != 0) return cudaErrorInvalidValue;
+    const int64_t rows = p.tokens * p.heads;
+    if (rows == 0) continue;  // nothing to do: leave it out of the launch
+    jobs.job[jobs.count] = p;
+    jobs.first_block[jobs.count + 1] =
+        jobs.first_block[jobs.count] + (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+    ++jobs.count;
   }
-  if (p.head_dim != 64 && p.head_dim != 128) return cudaErrorInvalidValue;
-  const int64_t rows = p.tokens * p.heads;
-  if (rows == 0) return cudaSuccess;
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  if (reinterpret_cast<uintptr_t>(p.rotation) % 16 != 0) return cudaErrorInvalidValue;
-  return p.head_dim == 128 ? LaunchRotateRows<128>(p, blocks, stream)
-                           : LaunchRotateRows<64>(p, blocks, stream);
+  if (jobs.count == 0) return cudaSuccess;
+  if (jobs.first_block[jobs.count] > 0x7fffffff) return cudaErrorInvalidValue;
+  return params[0].head_dim == 128 ? LaunchRotateRows<128>(jobs, stream)
+                                   : LaunchRotateRows<64>(jobs, stream);
+}
+
+cudaError_t RotateRowsCuda(const RotateRowsParams& p, cudaStream_t stream) {
+  return RotateRowsCuda(&p, 1, stream);
 }
 
 }  // namespace oscarkv::kernels

@@ -57,6 +57,20 @@ struct GpuModel::StepMeta {
 
 namespace {
 
+// out = in * r per row of `heads` rows a token (in_token_stride floats between tokens).
+k::RotateRowsParams RotateJob(const float* in, int64_t in_token_stride, int64_t tokens, int heads,
+                              int head_dim, const float* r, float* out) {
+  k::RotateRowsParams p;
+  p.in = in;
+  p.in_token_stride = in_token_stride;
+  p.tokens = tokens;
+  p.heads = heads;
+  p.head_dim = head_dim;
+  p.rotation = r;
+  p.out = out;
+  return p;
+}
+
 // Appends `values` to `meta` and returns their offset.
 int64_t Push(std::vector<int32_t>& meta, std::span<const int32_t> values) {
   const int64_t at = static_cast<int64_t>(meta.size());
@@ -196,7 +210,6 @@ absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
   const int64_t b = options_.max_batch;
   OSCARKV_RETURN_IF_ERROR(q_rot_.Allocate(b * qdim * 4, "decode query"));
   OSCARKV_RETURN_IF_ERROR(attn_out_.Allocate(b * qdim * 4, "decode attention"));
-  OSCARKV_RETURN_IF_ERROR(attn_out_rot_.Allocate(b * qdim * 4, "decode attention"));
   OSCARKV_RETURN_IF_ERROR(logits_.Allocate(b * int64_t{c.vocab_size} * 4, "logits"));
   OSCARKV_RETURN_IF_ERROR(argmax_.Allocate(b * 4, "argmax"));
   LOG(INFO) << "GPU model: weights " << (weights_.device_bytes() >> 20) << " MiB, KV pools "
@@ -220,15 +233,8 @@ absl::Status GpuModel::Gemm(const uint16_t* x, const uint16_t* w, int64_t rows, 
 
 absl::Status GpuModel::Rotate(const float* in, int64_t in_token_stride, int64_t tokens, int heads,
                               const float* r, float* out) {
-  k::RotateRowsParams p;
-  p.in = in;
-  p.in_token_stride = in_token_stride;
-  p.tokens = tokens;
-  p.heads = heads;
-  p.head_dim = config_.head_dim;
-  p.rotation = r;
-  p.out = out;
-  OSCARKV_CUDA_OK(k::RotateRowsCuda(p, stream_));
+  OSCARKV_CUDA_OK(k::RotateRowsCuda(
+      RotateJob(in, in_token_stride, tokens, heads, config_.head_dim, r, out), stream_));
   return absl::OkStatus();
 }
 
@@ -341,9 +347,11 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
     const float* k_rows = qkv + qdim;
     const float* v_rows = qkv + qdim + kvdim;
     int64_t kv_stride = qkvdim;
-    if (has_rotation_) {
-      OSCARKV_RETURN_IF_ERROR(Rotate(k_rows, qkvdim, rows, hkv, r_k, k_rot_.as<float>()));
-      OSCARKV_RETURN_IF_ERROR(Rotate(v_rows, qkvdim, rows, hkv, r_v, v_rot_.as<float>()));
+    if (has_rotation_) {  // K and V in one launch
+      const k::RotateRowsParams kv_jobs[2] = {
+          RotateJob(k_rows, qkvdim, rows, hkv, d, r_k, k_rot_.as<float>()),
+          RotateJob(v_rows, qkvdim, rows, hkv, d, r_v, v_rot_.as<float>())};
+      OSCARKV_CUDA_OK(k::RotateRowsCuda(kv_jobs, 2, stream_));
       k_rows = k_rot_.as<float>();
       v_rows = v_rot_.as<float>();
       kv_stride = kvdim;
@@ -363,8 +371,9 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
       }
     }
     for (const StepMeta::WriteRange& wr : meta.writes) {
+      k::PageRowsParams kv_writes[2];  // K and V rows in one launch
       for (int kv = 0; kv < 2; ++kv) {
-        k::PageRowsParams pr;
+        k::PageRowsParams& pr = kv_writes[kv];
         pr.rows = (kv == 0 ? k_rows : v_rows) + wr.row_begin * kv_stride;
         pr.row_stride = kv_stride;
         pr.tokens = wr.count;
@@ -376,8 +385,8 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
         pr.page_stride_bytes = hkv * bf16_unit;
         pr.head_stride_bytes = bf16_unit;
         pr.segment_offset_bytes = kv == 0 ? k::Bf16PageKOffset(d) : k::Bf16PageVOffset(d);
-        OSCARKV_CUDA_OK(k::WriteBf16PageRowsCuda(pr, stream_));
       }
+      OSCARKV_CUDA_OK(k::WriteBf16PageRowsCuda(kv_writes, 2, stream_));
     }
     // INT2 history: from bf16-rounded rotated rows, as the CPU cache quantises.
     const int64_t demote_tokens =
@@ -487,12 +496,14 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
       // read its tiers and plan while it runs. Without rotations it is a demotion or a page write.
       ap.overlap_prior_kernel = has_rotation_;
       OSCARKV_CUDA_OK(k::DecodeAttentionCuda(ap, stream_));
-      const float* o = attn_out_.as<float>();
-      if (has_rotation_) {
-        OSCARKV_RETURN_IF_ERROR(Rotate(o, qdim, rows, hq, r_v_t, attn_out_rot_.as<float>()));
-        o = attn_out_rot_.as<float>();
+      if (has_rotation_) {  // back by R_V^T, rounded to bf16 for W_o on the way out
+        k::RotateRowsParams back =
+            RotateJob(attn_out_.as<float>(), qdim, rows, hq, d, r_v_t, nullptr);
+        back.out_bf16 = attn_bf16;
+        OSCARKV_CUDA_OK(k::RotateRowsCuda(back, stream_));
+      } else {
+        OSCARKV_CUDA_OK(k::F32ToBf16Cuda(attn_out_.as<float>(), rows * qdim, attn_bf16, stream_));
       }
-      OSCARKV_CUDA_OK(k::F32ToBf16Cuda(o, rows * qdim, attn_bf16, stream_));
     }
     OSCARKV_RETURN_IF_ERROR(LayerOutputAndFfn(l, rows));
   }

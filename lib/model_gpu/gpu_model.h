@@ -256,7 +256,7 @@ class GpuModel {
   DeviceBuffer x_, h_, qkv_, attn_bf16_, k_rot_, v_rot_, kv_tmp_bf16_, gate_up_, act_bf16_;
   // bf16 K/V staging of the Hopper prefill attention (empty with hopper_prefill_attention off).
   DeviceBuffer prefill_attn_workspace_;
-  DeviceBuffer q_rot_, attn_out_, attn_out_rot_, partial_out_, partial_lse_, logits_, argmax_;
+  DeviceBuffer q_rot_, attn_out_, partial_out_, partial_lse_, logits_, argmax_;
   DeviceBuffer merge_counters_;  // DecodeAttentionParams::merge_counters, zero between calls
   DeviceBuffer meta_;            // per-call int32 metadata (prefill, page packing)
   DeviceBuffer decode_meta_;     // a decode step's, at decode_meta_layout_'s offsets

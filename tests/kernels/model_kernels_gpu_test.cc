@@ -358,6 +358,42 @@ void TestPages(bool small) {
     }
     GPU_CHECK(cudaDeviceSynchronize());
     CheckExact("WriteBf16PageRows d=" + std::to_string(d), ToHost(d_pool, pool.size()), ref_pool);
+    // The same K and V writes as one launch (the decode step's form), into a fresh copy of the
+    // pool: both rows aligned (vectorised), then V shifted by one float (both take the scalar
+    // path), with an empty third job left out.
+    for (const int v_shift : {0, 1}) {
+      std::vector<uint8_t> ref_two = pool;
+      uint8_t* d_two = ToDevice(pool);
+      PageRowsParams jobs[2];
+      for (int seg = 0; seg < 2; ++seg) {
+        PageRowsParams& w = jobs[seg];
+        w.row_stride = row_stride;
+        w.tokens = tokens;
+        w.heads = heads;
+        w.head_dim = d;
+        w.page_stride_bytes = page_stride;
+        w.head_stride_bytes = head_stride;
+        w.segment_offset_bytes = seg == 0 ? Bf16PageKOffset(d) : Bf16PageVOffset(d);
+        PageRowsParams hw = w;
+        hw.rows = rows.data() + (seg == 1 ? v_shift : 0);
+        hw.page_ids = page_ids.data();
+        hw.rows_in_page = rows_in_page.data();
+        hw.pool = ref_two.data();
+        WriteBf16PageRowsRef(hw);
+        w.rows = d_rows + (seg == 1 ? v_shift : 0);
+        w.page_ids = d_ids;
+        w.rows_in_page = d_rip;
+        w.pool = d_two;
+      }
+      GPU_CHECK(WriteBf16PageRowsCuda(jobs, 2, nullptr));
+      PageRowsParams empty_and_v[2] = {PageRowsParams{}, jobs[1]};  // tokens 0: skipped
+      GPU_CHECK(WriteBf16PageRowsCuda(empty_and_v, 2, nullptr));
+      GPU_CHECK(cudaDeviceSynchronize());
+      CheckExact("WriteBf16PageRows K+V one launch d=" + std::to_string(d) +
+                     (v_shift ? " scalar" : " vectorised"),
+                 ToHost(d_two, pool.size()), ref_two);
+      GPU_CHECK(cudaFree(d_two));
+    }
     for (int seg = 0; seg < 2; ++seg) {
       PageGatherParams gp;
       gp.num_pages = num_used;
@@ -421,7 +457,46 @@ void TestRotateRows(bool small) {
       GPU_CHECK(cudaDeviceSynchronize());
       CheckExact("RotateRows d=" + std::to_string(d) + " tokens=" + std::to_string(tokens),
                  ToHost(d_out, ref.size()), ref);
-      for (float* ptr : {d_in, d_rot, d_out}) GPU_CHECK(cudaFree(ptr));
+      // Three rotations in one launch (K by R_K, V by R_V, and the first job again rounded to
+      // bf16), each as alone, plus an empty job that is left out.
+      const std::vector<float> rot2 = Normal(static_cast<size_t>(d) * d, 79 + d, 0.1f);
+      std::vector<float> ref2(ref.size());
+      std::vector<uint16_t> ref16(ref.size());
+      RotateRowsParams hp2 = hp;
+      hp2.in = in.data() + d;  // the next head's rows: another input
+      hp2.rotation = rot2.data();
+      hp2.out = ref2.data();
+      RotateRowsRef(hp2);
+      RotateRowsParams hp16 = hp;
+      hp16.out = nullptr;
+      hp16.out_bf16 = ref16.data();
+      RotateRowsRef(hp16);
+      float* d_rot2 = ToDevice(rot2);
+      float* d_out2 = DeviceAlloc<float>(ref.size() + 4);
+      uint16_t* d_out16 = DeviceAlloc<uint16_t>(ref.size());
+      GPU_CHECK(cudaMemset(d_out, 0xff, ref.size() * sizeof(float)));
+      GPU_CHECK(cudaMemset(d_out2, 0xff, (ref.size() + 4) * sizeof(float)));
+      GPU_CHECK(cudaMemset(d_out16, 0xff, ref.size() * sizeof(uint16_t)));
+      RotateRowsParams jobs[3] = {p, p, p};
+      jobs[1].in = d_in + d;
+      jobs[1].rotation = d_rot2;
+      jobs[1].out = d_out2;
+      jobs[2].out = nullptr;
+      jobs[2].out_bf16 = d_out16;
+      RotateRowsParams empty = p;
+      empty.tokens = 0;
+      GPU_CHECK(RotateRowsCuda(jobs, 3, nullptr));
+      GPU_CHECK(RotateRowsCuda(&empty, 1, nullptr));
+      GPU_CHECK(cudaDeviceSynchronize());
+      const std::string name = " d=" + std::to_string(d) + " tokens=" + std::to_string(tokens);
+      CheckExact("RotateRows 3 jobs, first" + name, ToHost(d_out, ref.size()), ref);
+      CheckExact("RotateRows 3 jobs, second" + name, ToHost(d_out2, ref.size()), ref2);
+      CheckExact("RotateRows 3 jobs, bf16" + name, ToHost(d_out16, ref.size()), ref16);
+      std::vector<uint16_t> rounded(ref.size());
+      F32ToBf16Ref(ref.data(), static_cast<int64_t>(ref.size()), rounded.data());
+      CheckExact("RotateRowsRef bf16 = F32ToBf16Ref of f32" + name, ref16, rounded);
+      GPU_CHECK(cudaFree(d_out16));
+      for (float* ptr : {d_in, d_rot, d_out, d_rot2, d_out2}) GPU_CHECK(cudaFree(ptr));
     }
   }
 }
@@ -767,6 +842,27 @@ void TestInvalidArguments() {
   pp.pool = pp.packed = reinterpret_cast<uint8_t*>(dummy_b);
   pp.pages = reinterpret_cast<const int32_t*>(dummy_f);
   ok &= PackPagesCuda(pp, nullptr) == cudaErrorInvalidValue;
+  alignas(16) float dummy_r[4];
+  RotateRowsParams rp;
+  rp.in = dummy_f;
+  rp.in_token_stride = 64;
+  rp.tokens = 1;
+  rp.heads = 1;
+  rp.head_dim = 64;
+  rp.rotation = dummy_r;
+  rp.out = dummy_f;
+  rp.out_bf16 = dummy_b;  // both outputs set
+  ok &= RotateRowsCuda(rp, nullptr) == cudaErrorInvalidValue;
+  rp.out_bf16 = nullptr;
+  RotateRowsParams mixed[2] = {rp, rp};
+  mixed[1].head_dim = 128;
+  mixed[1].in_token_stride = 128;
+  ok &= RotateRowsCuda(mixed, 2, nullptr) == cudaErrorInvalidValue;  // two head dims
+  ok &= RotateRowsCuda(mixed, 0, nullptr) == cudaErrorInvalidValue;
+  ok &= RotateRowsCuda(mixed, kMaxRotateJobs + 1, nullptr) == cudaErrorInvalidValue;
+  PageRowsParams wp[kMaxPageRowsJobs + 1];
+  ok &= WriteBf16PageRowsCuda(wp, kMaxPageRowsJobs + 1, nullptr) == cudaErrorInvalidValue;
+  ok &= WriteBf16PageRowsCuda(wp, 2, nullptr) == cudaSuccess;  // both empty: no launch
   GPU_CHECK(cudaGetLastError());
   Report(ok, "InvalidArguments", "");
 }
