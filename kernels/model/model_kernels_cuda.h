@@ -87,8 +87,8 @@ cudaError_t PackPagesCuda(const PagePackParams& params, cudaStream_t stream);
 cudaError_t UnpackPagesCuda(const PagePackParams& params, cudaStream_t stream);
 
 // Rotates rows by a D x D matrix (RotateRowsParams), bit-identical to RotateRowsRef; rotation
-// must be 16-byte aligned and exactly one of out, out_bf16, page_pool set, page offsets even
-// (cudaErrorInvalidValue otherwise). Small and large row counts alike (a decode step's few rows, a prefill's K/V); out
+// must be 16-byte aligned and exactly one of out, out_bf16 set (cudaErrorInvalidValue
+// otherwise). Small and large row counts alike (a decode step's few rows, a prefill's K/V); out
 // must not alias in. The second form runs 1..kMaxRotateJobs such rotations of one head_dim in
 // one launch, as if each were launched alone (their outputs must not overlap any input).
 constexpr int kMaxRotateJobs = 3;

@@ -212,13 +212,7 @@ void RotateRowsRef(const RotateRowsParams& p) {
           const float prod = x[i] * p.rotation[i * d + j];
           acc = acc + prod;
         }
-        if (p.page_pool != nullptr) {
-          const uint16_t bits = FloatToBf16Bits(acc);
-          std::memcpy(p.page_pool + static_cast<int64_t>(p.page_ids[t]) * p.page_stride_bytes +
-                          h * p.head_stride_bytes + p.segment_offset_bytes +
-                          (static_cast<int64_t>(p.rows_in_page[t]) * d + j) * 2,
-                      &bits, 2);
-        } else if (p.out_bf16 != nullptr) {
+        if (p.out_bf16 != nullptr) {
           p.out_bf16[y + j] = FloatToBf16Bits(acc);
         } else {
           p.out[y + j] = acc;

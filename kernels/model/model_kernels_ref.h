@@ -108,15 +108,8 @@ struct RotateRowsParams {
   int64_t tokens = 0;
   int heads = 0, head_dim = 0;  // head_dim 64 or 128
   const float* rotation = nullptr;  // [D][D] f32 row-major
-  // Exactly one output:
-  float* out = nullptr;          // [tokens][heads][D], packed;
-  uint16_t* out_bf16 = nullptr;  // the same rounded to bf16; or
-  // each row rounded to bf16 straight into its BF16 page unit, where WriteBf16PageRows would
-  // write it with these page_ids, rows_in_page and strides (a decode step's new K, V rows).
-  uint8_t* page_pool = nullptr;
-  const int32_t* page_ids = nullptr;      // [tokens]
-  const int32_t* rows_in_page = nullptr;  // [tokens], each in [0, 8)
-  int64_t page_stride_bytes = 0, head_stride_bytes = 0, segment_offset_bytes = 0;
+  float* out = nullptr;             // [tokens][heads][D], packed; or
+  uint16_t* out_bf16 = nullptr;     // the same rounded to bf16 (exactly one of out, out_bf16)
 };
 
 // Packing a sequence's KV pages into one contiguous buffer, the form in which they cross between

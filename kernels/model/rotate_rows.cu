@@ -1,8 +1,7 @@
 // RotateRowsCuda: rows times a D x D rotation, bit-identical to RotateRowsRef (ascending sum,
 // separate round-to-nearest multiply and add: no FMA contraction). Several rotations may share
 // one launch (a decode step rotates K by R_K and V by R_V together: one kernel's latency less
-// per layer), and the results may be rounded to bf16 on the way out, also straight into their
-// BF16 page units (a decode step's new rows: no separate page write).
+// per layer), and the results may be rounded to bf16 on the way out.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -69,15 +68,7 @@ __global__ void RotateRowsKernel(const __grid_constant__ RotateJobs jobs) {
   for (int r = 0; r < kRowsPerBlock; ++r) {
     const int64_t row = row0 + r;
     if (row >= total) continue;
-    if (p.page_pool != nullptr) {
-      const int64_t t = row / p.heads;
-      const int h = static_cast<int>(row % p.heads);
-      uint16_t* dst = reinterpret_cast<uint16_t*>(
-          p.page_pool + static_cast<int64_t>(p.page_ids[t]) * p.page_stride_bytes +
-          h * p.head_stride_bytes + p.segment_offset_bytes +
-          static_cast<int64_t>(p.rows_in_page[t]) * D * 2);
-      dst[j] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[r]));
-    } else if (p.out_bf16 != nullptr) {
+    if (p.out_bf16 != nullptr) {
       p.out_bf16[row * D + j] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[r]));
     } else {
       p.out[row * D + j] = acc[r];
@@ -104,14 +95,9 @@ cudaError_t RotateRowsCuda(const RotateRowsParams* params, int num_jobs, cudaStr
   jobs.first_block[0] = 0;
   for (int i = 0; i < num_jobs; ++i) {
     const RotateRowsParams& p = params[i];
-    const int outputs = (p.out != nullptr) + (p.out_bf16 != nullptr) + (p.page_pool != nullptr);
-    if (p.tokens < 0 || p.heads <= 0 || p.in == nullptr || outputs != 1 ||
-        p.rotation == nullptr || p.in_token_stride < static_cast<int64_t>(p.heads) * p.head_dim) {
-      return cudaErrorInvalidValue;
-    }
-    if (p.page_pool != nullptr &&
-        (p.page_ids == nullptr || p.rows_in_page == nullptr || p.page_stride_bytes % 2 != 0 ||
-         p.head_stride_bytes % 2 != 0 || p.segment_offset_bytes % 2 != 0)) {
+    if (p.tokens < 0 || p.heads <= 0 || p.in == nullptr ||
+        (p.out == nullptr) == (p.out_bf16 == nullptr) || p.rotation == nullptr ||
+        p.in_token_stride < static_cast<int64_t>(p.heads) * p.head_dim) {
       return cudaErrorInvalidValue;
     }
     if (p.head_dim != 64 && p.head_dim != 128) return cudaErrorInvalidValue;

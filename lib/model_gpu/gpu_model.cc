@@ -347,44 +347,10 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
     const float* k_rows = qkv + qdim;
     const float* v_rows = qkv + qdim + kvdim;
     int64_t kv_stride = qkvdim;
-    // Where write range wr's K (kv 0) or V rows go in the BF16 pages.
-    auto page_rows = [&](const StepMeta::WriteRange& wr, int kv) {
-      k::PageRowsParams pr;
-      pr.rows = (kv == 0 ? k_rows : v_rows) + wr.row_begin * kv_stride;
-      pr.row_stride = kv_stride;
-      pr.tokens = wr.count;
-      pr.heads = hkv;
-      pr.head_dim = d;
-      pr.page_ids = meta.bf16_page + wr.meta_index;
-      pr.rows_in_page = meta.bf16_row + wr.meta_index;
-      pr.pool = bf16_pool;
-      pr.page_stride_bytes = hkv * bf16_unit;
-      pr.head_stride_bytes = bf16_unit;
-      pr.segment_offset_bytes = kv == 0 ? k::Bf16PageKOffset(d) : k::Bf16PageVOffset(d);
-      return pr;
-    };
-    // A decode step's rows all go to BF16 pages (one write range over the batch) and nothing
-    // else reads them in f32, so the rotation writes them into the pages itself.
-    const bool rotate_into_pages = has_rotation_ && !prefill && meta.tail_out == nullptr &&
-                                   meta.writes.size() == 1 && meta.writes[0].row_begin == 0 &&
-                                   meta.writes[0].count == rows;
     if (has_rotation_) {  // K and V in one launch
-      k::RotateRowsParams kv_jobs[2] = {
+      const k::RotateRowsParams kv_jobs[2] = {
           RotateJob(k_rows, qkvdim, rows, hkv, d, r_k, k_rot_.as<float>()),
           RotateJob(v_rows, qkvdim, rows, hkv, d, r_v, v_rot_.as<float>())};
-      if (rotate_into_pages) {
-        for (int kv = 0; kv < 2; ++kv) {
-          const k::PageRowsParams pr = page_rows(meta.writes[0], kv);
-          k::RotateRowsParams& job = kv_jobs[kv];
-          job.out = nullptr;
-          job.page_pool = pr.pool;
-          job.page_ids = pr.page_ids;
-          job.rows_in_page = pr.rows_in_page;
-          job.page_stride_bytes = pr.page_stride_bytes;
-          job.head_stride_bytes = pr.head_stride_bytes;
-          job.segment_offset_bytes = pr.segment_offset_bytes;
-        }
-      }
       OSCARKV_CUDA_OK(k::RotateRowsCuda(kv_jobs, 2, stream_));
       k_rows = k_rot_.as<float>();
       v_rows = v_rot_.as<float>();
@@ -404,11 +370,23 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
         OSCARKV_CUDA_OK(k::F32ToBf16Cuda(src, tail_tokens * kvdim, dst, stream_));
       }
     }
-    if (!rotate_into_pages) {
-      for (const StepMeta::WriteRange& wr : meta.writes) {
-        const k::PageRowsParams kv_writes[2] = {page_rows(wr, 0), page_rows(wr, 1)};
-        OSCARKV_CUDA_OK(k::WriteBf16PageRowsCuda(kv_writes, 2, stream_));  // one launch
+    for (const StepMeta::WriteRange& wr : meta.writes) {
+      k::PageRowsParams kv_writes[2];  // K and V rows in one launch
+      for (int kv = 0; kv < 2; ++kv) {
+        k::PageRowsParams& pr = kv_writes[kv];
+        pr.rows = (kv == 0 ? k_rows : v_rows) + wr.row_begin * kv_stride;
+        pr.row_stride = kv_stride;
+        pr.tokens = wr.count;
+        pr.heads = hkv;
+        pr.head_dim = d;
+        pr.page_ids = meta.bf16_page + wr.meta_index;
+        pr.rows_in_page = meta.bf16_row + wr.meta_index;
+        pr.pool = bf16_pool;
+        pr.page_stride_bytes = hkv * bf16_unit;
+        pr.head_stride_bytes = bf16_unit;
+        pr.segment_offset_bytes = kv == 0 ? k::Bf16PageKOffset(d) : k::Bf16PageVOffset(d);
       }
+      OSCARKV_CUDA_OK(k::WriteBf16PageRowsCuda(kv_writes, 2, stream_));
     }
     // INT2 history: from bf16-rounded rotated rows, as the CPU cache quantises.
     const int64_t demote_tokens =
