@@ -13,7 +13,12 @@
 namespace oscarkv::kernels {
 namespace {
 
-constexpr int kRowsPerBlock = 8;
+// Rows per block: 8 when there are many rows (R's shared-memory copy shared by more rows), fewer
+// when a launch has few rows (a decode step: 8-32 rows at batch 1), so that they spread over
+// about kTargetBlocks SMs instead of running 8 deep on a few (the sum over i is a chain of D
+// dependent adds per row, the same in any block).
+constexpr int kMaxRowsPerBlock = 8;
+constexpr int64_t kTargetBlocks = 128;
 
 // The jobs of one launch: job j takes blocks [first_block[j], first_block[j + 1]).
 struct RotateJobs {
@@ -22,19 +27,19 @@ struct RotateJobs {
   int count;
 };
 
-// Block: D threads, one output column each, for kRowsPerBlock rows. R (64 KB at D = 128) is first
+// Block: D threads, one output column each, for kRows rows. R (64 KB at D = 128) is first
 // copied to shared memory with all its loads in flight at once: in a decode step R is cold (the
 // weights stream evicts it from L2) and there are only a few blocks, so streaming R's column
 // term by term would pay one DRAM round trip per batch of terms (~20 us per call, measured).
 // The rows sit in shared memory too; ascending i per output keeps the CPU's summation order.
-template <int D>
+template <int D, int kRows>
 __global__ void RotateRowsKernel(const __grid_constant__ RotateJobs jobs) {
   // A kernel launched after this one with programmatic dependent launch may start now (decode
   // attention after the q rotation: it reads q only after waiting for this grid).
   cuda::AllowDependentLaunch();
   extern __shared__ float4 smem4[];
   float* rs = reinterpret_cast<float*>(smem4);  // [D][D]
-  float* xs = rs + D * D;                         // [kRowsPerBlock][D]
+  float* xs = rs + D * D;                         // [kRows][D]
   int job = 0;
   while (job + 1 < jobs.count && blockIdx.x >= jobs.first_block[job + 1]) ++job;
   const RotateRowsParams& p = jobs.job[job];
@@ -43,8 +48,8 @@ __global__ void RotateRowsKernel(const __grid_constant__ RotateJobs jobs) {
 #pragma unroll 8
   for (int i = j; i < D * D / 4; i += D) smem4[i] = __ldg(r4 + i);
   const int64_t total = p.tokens * p.heads;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) - jobs.first_block[job]) * kRowsPerBlock;
-  for (int r = 0; r < kRowsPerBlock; ++r) {
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) - jobs.first_block[job]) * kRows;
+  for (int r = 0; r < kRows; ++r) {
     const int64_t row = row0 + r;
     float v = 0.0f;
     if (row < total) {
@@ -55,17 +60,17 @@ __global__ void RotateRowsKernel(const __grid_constant__ RotateJobs jobs) {
     xs[r * D + j] = v;
   }
   __syncthreads();
-  float acc[kRowsPerBlock];
+  float acc[kRows];
 #pragma unroll
-  for (int r = 0; r < kRowsPerBlock; ++r) acc[r] = 0.0f;
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
 #pragma unroll 4
   for (int i = 0; i < D; ++i) {
     const float w = rs[i * D + j];
 #pragma unroll
-    for (int r = 0; r < kRowsPerBlock; ++r) acc[r] = __fadd_rn(acc[r], __fmul_rn(xs[r * D + i], w));
+    for (int r = 0; r < kRows; ++r) acc[r] = __fadd_rn(acc[r], __fmul_rn(xs[r * D + i], w));
   }
 #pragma unroll
-  for (int r = 0; r < kRowsPerBlock; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     const int64_t row = row0 + r;
     if (row >= total) continue;
     if (p.out_bf16 != nullptr) {
@@ -76,15 +81,25 @@ __global__ void RotateRowsKernel(const __grid_constant__ RotateJobs jobs) {
   }
 }
 
-template <int D>
+template <int D, int kRows>
 cudaError_t LaunchRotateRows(const RotateJobs& jobs, cudaStream_t stream) {
-  constexpr int kSmem = (D * D + kRowsPerBlock * D) * static_cast<int>(sizeof(float));
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(RotateRowsKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  constexpr int kSmem = (D * D + kRows * D) * static_cast<int>(sizeof(float));
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      RotateRowsKernel<D, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
-  RotateRowsKernel<D><<<static_cast<unsigned>(jobs.first_block[jobs.count]), D, kSmem, stream>>>(
-      jobs);
+  RotateRowsKernel<D, kRows>
+      <<<static_cast<unsigned>(jobs.first_block[jobs.count]), D, kSmem, stream>>>(jobs);
   return cudaGetLastError();
+}
+
+template <int D>
+cudaError_t LaunchRotateRows(const RotateJobs& jobs, int rows_per_block, cudaStream_t stream) {
+  switch (rows_per_block) {
+    case 1: return LaunchRotateRows<D, 1>(jobs, stream);
+    case 2: return LaunchRotateRows<D, 2>(jobs, stream);
+    case 4: return LaunchRotateRows<D, 4>(jobs, stream);
+    default: return LaunchRotateRows<D, kMaxRowsPerBlock>(jobs, stream);
+  }
 }
 
 }  // namespace
@@ -92,7 +107,8 @@ cudaError_t LaunchRotateRows(const RotateJobs& jobs, cudaStream_t stream) {
 cudaError_t RotateRowsCuda(const RotateRowsParams* params, int num_jobs, cudaStream_t stream) {
   if (num_jobs < 1 || num_jobs > kMaxRotateJobs || params == nullptr) return cudaErrorInvalidValue;
   RotateJobs jobs{};
-  jobs.first_block[0] = 0;
+  int64_t job_rows[kMaxRotateJobs] = {};
+  int64_t all_rows = 0;
   for (int i = 0; i < num_jobs; ++i) {
     const RotateRowsParams& p = params[i];
     if (p.tokens < 0 || p.heads <= 0 || p.in == nullptr ||
@@ -105,15 +121,24 @@ cudaError_t RotateRowsCuda(const RotateRowsParams* params, int num_jobs, cudaStr
     if (reinterpret_cast<uintptr_t>(p.rotation) % 16 != 0) return cudaErrorInvalidValue;
     const int64_t rows = p.tokens * p.heads;
     if (rows == 0) continue;  // nothing to do: leave it out of the launch
-    jobs.job[jobs.count] = p;
-    jobs.first_block[jobs.count + 1] =
-        jobs.first_block[jobs.count] + (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-    ++jobs.count;
+    job_rows[jobs.count] = rows;
+    jobs.job[jobs.count++] = p;
+    all_rows += rows;
   }
   if (jobs.count == 0) return cudaSuccess;
+  int rows_per_block = 1;
+  while (rows_per_block < kMaxRowsPerBlock &&
+         (all_rows + rows_per_block - 1) / rows_per_block > kTargetBlocks) {
+    rows_per_block *= 2;
+  }
+  jobs.first_block[0] = 0;
+  for (int i = 0; i < jobs.count; ++i) {
+    jobs.first_block[i + 1] =
+        jobs.first_block[i] + (job_rows[i] + rows_per_block - 1) / rows_per_block;
+  }
   if (jobs.first_block[jobs.count] > 0x7fffffff) return cudaErrorInvalidValue;
-  return params[0].head_dim == 128 ? LaunchRotateRows<128>(jobs, stream)
-                                   : LaunchRotateRows<64>(jobs, stream);
+  return params[0].head_dim == 128 ? LaunchRotateRows<128>(jobs, rows_per_block, stream)
+                                   : LaunchRotateRows<64>(jobs, rows_per_block, stream);
 }
 
 cudaError_t RotateRowsCuda(const RotateRowsParams& p, cudaStream_t stream) {

@@ -430,7 +430,9 @@ void TestPages(bool small) {
 
 void TestRotateRows(bool small) {
   for (int d : {64, 128}) {
-    for (int64_t tokens : {int64_t{1}, int64_t{3}, small ? int64_t{40} : int64_t{1500}}) {
+    // Row counts that give each rows-per-block choice (1, 2, 4, 8), alone and three per launch.
+    const int64_t many = small ? 40 : 1500;
+    for (int64_t tokens : {int64_t{1}, int64_t{3}, int64_t{60}, many}) {
       const int heads = d == 64 ? 3 : 8;
       const int64_t stride = int64_t{heads} * d + 2 * d;  // strided like the fused QKV buffer
       const std::vector<float> in = Normal(static_cast<size_t>(tokens * stride), 77 + d);
