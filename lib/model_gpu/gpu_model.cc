@@ -145,7 +145,11 @@ absl::Status GpuModel::Init(const quant::ThreeTierCacheConfig& tiers) {
   // Rotations: [L][4][D][D] = R_K, R_V, R_V^T (rotates attention outputs back), R_K^T (the
   // chunked prefill's stored rows back); identity where a layer has none.
   const int64_t d = c.head_dim, dd = d * d;
-  has_rotation_ = !tiers.rotations.k.empty() || !tiers.rotations.v.empty();
+  // A codec without rotations (bf16) may still list one empty matrix per layer: that is none.
+  auto any_rotation = [](const std::vector<std::vector<float>>& list) {
+    return std::any_of(list.begin(), list.end(), [](const auto& r) { return !r.empty(); });
+  };
+  has_rotation_ = any_rotation(tiers.rotations.k) || any_rotation(tiers.rotations.v);
   if (has_rotation_) {
     std::vector<float> host(static_cast<size_t>(c.num_layers) * kRotationsPerLayer * dd, 0.0f);
     for (int l = 0; l < c.num_layers; ++l) {
