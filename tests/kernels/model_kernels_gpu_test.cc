@@ -334,7 +334,8 @@ void TestPages(bool small) {
     int32_t* d_rip = ToDevice(rows_in_page);
     int32_t* d_order = ToDevice(order);
     std::vector<uint8_t> ref_pool = pool;
-    for (int seg = 0; seg < 2; ++seg) {
+    // The write of segment seg (0: K, 1: V), without its rows and page tables.
+    auto segment_write = [&](int seg) {
       PageRowsParams w;
       w.row_stride = row_stride;
       w.tokens = tokens;
@@ -343,6 +344,10 @@ void TestPages(bool small) {
       w.page_stride_bytes = page_stride;
       w.head_stride_bytes = head_stride;
       w.segment_offset_bytes = seg == 0 ? Bf16PageKOffset(d) : Bf16PageVOffset(d);
+      return w;
+    };
+    for (int seg = 0; seg < 2; ++seg) {
+      PageRowsParams w = segment_write(seg);
       // K from the aligned rows (vectorised path), V from rows shifted by one float (scalar path).
       PageRowsParams hw = w;
       hw.rows = rows.data() + seg;
@@ -360,20 +365,14 @@ void TestPages(bool small) {
     CheckExact("WriteBf16PageRows d=" + std::to_string(d), ToHost(d_pool, pool.size()), ref_pool);
     // The same K and V writes as one launch (the decode step's form), into a fresh copy of the
     // pool: both rows aligned (vectorised), then V shifted by one float (both take the scalar
-    // path), with an empty third job left out.
+    // path); then V again beside an empty job, which is left out of the launch.
     for (const int v_shift : {0, 1}) {
       std::vector<uint8_t> ref_two = pool;
       uint8_t* d_two = ToDevice(pool);
       PageRowsParams jobs[2];
       for (int seg = 0; seg < 2; ++seg) {
         PageRowsParams& w = jobs[seg];
-        w.row_stride = row_stride;
-        w.tokens = tokens;
-        w.heads = heads;
-        w.head_dim = d;
-        w.page_stride_bytes = page_stride;
-        w.head_stride_bytes = head_stride;
-        w.segment_offset_bytes = seg == 0 ? Bf16PageKOffset(d) : Bf16PageVOffset(d);
+        w = segment_write(seg);
         PageRowsParams hw = w;
         hw.rows = rows.data() + (seg == 1 ? v_shift : 0);
         hw.page_ids = page_ids.data();
