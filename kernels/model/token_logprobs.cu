@@ -8,15 +8,16 @@
 // (the CPU sums Eigen's packet exp in float over blocks of 512, the blocks in double), so the
 // logprobs differ by float rounding only.
 //
-// One block per row, two passes over it. Pass 1: max, the count of logits above the token's,
-// and each thread's best element in the top list's order (logit desc, id asc). The top_n-th best
-// of those thread bests, T, comes at or after the row's top_n-th best element (the top_n thread
-// bests before it are distinct elements), so the top list lies among the elements at or before
-// T. Pass 2: Σ exp, and those elements into shared memory (a few dozen on real or random rows);
-// one warp then picks the list from them. When they do not fit (the row's best values crowd a
-// few threads' strides), or fewer than top_n threads hold an element, the list is taken as it
-// was before: one pass over the row per entry (kPassPerEntry, kept for that and as the bench's
-// baseline).
+// One block per row, two passes over it. Pass 1: max, the count of logits above the token's, and
+// each thread's best element in the top list's order (logit desc, id asc). The top_n-th best of
+// those thread bests, T, comes at or after the row's top_n-th best element (the top_n thread bests
+// before it are distinct elements), so the top list lies among the elements at or before T. Pass 2:
+// Σ exp, and those elements into shared memory (few: a host simulation of this bound over N(0, 3)
+// rows of 49,152 ids kept exactly top_n for top_n 1, 5 and 20, a row of one value 77; not counted
+// on model rows); one warp then picks the list from them. When they do not fit (the row's best
+// values crowd a few threads' strides), or fewer than top_n threads hold an element, the list is
+// taken as it was before: one pass over the row per entry (kPassPerEntry, kept for that and as the
+// bench's baseline).
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -108,8 +109,8 @@ __device__ Pick WarpBestAfter(const float* v, const int* id, int n, Pick last) {
 }
 
 // Candidates kept for the one-warp pick (8 bytes each; >= kThreads, the thread bests use them
-// first). Real and random rows keep a few dozen; 19 threads' strides full of the best values
-// (19 x 96 at the default vocabulary) overflow it.
+// first). Rows keep few (see the top); 19 threads' strides full of the best values (19 x 96
+// at the default vocabulary, the test's crowded row) overflow it.
 constexpr int kCandidates = 1024;
 static_assert(kCandidates >= kThreads);
 
