@@ -12,12 +12,11 @@
 // each thread's best element in the top list's order (logit desc, id asc). The top_n-th best of
 // those thread bests, T, comes at or after the row's top_n-th best element (the top_n thread bests
 // before it are distinct elements), so the top list lies among the elements at or before T. Pass 2:
-// Σ exp, and those elements into shared memory (few: a host simulation of this bound over N(0, 3)
-// rows of 49,152 ids kept exactly top_n for top_n 1, 5 and 20, a row of one value 77; not counted
-// on model rows); one warp then picks the list from them. When they do not fit (the row's best
-// values crowd a few threads' strides), or fewer than top_n threads hold an element, the list is
-// taken as it was before: one pass over the row per entry (kPassPerEntry, kept for that and as the
-// bench's baseline).
+// Σ exp, and those elements into shared memory (how many depends on the row; nothing bounds it);
+// one warp then picks the list from them. When they do not fit (the row's best values crowd a few
+// threads' strides), or fewer than top_n threads hold an element, the list is taken as it was
+// before: one pass over the row per entry (kPassPerEntry, kept for that and as the bench's
+// baseline).
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -109,8 +108,8 @@ __device__ Pick WarpBestAfter(const float* v, const int* id, int n, Pick last) {
 }
 
 // Candidates kept for the one-warp pick (8 bytes each; >= kThreads, the thread bests use them
-// first). Rows keep few (see the top); 19 threads' strides full of the best values (19 x 96
-// at the default vocabulary, the test's crowded row) overflow it.
+// first). 19 threads' strides full of the best values (19 x 96 at the default vocabulary, the
+// test's crowded row) overflow it.
 constexpr int kCandidates = 1024;
 static_assert(kCandidates >= kThreads);
 
