@@ -1,6 +1,7 @@
 // CUDA kernels of the GPU forward other than prefill attention (model_kernels_cuda.h): embedding
-// gather, RMSNorm to bf16, Q/K/V post-processing (bias, qk-norm, RoPE), SiLU-mul to bf16, f32 ->
-// bf16, row argmax, and BF16 page-unit write/gather. All are memory bound: vectorised 16-byte
+// gather, RMSNorm to bf16, Q/K/V post-processing (bias, qk-norm, RoPE; for a decode step also
+// its rotated copies), SiLU-mul to bf16, f32 -> bf16, row argmax, and BF16 page-unit
+// write/gather. All are memory bound: vectorised 16-byte
 // accesses where the alignment allows (checked on the host, scalar fallback otherwise), one block
 // per row for the row reductions, warp shuffles for the reductions.
 //
@@ -112,15 +113,11 @@ __global__ void __launch_bounds__(kRowThreads) RmsNormToBf16Kernel(
 
 // ---- Q/K/V post: one block per token row; each warp takes whole heads ----
 // Dynamic shared memory: [warps][head_dim] float staging + cos[half] + sin[half].
-__global__ void __launch_bounds__(kRowThreads) QkvPostKernel(const __grid_constant__ QkvPostParams p) {
-  extern __shared__ float smem[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  const int d = p.head_dim, half = p.rope_dim / 2;
-  float* buf = smem + warp * d;
-  float* cs = smem + nwarps * d;
-  float* sn = cs + half;
-  const int64_t r = blockIdx.x;
-  // Angles as lib/model ApplyRope: double, then cos/sin rounded to float.
+
+// RoPE angles of row r as lib/model ApplyRope: double, then cos/sin rounded to float. The block's
+// threads fill cs/sn; the caller synchronises.
+__device__ void RopeAngles(const QkvPostParams& p, int64_t r, float* cs, float* sn) {
+  const int half = p.rope_dim / 2;
   const double pos = static_cast<double>(p.positions[r]) / p.rope_scale;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     double freq = pow(p.rope_theta, -2.0 * i / p.rope_dim);
@@ -130,56 +127,166 @@ __global__ void __launch_bounds__(kRowThreads) QkvPostKernel(const __grid_consta
     cs[i] = static_cast<float>(c);
     sn[i] = static_cast<float>(s);
   }
+}
+
+// Head hh of row r (q heads first, then k, then v), by one warp: bias, qk-norm and RoPE in place.
+// On return buf[0, D) holds the head's final values (the warp is synchronised).
+__device__ void PostHead(const QkvPostParams& p, int64_t r, int hh, float* buf, const float* cs,
+                         const float* sn) {
+  const int lane = threadIdx.x & 31;
+  const int d = p.head_dim, half = p.rope_dim / 2;
+  float* x;
+  const float* bias;
+  const float* norm;
+  bool rope = true;
+  if (hh < p.num_q_heads) {
+    x = p.q + r * p.q_row_stride + static_cast<int64_t>(hh) * d;
+    bias = p.bq != nullptr ? p.bq + static_cast<int64_t>(hh) * d : nullptr;
+    norm = p.q_norm;
+  } else if (hh < p.num_q_heads + p.num_kv_heads) {
+    const int h = hh - p.num_q_heads;
+    x = p.k + r * p.k_row_stride + static_cast<int64_t>(h) * d;
+    bias = p.bk != nullptr ? p.bk + static_cast<int64_t>(h) * d : nullptr;
+    norm = p.k_norm;
+  } else {
+    const int h = hh - p.num_q_heads - p.num_kv_heads;
+    x = p.v + r * p.v_row_stride + static_cast<int64_t>(h) * d;
+    bias = p.bv != nullptr ? p.bv + static_cast<int64_t>(h) * d : nullptr;
+    norm = nullptr;
+    rope = false;
+  }
+  double ss = 0.0;
+  for (int i = lane; i < d; i += 32) {
+    float v = x[i];
+    if (bias != nullptr) v = __fadd_rn(v, bias[i]);
+    buf[i] = v;
+    ss += double(v) * v;
+  }
+  if (norm != nullptr) {
+    ss = WarpSumDouble(ss);
+    const float inv = static_cast<float>(1.0 / sqrt(ss / d + static_cast<double>(p.eps)));
+    for (int i = lane; i < d; i += 32) buf[i] = __fmul_rn(__fmul_rn(buf[i], inv), norm[i]);
+  }
+  __syncwarp();
+  if (rope) {
+    for (int i = lane; i < half; i += 32) {
+      const bool adj = p.pairing == RopePairing::kAdjacentPairs;
+      const int i0 = adj ? 2 * i : i;
+      const int i1 = adj ? 2 * i + 1 : i + half;
+      const float a = buf[i0], b = buf[i1];
+      buf[i0] = __fsub_rn(__fmul_rn(a, cs[i]), __fmul_rn(b, sn[i]));
+      buf[i1] = __fadd_rn(__fmul_rn(a, sn[i]), __fmul_rn(b, cs[i]));
+    }
+    __syncwarp();
+  }
+  for (int i = lane; i < d; i += 32) x[i] = buf[i];
+}
+
+__global__ void __launch_bounds__(kRowThreads) QkvPostKernel(const __grid_constant__ QkvPostParams p) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int d = p.head_dim;
+  float* buf = smem + warp * d;
+  float* cs = smem + nwarps * d;
+  float* sn = cs + p.rope_dim / 2;
+  const int64_t r = blockIdx.x;
+  RopeAngles(p, r, cs, sn);
   __syncthreads();
   const int total_heads = p.num_q_heads + 2 * p.num_kv_heads;
   for (int hh = warp; hh < total_heads; hh += nwarps) {
-    float* x;
-    const float* bias;
-    const float* norm;
-    bool rope = true;
-    if (hh < p.num_q_heads) {
-      x = p.q + r * p.q_row_stride + static_cast<int64_t>(hh) * d;
-      bias = p.bq != nullptr ? p.bq + static_cast<int64_t>(hh) * d : nullptr;
-      norm = p.q_norm;
-    } else if (hh < p.num_q_heads + p.num_kv_heads) {
-      const int h = hh - p.num_q_heads;
-      x = p.k + r * p.k_row_stride + static_cast<int64_t>(h) * d;
-      bias = p.bk != nullptr ? p.bk + static_cast<int64_t>(h) * d : nullptr;
-      norm = p.k_norm;
-    } else {
-      const int h = hh - p.num_q_heads - p.num_kv_heads;
-      x = p.v + r * p.v_row_stride + static_cast<int64_t>(h) * d;
-      bias = p.bv != nullptr ? p.bv + static_cast<int64_t>(h) * d : nullptr;
-      norm = nullptr;
-      rope = false;
-    }
-    double ss = 0.0;
-    for (int i = lane; i < d; i += 32) {
-      float v = x[i];
-      if (bias != nullptr) v = __fadd_rn(v, bias[i]);
-      buf[i] = v;
-      ss += double(v) * v;
-    }
-    if (norm != nullptr) {
-      ss = WarpSumDouble(ss);
-      const float inv = static_cast<float>(1.0 / sqrt(ss / d + static_cast<double>(p.eps)));
-      for (int i = lane; i < d; i += 32) buf[i] = __fmul_rn(__fmul_rn(buf[i], inv), norm[i]);
-    }
-    __syncwarp();
-    if (rope) {
-      for (int i = lane; i < half; i += 32) {
-        const bool adj = p.pairing == RopePairing::kAdjacentPairs;
-        const int i0 = adj ? 2 * i : i;
-        const int i1 = adj ? 2 * i + 1 : i + half;
-        const float a = buf[i0], b = buf[i1];
-        buf[i0] = __fsub_rn(__fmul_rn(a, cs[i]), __fmul_rn(b, sn[i]));
-        buf[i1] = __fadd_rn(__fmul_rn(a, sn[i]), __fmul_rn(b, cs[i]));
-      }
-      __syncwarp();
-    }
-    for (int i = lane; i < d; i += 32) x[i] = buf[i];
+    PostHead(p, r, hh, buf, cs, sn);
     __syncwarp();  // buf is rewritten by this warp's next head
   }
+}
+
+// ---- Q/K/V post with rotated copies: one block per (row, group of up to 8 heads) ----
+// A group holds q/k heads (rotated by rotated.qk) or v heads (rotated.v), one head per warp, so
+// a batch-1 decode step spreads over several SMs and each block stages one R. R is copied to
+// shared memory with all its loads in flight (it is cold in a decode step: RotateRowsKernel's
+// comment), then each warp multiplies its head as RotateRowsKernel does: ascending i, separate
+// round-to-nearest multiply and add, hence the same bits as QkvPostCuda + RotateRowsCuda.
+// Dynamic shared memory: R [D][D] (when the group needs it), [warps][D] staging, cos, sin.
+constexpr int kGroupHeads = kRowThreads / 32;
+
+template <int D>
+__global__ void __launch_bounds__(kRowThreads) QkvPostRotateKernel(
+    const __grid_constant__ QkvPostParams p, const __grid_constant__ QkvRotatedOut rotated,
+    int qk_groups, int groups) {
+  extern __shared__ float4 smem4[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t r = blockIdx.x / groups;
+  const int g = static_cast<int>(blockIdx.x % groups);
+  const int qk_heads = p.num_q_heads + p.num_kv_heads;
+  const bool v_group = g >= qk_groups;
+  const int first = v_group ? qk_heads + (g - qk_groups) * kGroupHeads : g * kGroupHeads;
+  const int last = min(first + kGroupHeads, v_group ? qk_heads + p.num_kv_heads : qk_heads);
+  const bool rotate_q = rotated.q != nullptr && first < p.num_q_heads;
+  const bool rotate_k = rotated.k != nullptr && !v_group && last > p.num_q_heads;
+  const bool needs_r = v_group ? rotated.v != nullptr : rotate_q || rotate_k;
+  float* rs = reinterpret_cast<float*>(smem4);  // [D][D], only when needs_r
+  float* buf = rs + (needs_r ? D * D : 0) + warp * D;
+  float* cs = rs + (needs_r ? D * D : 0) + kGroupHeads * D;
+  float* sn = cs + p.rope_dim / 2;
+  if (needs_r) {
+    const float4* r4 = reinterpret_cast<const float4*>(v_group ? rotated.v_rotation
+                                                               : rotated.qk_rotation);
+#pragma unroll 8
+    for (int i = threadIdx.x; i < D * D / 4; i += kRowThreads) smem4[i] = __ldg(r4 + i);
+  }
+  RopeAngles(p, r, cs, sn);
+  __syncthreads();
+  const int hh = first + warp;
+  if (hh >= last) return;
+  PostHead(p, r, hh, buf, cs, sn);
+  float* out;
+  if (hh < p.num_q_heads) {
+    out = rotated.q;
+    if (out != nullptr) out += (r * p.num_q_heads + hh) * D;
+  } else {
+    const int h = hh - (hh < qk_heads ? p.num_q_heads : qk_heads);
+    out = hh < qk_heads ? rotated.k : rotated.v;
+    if (out != nullptr) out += (r * p.num_kv_heads + h) * D;
+  }
+  if (out == nullptr) return;
+  __syncwarp();  // buf complete for every lane
+  float acc[D / 32];
+#pragma unroll
+  for (int c = 0; c < D / 32; ++c) acc[c] = 0.0f;
+#pragma unroll 4
+  for (int i = 0; i < D; ++i) {
+    const float xi = buf[i];
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c) {
+      acc[c] = __fadd_rn(acc[c], __fmul_rn(xi, rs[i * D + lane + 32 * c]));
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < D / 32; ++c) out[lane + 32 * c] = acc[c];
+}
+
+bool ValidQkvPost(const QkvPostParams& p) {
+  return p.rows >= 0 && p.rows <= INT_MAX &&
+         (p.rows == 0 ||
+          (p.q != nullptr && p.k != nullptr && p.v != nullptr && p.positions != nullptr &&
+           p.num_q_heads > 0 && p.num_kv_heads > 0 && p.head_dim > 0 && p.head_dim <= 1024 &&
+           p.rope_dim >= 0 && p.rope_dim <= p.head_dim && p.rope_dim % 2 == 0 &&
+           p.rope_scale != 0.0));
+}
+
+template <int D>
+cudaError_t LaunchQkvPostRotate(const QkvPostParams& p, const QkvRotatedOut& rotated,
+                                cudaStream_t stream) {
+  const int qk_groups = (p.num_q_heads + p.num_kv_heads + kGroupHeads - 1) / kGroupHeads;
+  const int groups = qk_groups + (p.num_kv_heads + kGroupHeads - 1) / kGroupHeads;
+  if (p.rows * groups > INT_MAX) return cudaErrorInvalidValue;
+  const int smem = (D * D + kGroupHeads * D + p.rope_dim) * static_cast<int>(sizeof(float));
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(QkvPostRotateKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           (D * D + kGroupHeads * D + D) * static_cast<int>(sizeof(float)));
+  if (attr != cudaSuccess) return attr;
+  QkvPostRotateKernel<D><<<static_cast<unsigned>(p.rows * groups), kRowThreads, smem, stream>>>(
+      p, rotated, qk_groups, groups);
+  return cudaGetLastError();
 }
 
 // ---- SiLU(gate) * up -> bf16 ----
@@ -380,17 +487,28 @@ cudaError_t RmsNormToBf16Cuda(const float* x, const float* weight, int64_t rows,
 
 cudaError_t QkvPostCuda(const QkvPostParams& params, cudaStream_t stream) {
   const QkvPostParams& p = params;
-  if (p.rows < 0 || p.rows > INT_MAX) return cudaErrorInvalidValue;
+  if (!ValidQkvPost(p)) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
-  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.positions == nullptr ||
-      p.num_q_heads <= 0 || p.num_kv_heads <= 0 || p.head_dim <= 0 || p.head_dim > 1024 ||
-      p.rope_dim < 0 || p.rope_dim > p.head_dim || p.rope_dim % 2 != 0 || p.rope_scale == 0.0) {
-    return cudaErrorInvalidValue;
-  }
   const int nwarps = kRowThreads / 32;
   const size_t smem = (static_cast<size_t>(nwarps) * p.head_dim + p.rope_dim) * sizeof(float);
   QkvPostKernel<<<static_cast<int>(p.rows), kRowThreads, smem, stream>>>(p);
   return cudaGetLastError();
+}
+
+cudaError_t QkvPostCuda(const QkvPostParams& params, const QkvRotatedOut& rotated,
+                        cudaStream_t stream) {
+  const QkvPostParams& p = params;
+  if (!ValidQkvPost(p)) return cudaErrorInvalidValue;
+  const bool qk = rotated.q != nullptr || rotated.k != nullptr;
+  if ((qk && (rotated.qk_rotation == nullptr || !Aligned16(rotated.qk_rotation))) ||
+      (rotated.v != nullptr && (rotated.v_rotation == nullptr || !Aligned16(rotated.v_rotation)))) {
+    return cudaErrorInvalidValue;
+  }
+  if (!qk && rotated.v == nullptr) return QkvPostCuda(p, stream);
+  if (p.head_dim != 64 && p.head_dim != 128) return cudaErrorInvalidValue;
+  if (p.rows == 0) return cudaSuccess;
+  return p.head_dim == 128 ? LaunchQkvPostRotate<128>(p, rotated, stream)
+                           : LaunchQkvPostRotate<64>(p, rotated, stream);
 }
 
 cudaError_t SiluMulToBf16Cuda(const float* gate_up, int64_t rows, int d_ff, uint16_t* out_bf16,

@@ -29,6 +29,23 @@ cudaError_t RmsNormToBf16Cuda(const float* x, const float* weight, int64_t rows,
 // q and k (qwen3), RoPE of q and k at positions[r].
 cudaError_t QkvPostCuda(const QkvPostParams& params, cudaStream_t stream);
 
+// Rotated copies of QkvPostCuda's results, for a decode step: q and k by qk_rotation (R_K), v
+// by v_rotation (R_V), each D x D f32 row-major and 16-byte aligned; outputs packed
+// [rows][heads][D], null for a part not wanted (its rotation may then be null too).
+struct QkvRotatedOut {
+  const float* qk_rotation = nullptr;
+  const float* v_rotation = nullptr;
+  float* q = nullptr;  // [rows][Hq][D]
+  float* k = nullptr;  // [rows][Hkv][D]
+  float* v = nullptr;  // [rows][Hkv][D]
+};
+// QkvPostCuda, then the rotated copies, in one launch: bit-identical to QkvPostCuda followed by
+// RotateRowsCuda of each wanted part (RotateRowsRef's order). head_dim 64 or 128 when any copy
+// is wanted. Each block stages R for at most 8 heads of one row, so it suits a decode step's few
+// rows; a prefill's many rows share R better through RotateRowsCuda (8 rows a block).
+cudaError_t QkvPostCuda(const QkvPostParams& params, const QkvRotatedOut& rotated,
+                        cudaStream_t stream);
+
 // out_bf16[r, i] = bf16(silu(gate_up[r, i]) * gate_up[r, d_ff + i]); gate_up is [rows, 2*d_ff].
 cudaError_t SiluMulToBf16Cuda(const float* gate_up, int64_t rows, int d_ff, uint16_t* out_bf16,
                               cudaStream_t stream);

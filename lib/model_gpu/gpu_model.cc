@@ -260,7 +260,8 @@ const float* GpuModel::RotationOf(int layer, int which) const {
   return rotations_.as<float>() + (int64_t{layer} * kRotationsPerLayer + which) * dd;
 }
 
-absl::Status GpuModel::LayerQkv(int l, int64_t rows, const int32_t* positions) {
+absl::Status GpuModel::LayerQkv(int l, int64_t rows, const int32_t* positions,
+                                const k::QkvRotatedOut* rotated) {
   const model::ModelConfig& c = config_;
   const int d = c.head_dim, hq = c.num_heads, hkv = c.num_kv_heads;
   const int64_t dm = c.d_model, qdim = int64_t{hq} * d, kvdim = int64_t{hkv} * d;
@@ -297,7 +298,11 @@ absl::Status GpuModel::LayerQkv(int l, int64_t rows, const int32_t* positions) {
   post.freq_div = weights_.rope_freqs();
   post.pairing = c.rope_style == model::RopeStyle::kNeox ? k::RopePairing::kNeox
                                                          : k::RopePairing::kAdjacentPairs;
-  OSCARKV_CUDA_OK(k::QkvPostCuda(post, stream_));
+  if (rotated != nullptr) {
+    OSCARKV_CUDA_OK(k::QkvPostCuda(post, *rotated, stream_));
+  } else {
+    OSCARKV_CUDA_OK(k::QkvPostCuda(post, stream_));
+  }
   return absl::OkStatus();
 }
 
@@ -344,18 +349,28 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
     const float* r_v = RotationOf(l, 1);
     const float* r_v_t = RotationOf(l, 2);
 
-    OSCARKV_RETURN_IF_ERROR(LayerQkv(l, rows, meta.positions));
+    // Cache rows in the tier basis (rotated by R_K / R_V), f32; rounded to bf16 when stored. A
+    // decode step rotates q, K and V in the QKV post-processing's launch; a prefill's K and V
+    // (many rows) in one RotateRowsCuda launch, which shares R over 8 rows a block.
+    k::QkvRotatedOut rotated;
+    if (has_rotation_ && !prefill) {
+      rotated = {.qk_rotation = r_k, .v_rotation = r_v, .q = q_rot_.as<float>(),
+                 .k = k_rot_.as<float>(), .v = v_rot_.as<float>()};
+    }
+    OSCARKV_RETURN_IF_ERROR(
+        LayerQkv(l, rows, meta.positions, has_rotation_ && !prefill ? &rotated : nullptr));
 
-    // Cache rows in the tier basis (rotated by R_K / R_V), f32; rounded to bf16 when stored.
     if (prefill) OSCARKV_CUDA_OK(cudaEventRecord(cache_events_[2 * l], stream_));
     const float* k_rows = qkv + qdim;
     const float* v_rows = qkv + qdim + kvdim;
     int64_t kv_stride = qkvdim;
-    if (has_rotation_) {  // K and V in one launch
-      const k::RotateRowsParams kv_jobs[2] = {
-          RotateJob(k_rows, qkvdim, rows, hkv, d, r_k, k_rot_.as<float>()),
-          RotateJob(v_rows, qkvdim, rows, hkv, d, r_v, v_rot_.as<float>())};
-      OSCARKV_CUDA_OK(k::RotateRowsCuda(kv_jobs, 2, stream_));
+    if (has_rotation_) {
+      if (prefill) {  // K and V in one launch
+        const k::RotateRowsParams kv_jobs[2] = {
+            RotateJob(k_rows, qkvdim, rows, hkv, d, r_k, k_rot_.as<float>()),
+            RotateJob(v_rows, qkvdim, rows, hkv, d, r_v, v_rot_.as<float>())};
+        OSCARKV_CUDA_OK(k::RotateRowsCuda(kv_jobs, 2, stream_));
+      }
       k_rows = k_rot_.as<float>();
       v_rows = v_rot_.as<float>();
       kv_stride = kvdim;
@@ -458,13 +473,9 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
       pa.workspace_bytes = static_cast<int64_t>(prefill_attn_workspace_.bytes());
       OSCARKV_CUDA_OK(k::PrefillAttentionCuda(pa, stream_));
     } else {
-      const float* q = qkv;
-      int64_t q_stride = qkvdim;
-      if (has_rotation_) {
-        OSCARKV_RETURN_IF_ERROR(Rotate(qkv, qkvdim, rows, hq, r_k, q_rot_.as<float>()));
-        q = q_rot_.as<float>();
-        q_stride = qdim;
-      }
+      // q in the tier basis (rotated with K and V above) or as it is.
+      const float* q = has_rotation_ ? q_rot_.as<float>() : qkv;
+      const int64_t q_stride = has_rotation_ ? qdim : qkvdim;
       k::DecodeAttentionParams ap;
       ap.num_seqs = static_cast<int>(rows);
       ap.num_q_heads = hq;
@@ -496,9 +507,8 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
       ap.out = attn_out_.as<float>();
       ap.out_seq_stride = qdim;
       ap.one_split_per_seq = meta.one_split_per_seq;
-      // The kernel just before is then the q rotation, which writes q_rot_ only: attention may
-      // read its tiers and plan while it runs. Without rotations it is a demotion or a page write.
-      ap.overlap_prior_kernel = has_rotation_;
+      // The kernel just before writes the tiers (a page write or a demotion), so attention may
+      // not overlap it (DecodeAttentionParams::overlap_prior_kernel stays false).
       OSCARKV_CUDA_OK(k::DecodeAttentionCuda(ap, stream_));
       if (has_rotation_) {  // back by R_V^T, rounded to bf16 for W_o on the way out
         k::RotateRowsParams back =

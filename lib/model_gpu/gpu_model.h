@@ -43,6 +43,10 @@
 #include "lib/model_gpu/step_graph_cache.h"
 #include "lib/quant/three_tier_cache.h"
 
+namespace oscarkv::kernels {
+struct QkvRotatedOut;  // kernels/model/model_kernels_cuda.h
+}  // namespace oscarkv::kernels
+
 namespace oscarkv::model_gpu {
 
 struct GpuModelOptions {
@@ -189,8 +193,10 @@ class GpuModel {
   struct StepMeta;
   absl::Status RunLayers(int64_t rows, bool prefill, const StepMeta& meta);
   // One layer's attention norm, fused QKV product, biases, QK norms and RoPE at `positions`
-  // (device) over rows of x_, into qkv_.
-  absl::Status LayerQkv(int l, int64_t rows, const int32_t* positions);
+  // (device) over rows of x_, into qkv_; with `rotated` also its rotated copies in the same
+  // launch (a decode step's q, K and V in the tier basis).
+  absl::Status LayerQkv(int l, int64_t rows, const int32_t* positions,
+                        const kernels::QkvRotatedOut* rotated = nullptr);
   // One layer's output projection of attn_bf16_ (residual into x_) and its FFN.
   absl::Status LayerOutputAndFfn(int l, int64_t rows);
   // Device rotation `which` of `layer` (0 R_K, 1 R_V, 2 R_V^T, 3 R_K^T); null without rotations.

@@ -234,6 +234,72 @@ void TestQkvPost(bool small) {
                (c.qk_norm ? " qknorm" : "") +
                (c.pairing == RopePairing::kNeox ? " neox" : " adjacent"),
            buf);
+    // The form with rotated copies (a decode step), at batch 1 and at `rows`, with and without q:
+    // in place it must equal the launch above bit for bit, and each copy RotateRowsRef of that.
+    const auto r_qk = Normal(static_cast<size_t>(c.d) * c.d, 12, 0.1f);
+    const auto r_v = Normal(static_cast<size_t>(c.d) * c.d, 13, 0.1f);
+    float *d_rqk = ToDevice(r_qk), *d_rv = ToDevice(r_v);
+    for (const int fused_rows : {1, rows}) {
+      for (const bool with_q : {true, false}) {
+        const std::string name = "QkvPost + rotations hq=" + std::to_string(c.hq) +
+                                 " d=" + std::to_string(c.d) +
+                                 " rows=" + std::to_string(fused_rows) + (with_q ? "" : " no q");
+        float* d_qkv2 = ToDevice(qkv);
+        float* d_rot_q = DeviceAlloc<float>(static_cast<size_t>(fused_rows) * qn);
+        float* d_rot_k = DeviceAlloc<float>(static_cast<size_t>(fused_rows) * kn);
+        float* d_rot_v = DeviceAlloc<float>(static_cast<size_t>(fused_rows) * kn);
+        GPU_CHECK(cudaMemset(d_rot_q, 0xff, static_cast<size_t>(fused_rows) * qn * 4));
+        GPU_CHECK(cudaMemset(d_rot_k, 0xff, static_cast<size_t>(fused_rows) * kn * 4));
+        GPU_CHECK(cudaMemset(d_rot_v, 0xff, static_cast<size_t>(fused_rows) * kn * 4));
+        QkvPostParams fp = dp;
+        fp.q = d_qkv2;
+        fp.k = d_qkv2 + qn;
+        fp.v = d_qkv2 + qn + kn;
+        fp.rows = fused_rows;
+        QkvRotatedOut ro{.qk_rotation = d_rqk, .v_rotation = d_rv,
+                         .q = with_q ? d_rot_q : nullptr, .k = d_rot_k, .v = d_rot_v};
+        GPU_CHECK(QkvPostCuda(fp, ro, nullptr));
+        GPU_CHECK(cudaDeviceSynchronize());
+        const size_t n_in = static_cast<size_t>(fused_rows) * stride;
+        const std::vector<float> got_rows(got.begin(), got.begin() + n_in);
+        std::vector<float> want_in_place = qkv;  // rows past fused_rows untouched
+        std::copy(got_rows.begin(), got_rows.end(), want_in_place.begin());
+        CheckExact(name + ": in place", ToHost(d_qkv2, qkv.size()), want_in_place);
+        const struct {
+          const char* part;
+          float* dev;
+          int64_t offset;
+          int heads;
+          const std::vector<float>* rot;
+        } parts[] = {{"q", d_rot_q, 0, c.hq, &r_qk},
+                     {"k", d_rot_k, qn, c.hkv, &r_qk},
+                     {"v", d_rot_v, qn + kn, c.hkv, &r_v}};
+        for (const auto& part : parts) {
+          const size_t n = static_cast<size_t>(fused_rows) * part.heads * c.d;
+          if (!with_q && part.dev == d_rot_q) {  // not wanted: left as poisoned
+            const auto untouched = ToHost(d_rot_q, n);
+            bool all_nan = true;
+            for (float x : untouched) all_nan &= std::isnan(x);
+            Report(all_nan, name + ": q copy not written", "");
+            continue;
+          }
+          std::vector<float> want(n);
+          RotateRowsParams rp;
+          rp.in = got_rows.data() + part.offset;
+          rp.in_token_stride = stride;
+          rp.tokens = fused_rows;
+          rp.heads = part.heads;
+          rp.head_dim = c.d;
+          rp.rotation = part.rot->data();
+          rp.out = want.data();
+          RotateRowsRef(rp);
+          CheckExact(name + ": rotated " + part.part, ToHost(part.dev, n), want);
+        }
+        for (float* ptr : {d_qkv2, d_rot_q, d_rot_k, d_rot_v}) GPU_CHECK(cudaFree(ptr));
+      }
+    }
+    GPU_CHECK(cudaFree(d_rqk));
+    GPU_CHECK(cudaFree(d_rv));
     for (void* ptr : {static_cast<void*>(d_qkv), static_cast<void*>(d_pos),
                       static_cast<void*>(d_bq), static_cast<void*>(d_bk), static_cast<void*>(d_bv),
                       static_cast<void*>(d_qnw), static_cast<void*>(d_knw),
@@ -861,6 +927,21 @@ void TestInvalidArguments() {
   ok &= RotateRowsCuda(mixed, 2, nullptr) == cudaErrorInvalidValue;  // two head dims
   ok &= RotateRowsCuda(mixed, 0, nullptr) == cudaErrorInvalidValue;
   ok &= RotateRowsCuda(mixed, kMaxRotateJobs + 1, nullptr) == cudaErrorInvalidValue;
+  QkvPostParams qp;
+  qp.q = qp.k = qp.v = dummy_f;
+  qp.q_row_stride = qp.k_row_stride = qp.v_row_stride = 64;
+  qp.rows = 1;
+  qp.num_q_heads = qp.num_kv_heads = 1;
+  qp.head_dim = 64;
+  qp.rope_dim = 64;
+  qp.positions = reinterpret_cast<const int32_t*>(dummy_f);
+  QkvRotatedOut ro{.qk_rotation = nullptr, .v_rotation = dummy_r, .q = dummy_f};
+  ok &= QkvPostCuda(qp, ro, nullptr) == cudaErrorInvalidValue;  // q copy without R_K
+  ro = {.qk_rotation = dummy_r + 1, .k = dummy_f};
+  ok &= QkvPostCuda(qp, ro, nullptr) == cudaErrorInvalidValue;  // R not 16-byte aligned
+  ro = {.qk_rotation = dummy_r, .k = dummy_f};
+  qp.head_dim = qp.rope_dim = 96;
+  ok &= QkvPostCuda(qp, ro, nullptr) == cudaErrorInvalidValue;  // no rotation at D = 96
   PageRowsParams wp[kMaxPageRowsJobs + 1];
   ok &= WriteBf16PageRowsCuda(wp, kMaxPageRowsJobs + 1, nullptr) == cudaErrorInvalidValue;
   ok &= WriteBf16PageRowsCuda(wp, 2, nullptr) == cudaSuccess;  // both empty: no launch
