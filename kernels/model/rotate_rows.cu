@@ -1,13 +1,13 @@
 // RotateRowsCuda: rows times a D x D rotation, bit-identical to RotateRowsRef (ascending sum,
 // separate round-to-nearest multiply and add: no FMA contraction). Several rotations may share
-// one launch (a decode step rotates K by R_K and V by R_V together: one kernel's latency less
-// per layer), and the results may be rounded to bf16 on the way out.
+// one launch (a prefill rotates K by R_K and V by R_V together: one kernel's latency less per
+// layer), and the results may be rounded to bf16 on the way out (a decode step's output by R_Vᵀ
+// for W_o). A decode step's q, K and V are rotated inside QkvPostCuda's launch instead.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "kernels/common/cuda_utils.cuh"
 #include "kernels/model/model_kernels_cuda.h"
 
 namespace oscarkv::kernels {
@@ -34,9 +34,6 @@ struct RotateJobs {
 // The rows sit in shared memory too; ascending i per output keeps the CPU's summation order.
 template <int D, int kRows>
 __global__ void RotateRowsKernel(const __grid_constant__ RotateJobs jobs) {
-  // A kernel launched after this one with programmatic dependent launch may start now (decode
-  // attention after the q rotation: it reads q only after waiting for this grid).
-  cuda::AllowDependentLaunch();
   extern __shared__ float4 smem4[];
   float* rs = reinterpret_cast<float*>(smem4);  // [D][D]
   float* xs = rs + D * D;                         // [kRows][D]

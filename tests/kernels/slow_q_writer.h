@@ -1,5 +1,6 @@
-// A stand-in, for tests, for the kernel that writes q just before decode attention (the q
-// rotation in lib/model_gpu), made adversarial for DecodeAttentionParams::overlap_prior_kernel.
+// A stand-in, for tests, for a kernel that writes q just before decode attention (the bench's
+// previous call; lib/model_gpu's q rotation until session 40), made adversarial for
+// DecodeAttentionParams::overlap_prior_kernel.
 #ifndef OSCARKV_TESTS_KERNELS_SLOW_Q_WRITER_H_
 #define OSCARKV_TESTS_KERNELS_SLOW_Q_WRITER_H_
 
