@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kRowThreads) QkvPostKernel(const __grid_consta
 }
 
 // ---- Q/K/V post with rotated copies: one block per (row, group of up to 8 heads) ----
-// A group holds q/k heads (rotated by rotated.qk) or v heads (rotated.v), one head per warp, so
+// A group holds q/k heads (rotated by qk_rotation) or v heads (v_rotation), one head per warp, so
 // a batch-1 decode step spreads over several SMs and each block stages one R. R is copied to
 // shared memory with all its loads in flight (it is cold in a decode step: RotateRowsKernel's
 // comment), then each warp multiplies its head as RotateRowsKernel does: ascending i, separate
