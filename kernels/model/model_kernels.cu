@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kRowThreads) QkvPostKernel(const __grid_consta
 // shared memory with all its loads in flight (it is cold in a decode step: RotateRowsKernel's
 // comment), then each warp multiplies its head as RotateRowsKernel does: ascending i, separate
 // round-to-nearest multiply and add, hence the same bits as QkvPostCuda + RotateRowsCuda.
-// Dynamic shared memory: R [D][D] (when the group needs it), [warps][D] staging, cos, sin.
+// Dynamic shared memory: R [D][D] (filled when the group needs it), [warps][D] staging, cos, sin.
 constexpr int kGroupHeads = kRowThreads / 32;
 
 template <int D>
@@ -223,9 +223,9 @@ __global__ void __launch_bounds__(kRowThreads) QkvPostRotateKernel(
   const bool rotate_q = rotated.q != nullptr && first < p.num_q_heads;
   const bool rotate_k = rotated.k != nullptr && !v_group && last > p.num_q_heads;
   const bool needs_r = v_group ? rotated.v != nullptr : rotate_q || rotate_k;
-  float* rs = reinterpret_cast<float*>(smem4);  // [D][D], only when needs_r
-  float* buf = rs + (needs_r ? D * D : 0) + warp * D;
-  float* cs = rs + (needs_r ? D * D : 0) + kGroupHeads * D;
+  float* rs = reinterpret_cast<float*>(smem4);  // [D][D], filled only when needs_r
+  float* buf = rs + D * D + warp * D;
+  float* cs = rs + D * D + kGroupHeads * D;
   float* sn = cs + p.rope_dim / 2;
   if (needs_r) {
     const float4* r4 = reinterpret_cast<const float4*>(v_group ? rotated.v_rotation
@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(kRowThreads) QkvPostRotateKernel(
 #pragma unroll 8
     for (int i = threadIdx.x; i < D * D / 4; i += kRowThreads) smem4[i] = __ldg(r4 + i);
   }
-  RopeAngles(p, r, cs, sn);
+  if (!v_group) RopeAngles(p, r, cs, sn);  // v has no RoPE
   __syncthreads();
   const int hh = first + warp;
   if (hh >= last) return;
@@ -279,6 +279,7 @@ cudaError_t LaunchQkvPostRotate(const QkvPostParams& p, const QkvRotatedOut& rot
   const int qk_groups = (p.num_q_heads + p.num_kv_heads + kGroupHeads - 1) / kGroupHeads;
   const int groups = qk_groups + (p.num_kv_heads + kGroupHeads - 1) / kGroupHeads;
   if (p.rows * groups > INT_MAX) return cudaErrorInvalidValue;
+  // R, the warps' staging, cos and sin; the attribute allows the largest rope_dim (= D).
   const int smem = (D * D + kGroupHeads * D + p.rope_dim) * static_cast<int>(sizeof(float));
   static const cudaError_t attr =
       cudaFuncSetAttribute(QkvPostRotateKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
