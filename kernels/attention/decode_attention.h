@@ -201,9 +201,11 @@ struct DecodeAttentionParams {
 
   // The GPU path may start while the kernel launched just before it on the stream still runs
   // (programmatic dependent launch; used with few sequences, B * Hq < SMs): stage 1 reads the
-  // plan, the page tables and both tiers before it waits for that kernel, and q only after; the
-  // scratch and outputs are written only after. Set it only when that kernel writes none of the
-  // plan, tables and tiers (q, out and the scratch it may use). Same result either way.
+  // plan and the page tables before it waits for that kernel and asks L2 for the first pages of
+  // both tiers (a prefetch: no tier data reaches the SM, and L2 stays coherent with that
+  // kernel's writes); it reads q and the tiers only after the wait, and writes the scratch and
+  // outputs only after. Set it only when that kernel writes none of the plan and tables (it may
+  // write q, out, the scratch it may use and the tiers). Same result either way.
   bool overlap_prior_kernel = false;
 };
 

@@ -198,6 +198,14 @@ __device__ __forceinline__ void WaitForPriorGrid() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
+// The opening of a chained kernel (launched by LaunchOverlappingPrior, every thread calls it
+// before its first global memory access): the next chained kernel may be launched at once (it
+// waits for this one in turn), then this one waits for the kernel before it. A kernel that reads
+// constants (weights written only at load) may read them between the two calls instead.
+__device__ __forceinline__ void StartChainedKernel() {
+  AllowDependentLaunch();
+  WaitForPriorGrid();
+}
 template <class... Params, class... Args>
 cudaError_t LaunchOverlappingPrior(void (*kernel)(Params...), dim3 grid, dim3 block,
                                    size_t smem_bytes, cudaStream_t stream, Args... args) {

@@ -57,6 +57,7 @@ __device__ __forceinline__ double BlockSumDouble(double v, double* red) {
 template <bool kVec>
 __global__ void EmbedRowsKernel(const uint16_t* __restrict__ table, const int32_t* __restrict__ tokens,
                                 int d_model, float* __restrict__ x) {
+  cuda::StartChainedKernel();
   const int64_t r = blockIdx.x;
   const uint16_t* src = table + static_cast<int64_t>(tokens[r]) * d_model;
   float* dst = x + r * d_model;
@@ -80,6 +81,7 @@ __global__ void __launch_bounds__(kRowThreads) RmsNormToBf16Kernel(
     const float* __restrict__ x, const float* __restrict__ weight, int n, float eps,
     uint16_t* __restrict__ out) {
   __shared__ double red[32];
+  cuda::StartChainedKernel();
   const int64_t r = blockIdx.x;
   const float* xr = x + r * n;
   uint16_t* o = out + r * n;
@@ -184,6 +186,7 @@ __device__ void PostHead(const QkvPostParams& p, int64_t r, int hh, float* buf, 
 
 __global__ void __launch_bounds__(kRowThreads) QkvPostKernel(const __grid_constant__ QkvPostParams p) {
   extern __shared__ float smem[];
+  cuda::StartChainedKernel();
   const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int d = p.head_dim;
   float* buf = smem + warp * d;
@@ -213,6 +216,7 @@ __global__ void __launch_bounds__(kRowThreads) QkvPostRotateKernel(
     const __grid_constant__ QkvPostParams p, const __grid_constant__ QkvRotatedOut rotated,
     int qk_groups, int groups) {
   extern __shared__ float4 smem4[];
+  cuda::AllowDependentLaunch();  // chained (StartChainedKernel), R staged before the wait
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t r = blockIdx.x / groups;
   const int g = static_cast<int>(blockIdx.x % groups);
@@ -233,6 +237,7 @@ __global__ void __launch_bounds__(kRowThreads) QkvPostRotateKernel(
 #pragma unroll 8
     for (int i = threadIdx.x; i < D * D / 4; i += kRowThreads) smem4[i] = __ldg(r4 + i);
   }
+  cuda::WaitForPriorGrid();  // R is a weight: staged while the kernel before drains
   if (!v_group) RopeAngles(p, r, cs, sn);  // v has no RoPE
   __syncthreads();
   const int hh = first + warp;
@@ -285,9 +290,10 @@ cudaError_t LaunchQkvPostRotate(const QkvPostParams& p, const QkvRotatedOut& rot
       cudaFuncSetAttribute(QkvPostRotateKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            (D * D + kGroupHeads * D + D) * static_cast<int>(sizeof(float)));
   if (attr != cudaSuccess) return attr;
-  QkvPostRotateKernel<D><<<static_cast<unsigned>(p.rows * groups), kRowThreads, smem, stream>>>(
-      p, rotated, qk_groups, groups);
-  return cudaGetLastError();
+  return cuda::LaunchOverlappingPrior(QkvPostRotateKernel<D>,
+                                      dim3(static_cast<unsigned>(p.rows * groups)),
+                                      dim3(kRowThreads), smem, stream, p, rotated, qk_groups,
+                                      groups);
 }
 
 // ---- SiLU(gate) * up -> bf16 ----
@@ -298,6 +304,7 @@ __device__ __forceinline__ float SiluMul(float g, float u) {
 template <bool kVec>
 __global__ void SiluMulToBf16Kernel(const float* __restrict__ gate_up, int64_t rows, int d_ff,
                                     uint16_t* __restrict__ out) {
+  cuda::StartChainedKernel();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   if constexpr (kVec) {
     const int q = d_ff / 4;
@@ -327,6 +334,7 @@ __global__ void SiluMulToBf16Kernel(const float* __restrict__ gate_up, int64_t r
 // ---- f32 -> bf16 ----
 __global__ void F32ToBf16Kernel(const float* __restrict__ in, int64_t n, uint16_t* __restrict__ out,
                                 bool vec) {
+  cuda::StartChainedKernel();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   int64_t done = 0;
@@ -352,6 +360,7 @@ __global__ void __launch_bounds__(kRowThreads) ArgmaxRowsKernel(const float* __r
                                                                 int vocab, int32_t* __restrict__ out) {
   __shared__ float red_v[32];
   __shared__ int red_i[32];
+  cuda::StartChainedKernel();
   const float* x = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   float best = -INFINITY;
   int idx = INT_MAX;
@@ -399,6 +408,7 @@ struct PageRowsJobs {
 
 template <bool kVec>
 __global__ void WriteBf16PageRowsKernel(const __grid_constant__ PageRowsJobs jobs) {
+  cuda::StartChainedKernel();
   const PageRowsParams& p = jobs.job[blockIdx.y];
   const int64_t t = blockIdx.x;
   if (t >= p.tokens) return;
@@ -425,6 +435,7 @@ __global__ void WriteBf16PageRowsKernel(const __grid_constant__ PageRowsJobs job
 // ---- BF16 page units: gather 8 rows per page into [pages * 8][heads][D], one block per page ----
 template <bool kVec>
 __global__ void GatherBf16PageRowsKernel(const __grid_constant__ PageGatherParams p) {
+  cuda::StartChainedKernel();
   const int64_t pg = blockIdx.x;
   const int d = p.head_dim;
   const uint8_t* unit0 = p.pool + static_cast<int64_t>(p.page_ids[pg]) * p.page_stride_bytes +
@@ -461,12 +472,9 @@ cudaError_t EmbedRowsCuda(const uint16_t* table_bf16, const int32_t* tokens, int
   if (rows == 0) return cudaSuccess;
   if (table_bf16 == nullptr || tokens == nullptr || x == nullptr) return cudaErrorInvalidValue;
   const bool vec = d_model % 8 == 0 && Aligned16(table_bf16) && Aligned16(x);
-  if (vec) {
-    EmbedRowsKernel<true><<<static_cast<int>(rows), 128, 0, stream>>>(table_bf16, tokens, d_model, x);
-  } else {
-    EmbedRowsKernel<false><<<static_cast<int>(rows), 128, 0, stream>>>(table_bf16, tokens, d_model, x);
-  }
-  return cudaGetLastError();
+  return cuda::LaunchOverlappingPrior(vec ? EmbedRowsKernel<true> : EmbedRowsKernel<false>,
+                                      dim3(static_cast<unsigned>(rows)), dim3(128), 0, stream,
+                                      table_bf16, tokens, d_model, x);
 }
 
 cudaError_t RmsNormToBf16Cuda(const float* x, const float* weight, int64_t rows, int n, float eps,
@@ -476,14 +484,9 @@ cudaError_t RmsNormToBf16Cuda(const float* x, const float* weight, int64_t rows,
   if (x == nullptr || weight == nullptr || out_bf16 == nullptr) return cudaErrorInvalidValue;
   const bool vec = n % 4 == 0 && Aligned16(x) && Aligned16(weight) &&
                    (reinterpret_cast<uintptr_t>(out_bf16) & 7u) == 0;
-  if (vec) {
-    RmsNormToBf16Kernel<true><<<static_cast<int>(rows), kRowThreads, 0, stream>>>(x, weight, n, eps,
-                                                                                   out_bf16);
-  } else {
-    RmsNormToBf16Kernel<false><<<static_cast<int>(rows), kRowThreads, 0, stream>>>(x, weight, n, eps,
-                                                                                    out_bf16);
-  }
-  return cudaGetLastError();
+  return cuda::LaunchOverlappingPrior(vec ? RmsNormToBf16Kernel<true> : RmsNormToBf16Kernel<false>,
+                                      dim3(static_cast<unsigned>(rows)), dim3(kRowThreads), 0,
+                                      stream, x, weight, n, eps, out_bf16);
 }
 
 cudaError_t QkvPostCuda(const QkvPostParams& params, cudaStream_t stream) {
@@ -492,8 +495,8 @@ cudaError_t QkvPostCuda(const QkvPostParams& params, cudaStream_t stream) {
   if (p.rows == 0) return cudaSuccess;
   const int nwarps = kRowThreads / 32;
   const size_t smem = (static_cast<size_t>(nwarps) * p.head_dim + p.rope_dim) * sizeof(float);
-  QkvPostKernel<<<static_cast<int>(p.rows), kRowThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return cuda::LaunchOverlappingPrior(QkvPostKernel, dim3(static_cast<unsigned>(p.rows)),
+                                      dim3(kRowThreads), smem, stream, p);
 }
 
 cudaError_t QkvPostCuda(const QkvPostParams& params, const QkvRotatedOut& rotated,
@@ -520,14 +523,10 @@ cudaError_t SiluMulToBf16Cuda(const float* gate_up, int64_t rows, int d_ff, uint
   const bool vec = d_ff % 4 == 0 && Aligned16(gate_up) &&
                    (reinterpret_cast<uintptr_t>(out_bf16) & 7u) == 0;
   const int threads = 256;
-  if (vec) {
-    SiluMulToBf16Kernel<true><<<GridStrideBlocks(rows * (d_ff / 4), threads), threads, 0, stream>>>(
-        gate_up, rows, d_ff, out_bf16);
-  } else {
-    SiluMulToBf16Kernel<false><<<GridStrideBlocks(rows * d_ff, threads), threads, 0, stream>>>(
-        gate_up, rows, d_ff, out_bf16);
-  }
-  return cudaGetLastError();
+  return cuda::LaunchOverlappingPrior(
+      vec ? SiluMulToBf16Kernel<true> : SiluMulToBf16Kernel<false>,
+      dim3(GridStrideBlocks(vec ? rows * (d_ff / 4) : rows * d_ff, threads)), dim3(threads), 0,
+      stream, gate_up, rows, d_ff, out_bf16);
 }
 
 cudaError_t F32ToBf16Cuda(const float* in, int64_t n, uint16_t* out_bf16, cudaStream_t stream) {
@@ -536,9 +535,9 @@ cudaError_t F32ToBf16Cuda(const float* in, int64_t n, uint16_t* out_bf16, cudaSt
   if (in == nullptr || out_bf16 == nullptr) return cudaErrorInvalidValue;
   const bool vec = Aligned16(in) && (reinterpret_cast<uintptr_t>(out_bf16) & 7u) == 0;
   const int threads = 256;
-  F32ToBf16Kernel<<<GridStrideBlocks(vec ? n / 4 + 1 : n, threads), threads, 0, stream>>>(
-      in, n, out_bf16, vec);
-  return cudaGetLastError();
+  return cuda::LaunchOverlappingPrior(F32ToBf16Kernel,
+                                      dim3(GridStrideBlocks(vec ? n / 4 + 1 : n, threads)),
+                                      dim3(threads), 0, stream, in, n, out_bf16, vec);
 }
 
 cudaError_t ArgmaxRowsCuda(const float* logits, int rows, int vocab, int32_t* out,
@@ -547,12 +546,9 @@ cudaError_t ArgmaxRowsCuda(const float* logits, int rows, int vocab, int32_t* ou
   if (rows == 0) return cudaSuccess;
   if (logits == nullptr || out == nullptr) return cudaErrorInvalidValue;
   const bool vec = vocab % 4 == 0 && Aligned16(logits);
-  if (vec) {
-    ArgmaxRowsKernel<true><<<rows, kRowThreads, 0, stream>>>(logits, vocab, out);
-  } else {
-    ArgmaxRowsKernel<false><<<rows, kRowThreads, 0, stream>>>(logits, vocab, out);
-  }
-  return cudaGetLastError();
+  return cuda::LaunchOverlappingPrior(vec ? ArgmaxRowsKernel<true> : ArgmaxRowsKernel<false>,
+                                      dim3(static_cast<unsigned>(rows)), dim3(kRowThreads), 0,
+                                      stream, logits, vocab, out);
 }
 
 cudaError_t WriteBf16PageRowsCuda(const PageRowsParams* params, int num_jobs,
@@ -581,12 +577,9 @@ cudaError_t WriteBf16PageRowsCuda(const PageRowsParams* params, int num_jobs,
   }
   if (count == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(max_tokens), static_cast<unsigned>(count));
-  if (vec) {
-    WriteBf16PageRowsKernel<true><<<grid, 128, 0, stream>>>(jobs);
-  } else {
-    WriteBf16PageRowsKernel<false><<<grid, 128, 0, stream>>>(jobs);
-  }
-  return cudaGetLastError();
+  return cuda::LaunchOverlappingPrior(
+      vec ? WriteBf16PageRowsKernel<true> : WriteBf16PageRowsKernel<false>, grid, dim3(128), 0,
+      stream, jobs);
 }
 
 cudaError_t WriteBf16PageRowsCuda(const PageRowsParams& params, cudaStream_t stream) {
@@ -605,12 +598,9 @@ cudaError_t GatherBf16PageRowsCuda(const PageGatherParams& params, cudaStream_t 
   const bool vec = p.head_dim % 8 == 0 && Aligned16(p.pool) && Aligned16(p.out_bf16) &&
                    p.page_stride_bytes % 16 == 0 && p.head_stride_bytes % 16 == 0 &&
                    p.segment_offset_bytes % 16 == 0;
-  if (vec) {
-    GatherBf16PageRowsKernel<true><<<static_cast<int>(p.num_pages), 128, 0, stream>>>(p);
-  } else {
-    GatherBf16PageRowsKernel<false><<<static_cast<int>(p.num_pages), 128, 0, stream>>>(p);
-  }
-  return cudaGetLastError();
+  return cuda::LaunchOverlappingPrior(
+      vec ? GatherBf16PageRowsKernel<true> : GatherBf16PageRowsKernel<false>,
+      dim3(static_cast<unsigned>(p.num_pages)), dim3(128), 0, stream, p);
 }
 
 }  // namespace oscarkv::kernels

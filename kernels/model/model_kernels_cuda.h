@@ -6,6 +6,13 @@
 //
 // Each entry has a CPU reference with the same name minus "Cuda" plus "Ref" in
 // model_kernels_ref.h, which the GPU tests compare against.
+//
+// The kernels of a decode step are chained (programmatic dependent launch,
+// cuda::StartChainedKernel): Embed, RmsNorm, QkvPost, SiluMul, F32ToBf16, Argmax, the BF16 page
+// writes and gathers, and RotateRows. Each may be launched while the kernel before it on the
+// stream drains and waits for it before touching memory, so stream order holds. QkvPost's
+// rotated form and RotateRows stage their D x D matrix before that wait: a rotation must not be
+// written by the kernel launched just before (in lib/model_gpu it is a weight, written at load).
 #ifndef OSCARKV_KERNELS_MODEL_MODEL_KERNELS_CUDA_H_
 #define OSCARKV_KERNELS_MODEL_MODEL_KERNELS_CUDA_H_
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/cuda_utils.cuh"
 #include "kernels/model/model_kernels_cuda.h"
 
 namespace oscarkv::kernels {
@@ -37,6 +38,7 @@ __global__ void RotateRowsKernel(const __grid_constant__ RotateJobs jobs) {
   extern __shared__ float4 smem4[];
   float* rs = reinterpret_cast<float*>(smem4);  // [D][D]
   float* xs = rs + D * D;                         // [kRows][D]
+  cuda::AllowDependentLaunch();  // chained (StartChainedKernel), R staged before the wait
   int job = 0;
   while (job + 1 < jobs.count && blockIdx.x >= jobs.first_block[job + 1]) ++job;
   const RotateRowsParams& p = jobs.job[job];
@@ -44,6 +46,7 @@ __global__ void RotateRowsKernel(const __grid_constant__ RotateJobs jobs) {
   const float4* r4 = reinterpret_cast<const float4*>(p.rotation);
 #pragma unroll 8
   for (int i = j; i < D * D / 4; i += D) smem4[i] = __ldg(r4 + i);
+  cuda::WaitForPriorGrid();  // R is a weight; the rows may be the kernel before's output
   const int64_t total = p.tokens * p.heads;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) - jobs.first_block[job]) * kRows;
   for (int r = 0; r < kRows; ++r) {
@@ -84,9 +87,9 @@ cudaError_t LaunchRotateRows(const RotateJobs& jobs, cudaStream_t stream) {
   static const cudaError_t attr = cudaFuncSetAttribute(
       RotateRowsKernel<D, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
-  RotateRowsKernel<D, kRows>
-      <<<static_cast<unsigned>(jobs.first_block[jobs.count]), D, kSmem, stream>>>(jobs);
-  return cudaGetLastError();
+  return cuda::LaunchOverlappingPrior(RotateRowsKernel<D, kRows>,
+                                      dim3(static_cast<unsigned>(jobs.first_block[jobs.count])),
+                                      dim3(D), kSmem, stream, jobs);
 }
 
 template <int D>
