@@ -24,7 +24,7 @@
 #include "kernels/attention/decode_attention_cuda.h"
 #include "lib/kvformat/float16.h"
 #include "tests/kernels/gpu_test_util.h"
-#include "tests/kernels/slow_q_writer.h"
+#include "tests/kernels/slow_writer.h"
 
 namespace oscarkv {
 namespace {
@@ -191,16 +191,26 @@ bool CheckOutputs(const Case& c, const char* cta, const kernels::DecodePlan& pla
   return ok;
 }
 
-// overlap_prior_kernel: q and the partials poisoned, q then written by a kernel that spins first
-// and lets the next kernel start at once; two calls back to back (the second's stage 1 may start
+// overlap_prior_kernel: q, both tiers' pools and the partials poisoned, q and the pools then
+// written by a kernel that spins first and lets the next kernel start at once (as lib/model_gpu's
+// page write before attention does); two calls back to back (the second's stage 1 may start
 // while the first's merge still reads the partials), each into its own output. Both must equal
 // the plain launch's out / lse bit for bit (the same arithmetic; only the order of loads differs).
 bool CheckOverlapped(DecodeAttentionParams dp, kernels::Stage1Cta cta, float* d_q,
-                     const std::vector<float>& q, const std::vector<float>& out_plain,
+                     const std::vector<float>& q, const std::vector<uint8_t>& bf16_pool,
+                     const std::vector<uint8_t>& int2_pool, const std::vector<float>& out_plain,
                      const std::vector<float>& lse_plain, const std::string& label) {
   cudaStream_t stream;
   GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   float* q_src = ToDevice(q);
+  std::vector<testing::SlowCopy> copies = {{q_src, d_q, static_cast<int64_t>(q.size()) * 4}};
+  std::vector<void*> pool_srcs;
+  for (const auto& [host, pool] : {std::pair{&bf16_pool, dp.bf16.pool}, {&int2_pool, dp.int2.pool}}) {
+    if (pool == nullptr || host->empty()) continue;  // an empty tier has no table
+    void* src = ToDevice(*host);
+    pool_srcs.push_back(src);
+    copies.push_back({src, const_cast<uint8_t*>(pool), static_cast<int64_t>(host->size())});
+  }
   float* outs[2];
   float* lses[2];
   for (int i = 0; i < 2; ++i) {
@@ -212,11 +222,11 @@ bool CheckOverlapped(DecodeAttentionParams dp, kernels::Stage1Cta cta, float* d_
   // q and the partials poisoned: a merge that read the partials before its stage 1 finished
   // would read NaN, not the plain launch's equal values.
   const size_t rows = static_cast<size_t>(dp.num_work) * dp.num_q_heads;
-  GPU_CHECK(cudaMemset(d_q, 0xff, q.size() * 4));
+  for (const testing::SlowCopy& c : copies) GPU_CHECK(cudaMemset(c.dst, 0xff, c.bytes));
   GPU_CHECK(cudaMemset(dp.partial_out, 0xff, rows * dp.head_dim * 4));
   GPU_CHECK(cudaMemset(dp.partial_lse, 0xff, rows * 4));
   GPU_CHECK(cudaDeviceSynchronize());
-  GPU_CHECK(testing::LaunchSlowQWriter(q_src, d_q, static_cast<int64_t>(q.size()), 50, stream));
+  GPU_CHECK(testing::LaunchSlowWriter(copies.data(), static_cast<int>(copies.size()), 50, stream));
   dp.overlap_prior_kernel = true;
   for (int i = 0; i < 2; ++i) {
     dp.out = outs[i];
@@ -234,6 +244,7 @@ bool CheckOverlapped(DecodeAttentionParams dp, kernels::Stage1Cta cta, float* d_
     GPU_CHECK(cudaFree(lses[i]));
   }
   GPU_CHECK(cudaFree(q_src));
+  for (void* src : pool_srcs) GPU_CHECK(cudaFree(src));
   GPU_CHECK(cudaStreamDestroy(stream));
   // DecodeAttentionCuda overlaps only with few query rows (B * Hq < SMs); the other cases
   // launch the plain way and check only that the flag changes nothing.
@@ -379,7 +390,7 @@ bool RunCase(const Case& c, uint64_t seed) {
       ok = CheckOutputs(c, label.c_str(), plan, out, lse, out_ref, lse_ref, ref64, cpu64) && ok;
       ok = counters_left_zero(label) && ok;
       if (!direct) {
-        ok = CheckOverlapped(dp, cta, d_q, q, out, lse, label) && ok;
+        ok = CheckOverlapped(dp, cta, d_q, q, bf.pool, i2.pool, out, lse, label) && ok;
         ok = counters_left_zero(label + ", overlapped") && ok;
       }
     }

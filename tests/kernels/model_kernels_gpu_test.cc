@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -20,6 +21,7 @@
 #include "kernels/model/model_kernels_ref.h"
 #include "lib/kvformat/float16.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/slow_writer.h"
 
 namespace oscarkv {
 namespace {
@@ -949,6 +951,250 @@ void TestInvalidArguments() {
   Report(ok, "InvalidArguments", "");
 }
 
+
+// ---- Chained launches (programmatic dependent launch) ----
+// Runs `launch` on a fresh stream right after a kernel that lets it start at once and only then
+// writes its input (tests/kernels/slow_writer.h): `bytes` of `d_in` are first overwritten with
+// `stale`, and the slow writer restores `real`. An entry that read its input before waiting for
+// the kernel before it would compute from the stale bytes.
+void AfterSlowWriter(void* d_in, const void* real, const void* stale, size_t bytes,
+                     const std::function<cudaError_t(cudaStream_t)>& launch) {
+  cudaStream_t stream;
+  GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  void* d_real = nullptr;
+  GPU_CHECK(cudaMalloc(&d_real, bytes));
+  GPU_CHECK(cudaMemcpy(d_real, real, bytes, cudaMemcpyHostToDevice));
+  GPU_CHECK(cudaMemcpy(d_in, stale, bytes, cudaMemcpyHostToDevice));
+  GPU_CHECK(cudaDeviceSynchronize());
+  const testing::SlowCopy copy{d_real, d_in, static_cast<int64_t>(bytes)};
+  GPU_CHECK(testing::LaunchSlowWriter(&copy, 1, 50, stream));
+  GPU_CHECK(launch(stream));
+  GPU_CHECK(cudaStreamSynchronize(stream));
+  GPU_CHECK(cudaFree(d_real));
+  GPU_CHECK(cudaStreamDestroy(stream));
+}
+
+// Each chained entry of a decode step after a late writer of its input: the result must be the
+// reference's for the written input (the same budgets as the tests above).
+void TestChainedAfterSlowWriter() {
+  const std::string tag = " after a slow writer of its input";
+  {  // embedding: the tokens come late
+    const int vocab = 1000, d = 256, rows = 7;
+    std::vector<uint16_t> table(static_cast<size_t>(vocab) * d);
+    const auto vals = Normal(table.size(), 101);
+    for (size_t i = 0; i < table.size(); ++i) table[i] = kvformat::FloatToBf16Bits(vals[i]);
+    std::vector<int32_t> tokens(rows), stale(rows);
+    for (int r = 0; r < rows; ++r) tokens[r] = 17 * r + 3, stale[r] = 900 - r;
+    std::vector<float> ref(static_cast<size_t>(rows) * d);
+    EmbedRowsRef(table.data(), tokens.data(), rows, d, ref.data());
+    uint16_t* d_table = ToDevice(table);
+    int32_t* d_tokens = ToDevice(stale);
+    float* d_x = DeviceAlloc<float>(ref.size());
+    AfterSlowWriter(d_tokens, tokens.data(), stale.data(), rows * 4, [&](cudaStream_t st) {
+      return EmbedRowsCuda(d_table, d_tokens, rows, d, d_x, st);
+    });
+    CheckExact("EmbedRows" + tag, ToHost(d_x, ref.size()), ref);
+    for (void* ptr : {static_cast<void*>(d_table), static_cast<void*>(d_tokens),
+                      static_cast<void*>(d_x)}) {
+      GPU_CHECK(cudaFree(ptr));
+    }
+  }
+  {  // RMSNorm, SiLU-mul, f32 -> bf16 and argmax: their f32 input comes late
+    const int rows = 4, n = 1024;
+    const auto x = Normal(static_cast<size_t>(rows) * 2 * n, 102, 3.0f);
+    const auto stale = Normal(x.size(), 103, 3.0f);
+    const auto w = Normal(n, 104);
+    float* d_in = ToDevice(stale);
+    float* d_w = ToDevice(w);
+    uint16_t* d_out = DeviceAlloc<uint16_t>(x.size());
+    int32_t* d_idx = DeviceAlloc<int32_t>(rows);
+    std::vector<uint16_t> ref(static_cast<size_t>(rows) * n);
+    RmsNormToBf16Ref(x.data(), w.data(), rows, n, 1e-6f, ref.data());
+    AfterSlowWriter(d_in, x.data(), stale.data(), x.size() * 4, [&](cudaStream_t st) {
+      return RmsNormToBf16Cuda(d_in, d_w, rows, n, 1e-6f, d_out, st);
+    });
+    CheckBf16("RmsNormToBf16" + tag, ToHost(d_out, ref.size()), ref);
+    SiluMulToBf16Ref(x.data(), rows, n, ref.data());
+    AfterSlowWriter(d_in, x.data(), stale.data(), x.size() * 4, [&](cudaStream_t st) {
+      return SiluMulToBf16Cuda(d_in, rows, n, d_out, st);
+    });
+    CheckBf16("SiluMulToBf16" + tag, ToHost(d_out, ref.size()), ref);
+    std::vector<uint16_t> ref16(x.size());
+    F32ToBf16Ref(x.data(), static_cast<int64_t>(x.size()), ref16.data());
+    AfterSlowWriter(d_in, x.data(), stale.data(), x.size() * 4, [&](cudaStream_t st) {
+      return F32ToBf16Cuda(d_in, static_cast<int64_t>(x.size()), d_out, st);
+    });
+    CheckExact("F32ToBf16" + tag, ToHost(d_out, ref16.size()), ref16);
+    std::vector<int32_t> ref_idx(rows);
+    ArgmaxRowsRef(x.data(), rows, 2 * n, ref_idx.data());
+    AfterSlowWriter(d_in, x.data(), stale.data(), x.size() * 4, [&](cudaStream_t st) {
+      return ArgmaxRowsCuda(d_in, rows, 2 * n, d_idx, st);
+    });
+    CheckExact("ArgmaxRows" + tag, ToHost(d_idx, rows), ref_idx);
+    for (void* ptr : {static_cast<void*>(d_in), static_cast<void*>(d_w),
+                      static_cast<void*>(d_out), static_cast<void*>(d_idx)}) {
+      GPU_CHECK(cudaFree(ptr));
+    }
+  }
+  for (const int d : {64, 128}) {  // RotateRows (R staged before its wait): the rows come late
+    const int tokens = 3, heads = 4;
+    const auto in = Normal(static_cast<size_t>(tokens) * heads * d, 105 + d);
+    const auto stale = Normal(in.size(), 106 + d);
+    const auto rot = Normal(static_cast<size_t>(d) * d, 107 + d, 0.1f);
+    std::vector<float> ref(in.size());
+    RotateRowsParams p;
+    p.in_token_stride = int64_t{heads} * d;
+    p.tokens = tokens;
+    p.heads = heads;
+    p.head_dim = d;
+    RotateRowsParams hp = p;
+    hp.in = in.data();
+    hp.rotation = rot.data();
+    hp.out = ref.data();
+    RotateRowsRef(hp);
+    float* d_in = ToDevice(stale);
+    float* d_rot = ToDevice(rot);
+    float* d_out = DeviceAlloc<float>(ref.size());
+    p.in = d_in;
+    p.rotation = d_rot;
+    p.out = d_out;
+    AfterSlowWriter(d_in, in.data(), stale.data(), in.size() * 4,
+                    [&](cudaStream_t st) { return RotateRowsCuda(p, st); });
+    CheckExact("RotateRows d=" + std::to_string(d) + tag, ToHost(d_out, ref.size()), ref);
+    for (float* ptr : {d_in, d_rot, d_out}) GPU_CHECK(cudaFree(ptr));
+  }
+  {  // QKV post-processing with rotated copies (R staged before its wait): the rows come late
+    const int hq = 8, hkv = 2, d = 128, rows = 1;
+    const int qn = hq * d, kn = hkv * d;
+    const int64_t stride = qn + 2 * kn;
+    const auto qkv = Normal(static_cast<size_t>(rows) * stride, 108, 2.0f);
+    const auto stale = Normal(qkv.size(), 109, 2.0f);
+    const auto r_qk = Normal(static_cast<size_t>(d) * d, 110, 0.1f);
+    const auto r_v = Normal(static_cast<size_t>(d) * d, 111, 0.1f);
+    const std::vector<int32_t> pos = {4321};
+    QkvPostParams p;
+    p.q_row_stride = p.k_row_stride = p.v_row_stride = stride;
+    p.rows = rows;
+    p.num_q_heads = hq;
+    p.num_kv_heads = hkv;
+    p.head_dim = d;
+    p.rope_dim = d;
+    p.eps = 1e-6f;
+    p.rope_theta = 1000000.0;
+    p.rope_scale = 1.0;
+    p.pairing = RopePairing::kNeox;
+    std::vector<float> ref = qkv;
+    QkvPostParams hp = p;
+    hp.q = ref.data();
+    hp.k = ref.data() + qn;
+    hp.v = ref.data() + qn + kn;
+    hp.positions = pos.data();
+    QkvPostRef(hp);
+    std::vector<float> ref_v(static_cast<size_t>(rows) * kn);
+    RotateRowsParams rp;
+    rp.in = ref.data() + qn + kn;
+    rp.in_token_stride = stride;
+    rp.tokens = rows;
+    rp.heads = hkv;
+    rp.head_dim = d;
+    rp.rotation = r_v.data();
+    rp.out = ref_v.data();
+    RotateRowsRef(rp);
+    float* d_qkv = ToDevice(stale);
+    int32_t* d_pos = ToDevice(pos);
+    float *d_rqk = ToDevice(r_qk), *d_rv = ToDevice(r_v);
+    float* d_rot_v = DeviceAlloc<float>(ref_v.size());
+    QkvPostParams dp = p;
+    dp.q = d_qkv;
+    dp.k = d_qkv + qn;
+    dp.v = d_qkv + qn + kn;
+    dp.positions = d_pos;
+    const QkvRotatedOut ro{.qk_rotation = d_rqk, .v_rotation = d_rv, .v = d_rot_v};
+    AfterSlowWriter(d_qkv, qkv.data(), stale.data(), qkv.size() * 4,
+                    [&](cudaStream_t st) { return QkvPostCuda(dp, ro, st); });
+    const auto got = ToHost(d_qkv, qkv.size());
+    std::vector<double> ref64(ref.begin(), ref.end());
+    const double err = RelErr(got.data(), ref64.data(), ref.size());
+    Report(err <= kMaxQkvPostRelErr, "QkvPost + rotations" + tag + ": in place",
+           "rel_err=" + std::to_string(err));
+    // The rotated V against RotateRowsRef of the GPU's own in-place V (as TestQkvPost does).
+    rp.in = got.data() + qn + kn;
+    RotateRowsRef(rp);
+    CheckExact("QkvPost + rotations" + tag + ": rotated v", ToHost(d_rot_v, ref_v.size()), ref_v);
+    for (void* ptr : {static_cast<void*>(d_qkv), static_cast<void*>(d_pos),
+                      static_cast<void*>(d_rqk), static_cast<void*>(d_rv),
+                      static_cast<void*>(d_rot_v)}) {
+      GPU_CHECK(cudaFree(ptr));
+    }
+  }
+  {  // BF16 page write (the rows come late), then the gather of those pages (the pool comes late)
+    const int d = 128, heads = 2, tokens = 16;
+    const int64_t unit = Bf16PageUnitBytes(d), page_stride = heads * unit;
+    const int num_pages = tokens / kPageTokens;
+    const auto rows = Normal(static_cast<size_t>(tokens) * heads * d, 112);
+    const auto stale = Normal(rows.size(), 113);
+    std::vector<int32_t> page_ids(tokens), rows_in_page(tokens), order(num_pages);
+    for (int t = 0; t < tokens; ++t) {
+      page_ids[t] = num_pages - 1 - t / kPageTokens;
+      rows_in_page[t] = t % kPageTokens;
+    }
+    for (int i = 0; i < num_pages; ++i) order[i] = num_pages - 1 - i;
+    std::vector<uint8_t> pool(static_cast<size_t>(num_pages) * page_stride, 0x5a);
+    PageRowsParams w;
+    w.row_stride = int64_t{heads} * d;
+    w.tokens = tokens;
+    w.heads = heads;
+    w.head_dim = d;
+    w.page_stride_bytes = page_stride;
+    w.head_stride_bytes = unit;
+    w.segment_offset_bytes = Bf16PageKOffset(d);
+    PageRowsParams hw = w;
+    hw.rows = rows.data();
+    hw.page_ids = page_ids.data();
+    hw.rows_in_page = rows_in_page.data();
+    std::vector<uint8_t> ref_pool = pool;
+    hw.pool = ref_pool.data();
+    WriteBf16PageRowsRef(hw);
+    float* d_rows = ToDevice(stale);
+    int32_t* d_ids = ToDevice(page_ids);
+    int32_t* d_rip = ToDevice(rows_in_page);
+    int32_t* d_order = ToDevice(order);
+    uint8_t* d_pool = ToDevice(pool);
+    w.rows = d_rows;
+    w.page_ids = d_ids;
+    w.rows_in_page = d_rip;
+    w.pool = d_pool;
+    AfterSlowWriter(d_rows, rows.data(), stale.data(), rows.size() * 4,
+                    [&](cudaStream_t st) { return WriteBf16PageRowsCuda(w, st); });
+    CheckExact("WriteBf16PageRows" + tag, ToHost(d_pool, pool.size()), ref_pool);
+    PageGatherParams g;
+    g.pool = d_pool;
+    g.page_ids = d_order;
+    g.num_pages = num_pages;
+    g.heads = heads;
+    g.head_dim = d;
+    g.page_stride_bytes = page_stride;
+    g.head_stride_bytes = unit;
+    g.segment_offset_bytes = Bf16PageKOffset(d);
+    std::vector<uint16_t> ref_rows(static_cast<size_t>(tokens) * heads * d);
+    PageGatherParams hg = g;
+    hg.pool = ref_pool.data();
+    hg.page_ids = order.data();
+    hg.out_bf16 = ref_rows.data();
+    GatherBf16PageRowsRef(hg);
+    uint16_t* d_gathered = DeviceAlloc<uint16_t>(ref_rows.size());
+    g.out_bf16 = d_gathered;
+    AfterSlowWriter(d_pool, ref_pool.data(), pool.data(), pool.size(),
+                    [&](cudaStream_t st) { return GatherBf16PageRowsCuda(g, st); });
+    CheckExact("GatherBf16PageRows" + tag, ToHost(d_gathered, ref_rows.size()), ref_rows);
+    for (void* ptr : {static_cast<void*>(d_rows), static_cast<void*>(d_ids),
+                      static_cast<void*>(d_rip), static_cast<void*>(d_order),
+                      static_cast<void*>(d_pool), static_cast<void*>(d_gathered)}) {
+      GPU_CHECK(cudaFree(ptr));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace oscarkv
 
@@ -971,6 +1217,7 @@ int main(int argc, char** argv) {
   TestPrefillAttentionOffset(small);
   TestRotateRows(small);
   TestPagePacking(small);
+  TestChainedAfterSlowWriter();
   TestInvalidArguments();
   std::printf("%s: %d failure(s)\n", g_failures == 0 ? "PASSED" : "FAILED", g_failures);
   return g_failures == 0 ? 0 : 1;
