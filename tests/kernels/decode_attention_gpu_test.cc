@@ -205,7 +205,8 @@ bool CheckOverlapped(DecodeAttentionParams dp, kernels::Stage1Cta cta, float* d_
   float* q_src = ToDevice(q);
   std::vector<testing::SlowCopy> copies = {{q_src, d_q, static_cast<int64_t>(q.size()) * 4}};
   std::vector<void*> pool_srcs;
-  for (const auto& [host, pool] : {std::pair{&bf16_pool, dp.bf16.pool}, {&int2_pool, dp.int2.pool}}) {
+  for (const auto& [host, pool] :
+       {std::pair{&bf16_pool, dp.bf16.pool}, std::pair{&int2_pool, dp.int2.pool}}) {
     if (pool == nullptr || host->empty()) continue;  // an empty tier has no table
     void* src = ToDevice(*host);
     pool_srcs.push_back(src);
@@ -219,8 +220,9 @@ bool CheckOverlapped(DecodeAttentionParams dp, kernels::Stage1Cta cta, float* d_
     GPU_CHECK(cudaMemset(outs[i], 0xff, out_plain.size() * 4));
     GPU_CHECK(cudaMemset(lses[i], 0xff, lse_plain.size() * 4));
   }
-  // q and the partials poisoned: a merge that read the partials before its stage 1 finished
-  // would read NaN, not the plain launch's equal values.
+  // q, the pools and the partials poisoned: a stage 1 that read q or a tier before its wait, or
+  // a merge that read the partials before its stage 1 finished, would read NaN, not the plain
+  // launch's equal values.
   const size_t rows = static_cast<size_t>(dp.num_work) * dp.num_q_heads;
   for (const testing::SlowCopy& c : copies) GPU_CHECK(cudaMemset(c.dst, 0xff, c.bytes));
   GPU_CHECK(cudaMemset(dp.partial_out, 0xff, rows * dp.head_dim * 4));
