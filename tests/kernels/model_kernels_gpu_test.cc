@@ -951,7 +951,6 @@ void TestInvalidArguments() {
   Report(ok, "InvalidArguments", "");
 }
 
-
 // ---- Chained launches (programmatic dependent launch) ----
 // Runs `launch` on a fresh stream right after a kernel that lets it start at once and only then
 // writes its input (tests/kernels/slow_writer.h): `bytes` of `d_in` are first overwritten with
