@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "lib/base/status_macros.h"
 #include "lib/engine/calibrate.h"
+#include "lib/model/forward_cpu.h"
 #include "lib/model/model.h"
 #include "lib/quant/calibration.h"
 #include "nlohmann/json.hpp"
@@ -74,11 +75,14 @@ absl::Status RunCalibrate(const CalibrateFlags& f) {
   side["texts"] = nlohmann::ordered_json::array();
   for (const auto& t : f.text) side["texts"].push_back({{"path", t}});
   side["tokens"] = calibration.tokens;
+  // The bytes depend on OpenBLAS's kernel family (another one rounds differently).
+  side["blas_core"] = model::CpuBlasCoreName();
   std::ofstream(f.out + ".texts.json") << side.dump(2) << "\n";
   OSCARKV_ASSIGN_OR_RETURN(std::string bytes, quant::SerializeCalibration(calibration));
-  std::cerr << absl::StrFormat("wrote %s: %d layers, head_dim %d, %d tokens, fingerprint %016x\n",
-                               f.out, calibration.layers.size(), calibration.head_dim,
-                               calibration.tokens, quant::CalibrationFingerprint(bytes));
+  std::cerr << absl::StrFormat(
+      "wrote %s: %d layers, head_dim %d, %d tokens, fingerprint %016x, OpenBLAS kernels %s\n",
+      f.out, calibration.layers.size(), calibration.head_dim, calibration.tokens,
+      quant::CalibrationFingerprint(bytes), model::CpuBlasCoreName());
   return absl::OkStatus();
 }
 
@@ -101,6 +105,10 @@ void RegisterCalibrateCommand(CLI::App& app, CommandResult& result) {
                   "Also write the first window's post-RoPE Q/K/V per layer as .npy files here "
                   "(input for `oscarkv codecs report --tensor DIR/layer_L_k.npy`)");
   cmd->add_option("--dump-tokens", flags->dump_tokens, "Tokens to dump")->default_val(512);
+  cmd->footer(
+      "The same text gives the same bytes on one machine. Across machines the bytes follow "
+      "OpenBLAS's CPU kernels (printed at the end): OPENBLAS_CORETYPE=Haswell pins them on any "
+      "x86-64 CPU with AVX2, as scripts/setup.sh does for the default calibration.");
   cmd->callback([flags, &result] { result.status = RunCalibrate(*flags); });
 }
 

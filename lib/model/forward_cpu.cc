@@ -12,6 +12,11 @@ void SetCpuThreads(int threads) {
   if (threads > 0) openblas_set_num_threads(threads);
 }
 
+std::string CpuBlasCoreName() {
+  const char* name = openblas_get_corename();
+  return name != nullptr ? name : "unknown";
+}
+
 void Linear(const float* x, const float* w, const float* bias, int64_t t, int64_t in, int64_t out,
             float* y) {
   if (t == 1) {

@@ -4,6 +4,7 @@
 #define OSCARKV_LIB_MODEL_FORWARD_CPU_H_
 
 #include <cstdint>
+#include <string>
 
 #include "lib/model/model_config.h"
 
@@ -11,6 +12,11 @@ namespace oscarkv::model {
 
 // Threads used by the CPU forward (OpenBLAS and our own loops). Default: OpenBLAS's default.
 void SetCpuThreads(int threads);
+
+// The CPU kernel family OpenBLAS chose at load (e.g. "Haswell", "Zen", "SkylakeX"; the
+// OPENBLAS_CORETYPE environment variable overrides it). Float results, calibrations included,
+// can differ in the last bits between families.
+std::string CpuBlasCoreName();
 
 // y[T, out] = x[T, in] W[out, in]^T (+ bias[out] when non-null).
 void Linear(const float* x, const float* w, const float* bias, int64_t t, int64_t in, int64_t out,
