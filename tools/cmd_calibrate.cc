@@ -75,7 +75,7 @@ absl::Status RunCalibrate(const CalibrateFlags& f) {
   side["texts"] = nlohmann::ordered_json::array();
   for (const auto& t : f.text) side["texts"].push_back({{"path", t}});
   side["tokens"] = calibration.tokens;
-  // The bytes depend on OpenBLAS's kernel family (another one rounds differently).
+  // Which OpenBLAS kernels made the bytes (another family rounds differently).
   side["blas_core"] = model::CpuBlasCoreName();
   std::ofstream(f.out + ".texts.json") << side.dump(2) << "\n";
   OSCARKV_ASSIGN_OR_RETURN(std::string bytes, quant::SerializeCalibration(calibration));
@@ -106,9 +106,9 @@ void RegisterCalibrateCommand(CLI::App& app, CommandResult& result) {
                   "(input for `oscarkv codecs report --tensor DIR/layer_L_k.npy`)");
   cmd->add_option("--dump-tokens", flags->dump_tokens, "Tokens to dump")->default_val(512);
   cmd->footer(
-      "The same text gives the same bytes on one machine. Across machines the bytes follow "
-      "OpenBLAS's CPU kernels (printed at the end): OPENBLAS_CORETYPE=Haswell pins them on any "
-      "x86-64 CPU with AVX2, as scripts/setup.sh does for the default calibration.");
+      "The same text gives the same bytes on one machine; another CPU can round differently "
+      "(the OpenBLAS kernels used are printed at the end and kept in OUT.texts.json). Workers "
+      "that share blocks load one file: its hash is part of every block key.");
   cmd->callback([flags, &result] { result.status = RunCalibrate(*flags); });
 }
 
