@@ -54,5 +54,14 @@ int main() {
                 static_cast<unsigned long long>(Fnv1a(y)));
     ++i;
   }
+  // The attention's P V (PromptAttention): [t, t] x [t, 64] not transposed, K = t = 2048, output
+  // rows 576 floats apart.
+  const int t = 2048, d = 64, ld = 576;
+  const std::vector<float> p = Fill(int64_t{t} * t, 5), v = Fill(int64_t{t} * ld, 7);
+  std::vector<float> o(int64_t{t} * ld);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, d, t, 1.0f, p.data(), t, v.data(), ld,
+              0.0f, o.data(), ld);
+  std::printf("sgemm NN t=%d k=%d d=%d: %016llx\n", t, t, d,
+              static_cast<unsigned long long>(Fnv1a(o)));
   return 0;
 }
