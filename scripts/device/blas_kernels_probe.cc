@@ -2,7 +2,8 @@
 // bytes, docs/DECISIONS.md 2026-12-07): runs cblas_sgemm on the CPU forward's shapes
 // (SmolLM2-135M, 2048-token windows) over fixed pseudo-random inputs and prints OpenBLAS's kernel
 // family and a hash of each product. Same hashes on two machines under one OPENBLAS_CORETYPE: same
-// bits for these products (an AMD EPYC and an Intel Xeon agreed under Haswell kernels).
+// bits for these products (an AMD EPYC and an Intel Xeon agreed on the five NT products under
+// Haswell kernels, bench/e2e/results/session42/; the NN product came later, not yet compared).
 // The GPU machine's environment sets OPENBLAS_CORETYPE=Haswell; unset it to see its own choice.
 // Build: g++ -O2 -std=c++20 -I/usr/include/x86_64-linux-gnu/openblas-pthread
 //          scripts/device/blas_kernels_probe.cc -lopenblas -o blas_kernels_probe
