@@ -80,10 +80,17 @@ say "default model: $MODEL"
 # The default model's OSCAR calibrations (R_K, R_V per layer), from Austen novels that the quality
 # evaluation does not score (it scores Emma, Persuasion and Moby Dick). Deterministic on one
 # machine: the same text and binary give the same bytes; the expected checksum is recorded.
-# Other CPUs give other bytes (docs/DECISIONS.md 2026-12-07); the recorded ones are an AMD EPYC's.
+# Across CPUs the bytes also depend on OpenBLAS's kernel family, so x86-64 CPUs with AVX2 and FMA
+# calibrate with its Haswell kernels (docs/DECISIONS.md 2026-12-07; lib/quant pins the other
+# CPU-dependent choice, Eigen's blocking). The recorded checksums are an AMD EPYC's.
 if [ "${1:-}" = "--after-build" ]; then
   BIN=${OSCARKV_BUILD_DIR:-build}/tools/oscarkv
   mkdir -p data/calibration
+  CORETYPE=${OPENBLAS_CORETYPE:-}
+  if [ -z "$CORETYPE" ] && [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo &&
+     grep -qw fma /proc/cpuinfo; then
+    CORETYPE=Haswell
+  fi
   # oscar (M6): R from C_Q / attention-weighted V; oscar-gram (M5): from K^T K / V^T V.
   for objective in oscar oscar-gram; do
     CAL=data/calibration/smollm2-135m-$objective.cal
@@ -91,7 +98,8 @@ if [ "${1:-}" = "--after-build" ]; then
     [ "$objective" = oscar-gram ] && SUM=scripts/default_gram_calibration.sha256
     if [ ! -s "$CAL" ]; then
       say "calibrating the default model ($objective) -> $CAL (about a minute)"
-      "$BIN" calibrate --model default --text "$DATA/austen/prideprejudice.txt" \
+      env ${CORETYPE:+OPENBLAS_CORETYPE=$CORETYPE} \
+        "$BIN" calibrate --model default --text "$DATA/austen/prideprejudice.txt" \
         "$DATA/austen/sensesensibility.txt" --tokens 8192 --objective "$objective" \
         --out "$CAL.tmp"
       mv "$CAL.tmp.texts.json" "$CAL.texts.json"
@@ -104,7 +112,7 @@ if [ "${1:-}" = "--after-build" ]; then
     have=$(sha256sum "$CAL" | cut -d' ' -f1)
     if [ -n "$want" ] && [ "$want" != "$have" ]; then
       echo "[setup] WARNING: $CAL has sha256 $have, recorded $want" \
-        "(other CPUs round differently; the file is usable)" >&2
+        "(other OpenBLAS kernels or build? blas_core in $CAL.texts.json; the file is usable)" >&2
     else
       say "default calibration: $CAL (sha256 $have)"
     fi

@@ -106,9 +106,10 @@ void RegisterCalibrateCommand(CLI::App& app, CommandResult& result) {
                   "(input for `oscarkv codecs report --tensor DIR/layer_L_k.npy`)");
   cmd->add_option("--dump-tokens", flags->dump_tokens, "Tokens to dump")->default_val(512);
   cmd->footer(
-      "The same text gives the same bytes on one machine; another CPU can round differently "
-      "(the OpenBLAS kernels used are printed at the end and kept in OUT.texts.json). Workers "
-      "that share blocks load one file: its hash is part of every block key.");
+      "The same text gives the same bytes on one machine. Across CPUs the bytes also follow "
+      "OpenBLAS's kernels (printed at the end and kept in OUT.texts.json): run with "
+      "OPENBLAS_CORETYPE=Haswell on x86-64, as scripts/setup.sh does, so that other CPUs can "
+      "give the same bytes. Workers that share blocks load one file: its hash is part of every block key.");
   cmd->callback([flags, &result] { result.status = RunCalibrate(*flags); });
 }
 

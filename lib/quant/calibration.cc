@@ -34,6 +34,20 @@ RowMatrixXd HeadRows(std::span<const float> x, int tokens, int heads, int d, int
   return m;
 }
 
+// Eigen splits a product's inner dimension by the cache sizes it reads from the CPU, so the same
+// sums of 2048 tokens were grouped differently on an Intel Xeon than on an AMD EPYC and a few
+// rotation entries differed in the last bit (docs/DECISIONS.md 2026-12-07). Fixed sizes (those
+// Eigen reads on that EPYC) give every machine the same grouping. Called before any product here;
+// the first call sets them (thread-safe static), and only this file runs Eigen products.
+void UseFixedEigenBlocking() {
+  static const bool fixed = [] {
+    Eigen::setCpuCacheSizes(std::ptrdiff_t{32} << 10, std::ptrdiff_t{512} << 10,
+                            std::ptrdiff_t{256} << 20);
+    return true;
+  }();
+  (void)fixed;
+}
+
 void AddGram(const RowMatrixXd& x, double* acc, int d) {
   Eigen::Map<RowMatrixXd> a(acc, d, d);
   a.noalias() += x.transpose() * x;
@@ -115,6 +129,7 @@ class Reader {
 };
 
 absl::Status CheckRotation(const std::vector<float>& r, int d, const std::string& what) {
+  UseFixedEigenBlocking();
   if (r.size() != static_cast<size_t>(d) * d) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " has ", r.size(), " entries, want ", d, "x", d));
@@ -138,6 +153,7 @@ absl::Status CheckRotation(const std::vector<float>& r, int d, const std::string
 
 CovarianceAccumulator::CovarianceAccumulator(int q_heads, int kv_heads, int head_dim)
     : q_heads_(q_heads), kv_heads_(kv_heads), head_dim_(head_dim) {
+  UseFixedEigenBlocking();
   const size_t dd = static_cast<size_t>(head_dim) * head_dim;
   qtq_.assign(dd * kv_heads, 0.0);
   ktk_.assign(dd, 0.0);
@@ -251,6 +267,7 @@ absl::StatusOr<LayerCovariances> CovarianceAccumulator::Finish() const {
 // ---- Rotation ----
 
 absl::StatusOr<RotationResult> BuildRotation(std::span<const double> covariance, int head_dim) {
+  UseFixedEigenBlocking();
   const int d = head_dim;
   if (!IsPowerOfTwo(d) || d > kMaxHeadDim) {
     return absl::InvalidArgumentError(absl::StrCat("head_dim ", d, " is not a power of two"));
