@@ -38,7 +38,7 @@ RowMatrixXd HeadRows(std::span<const float> x, int tokens, int heads, int d, int
 // sums of 2048 tokens were grouped differently on an Intel Xeon than on an AMD EPYC and a few
 // rotation entries differed in the last bit (docs/DECISIONS.md 2026-12-07). Fixed sizes (those
 // Eigen reads on that EPYC) give every machine the same grouping. Called before any product here;
-// the first call sets them (thread-safe static), and only this file runs Eigen products.
+// the first call sets them (thread-safe static); no other file multiplies Eigen matrices.
 void UseFixedEigenBlocking() {
   static const bool fixed = [] {
     Eigen::setCpuCacheSizes(std::ptrdiff_t{32} << 10, std::ptrdiff_t{512} << 10,
