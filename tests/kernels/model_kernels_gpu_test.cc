@@ -1041,22 +1041,13 @@ void TestChainedAfterSlowWriter() {
     const auto stale = Normal(in.size(), 106 + d);
     const auto rot = Normal(static_cast<size_t>(d) * d, 107 + d, 0.1f);
     std::vector<float> ref(in.size());
-    RotateRowsParams p;
-    p.in_token_stride = int64_t{heads} * d;
-    p.tokens = tokens;
-    p.heads = heads;
-    p.head_dim = d;
-    RotateRowsParams hp = p;
-    hp.in = in.data();
-    hp.rotation = rot.data();
-    hp.out = ref.data();
-    RotateRowsRef(hp);
+    RotateRowsRef({.in = in.data(), .in_token_stride = int64_t{heads} * d, .tokens = tokens,
+                   .heads = heads, .head_dim = d, .rotation = rot.data(), .out = ref.data()});
     float* d_in = ToDevice(stale);
     float* d_rot = ToDevice(rot);
     float* d_out = DeviceAlloc<float>(ref.size());
-    p.in = d_in;
-    p.rotation = d_rot;
-    p.out = d_out;
+    const RotateRowsParams p{.in = d_in, .in_token_stride = int64_t{heads} * d, .tokens = tokens,
+                             .heads = heads, .head_dim = d, .rotation = d_rot, .out = d_out};
     AfterSlowWriter(d_in, in.data(), stale.data(), in.size() * 4,
                     [&](cudaStream_t st) { return RotateRowsCuda(p, st); });
     CheckExact("RotateRows d=" + std::to_string(d) + tag, ToHost(d_out, ref.size()), ref);
@@ -1090,15 +1081,6 @@ void TestChainedAfterSlowWriter() {
     hp.positions = pos.data();
     QkvPostRef(hp);
     std::vector<float> ref_v(static_cast<size_t>(rows) * kn);
-    RotateRowsParams rp;
-    rp.in = ref.data() + qn + kn;
-    rp.in_token_stride = stride;
-    rp.tokens = rows;
-    rp.heads = hkv;
-    rp.head_dim = d;
-    rp.rotation = r_v.data();
-    rp.out = ref_v.data();
-    RotateRowsRef(rp);
     float* d_qkv = ToDevice(stale);
     int32_t* d_pos = ToDevice(pos);
     float *d_rqk = ToDevice(r_qk), *d_rv = ToDevice(r_v);
@@ -1117,8 +1099,8 @@ void TestChainedAfterSlowWriter() {
     Report(err <= kMaxQkvPostRelErr, "QkvPost + rotations" + tag + ": in place",
            "rel_err=" + std::to_string(err));
     // The rotated V against RotateRowsRef of the GPU's own in-place V (as TestQkvPost does).
-    rp.in = got.data() + qn + kn;
-    RotateRowsRef(rp);
+    RotateRowsRef({.in = got.data() + qn + kn, .in_token_stride = stride, .tokens = rows,
+                   .heads = hkv, .head_dim = d, .rotation = r_v.data(), .out = ref_v.data()});
     CheckExact("QkvPost + rotations" + tag + ": rotated v", ToHost(d_rot_v, ref_v.size()), ref_v);
     for (void* ptr : {static_cast<void*>(d_qkv), static_cast<void*>(d_pos),
                       static_cast<void*>(d_rqk), static_cast<void*>(d_rv),
@@ -1139,50 +1121,36 @@ void TestChainedAfterSlowWriter() {
     }
     for (int i = 0; i < num_pages; ++i) order[i] = num_pages - 1 - i;
     std::vector<uint8_t> pool(static_cast<size_t>(num_pages) * page_stride, 0x5a);
-    PageRowsParams w;
-    w.row_stride = int64_t{heads} * d;
-    w.tokens = tokens;
-    w.heads = heads;
-    w.head_dim = d;
-    w.page_stride_bytes = page_stride;
-    w.head_stride_bytes = unit;
-    w.segment_offset_bytes = Bf16PageKOffset(d);
-    PageRowsParams hw = w;
-    hw.rows = rows.data();
-    hw.page_ids = page_ids.data();
-    hw.rows_in_page = rows_in_page.data();
+    // The K segment of every page, on the host (reference) and on the device.
+    auto write = [&](const float* r, const int32_t* ids, const int32_t* rip, uint8_t* pl) {
+      return PageRowsParams{.rows = r, .row_stride = int64_t{heads} * d, .tokens = tokens,
+                            .heads = heads, .head_dim = d, .page_ids = ids,
+                            .rows_in_page = rip, .pool = pl, .page_stride_bytes = page_stride,
+                            .head_stride_bytes = unit,
+                            .segment_offset_bytes = Bf16PageKOffset(d)};
+    };
+    auto gather = [&](const uint8_t* pl, const int32_t* ids, uint16_t* out) {
+      return PageGatherParams{.pool = pl, .page_ids = ids, .num_pages = num_pages,
+                              .heads = heads, .head_dim = d, .page_stride_bytes = page_stride,
+                              .head_stride_bytes = unit,
+                              .segment_offset_bytes = Bf16PageKOffset(d), .out_bf16 = out};
+    };
     std::vector<uint8_t> ref_pool = pool;
-    hw.pool = ref_pool.data();
-    WriteBf16PageRowsRef(hw);
+    WriteBf16PageRowsRef(write(rows.data(), page_ids.data(), rows_in_page.data(),
+                               ref_pool.data()));
     float* d_rows = ToDevice(stale);
     int32_t* d_ids = ToDevice(page_ids);
     int32_t* d_rip = ToDevice(rows_in_page);
     int32_t* d_order = ToDevice(order);
     uint8_t* d_pool = ToDevice(pool);
-    w.rows = d_rows;
-    w.page_ids = d_ids;
-    w.rows_in_page = d_rip;
-    w.pool = d_pool;
+    const PageRowsParams w = write(d_rows, d_ids, d_rip, d_pool);
     AfterSlowWriter(d_rows, rows.data(), stale.data(), rows.size() * 4,
                     [&](cudaStream_t st) { return WriteBf16PageRowsCuda(w, st); });
     CheckExact("WriteBf16PageRows" + tag, ToHost(d_pool, pool.size()), ref_pool);
-    PageGatherParams g;
-    g.pool = d_pool;
-    g.page_ids = d_order;
-    g.num_pages = num_pages;
-    g.heads = heads;
-    g.head_dim = d;
-    g.page_stride_bytes = page_stride;
-    g.head_stride_bytes = unit;
-    g.segment_offset_bytes = Bf16PageKOffset(d);
     std::vector<uint16_t> ref_rows(static_cast<size_t>(tokens) * heads * d);
-    PageGatherParams hg = g;
-    hg.pool = ref_pool.data();
-    hg.page_ids = order.data();
-    hg.out_bf16 = ref_rows.data();
-    GatherBf16PageRowsRef(hg);
+    GatherBf16PageRowsRef(gather(ref_pool.data(), order.data(), ref_rows.data()));
     uint16_t* d_gathered = DeviceAlloc<uint16_t>(ref_rows.size());
-    g.out_bf16 = d_gathered;
+    const PageGatherParams g = gather(d_pool, d_order, d_gathered);
     AfterSlowWriter(d_pool, ref_pool.data(), pool.data(), pool.size(),
                     [&](cudaStream_t st) { return GatherBf16PageRowsCuda(g, st); });
     CheckExact("GatherBf16PageRows" + tag, ToHost(d_gathered, ref_rows.size()), ref_rows);
