@@ -244,6 +244,7 @@ __global__ void __launch_bounds__(kRowThreads) QkvPostRotateKernel(
   if (hh >= last) return;
   PostHead(p, r, hh, buf, cs, sn);
   float* out;
+  uint16_t* page_row = nullptr;  // this head's BF16 page row, when the step writes the cache
   if (hh < p.num_q_heads) {
     out = rotated.q;
     if (out != nullptr) out += (r * p.num_q_heads + hh) * D;
@@ -251,6 +252,13 @@ __global__ void __launch_bounds__(kRowThreads) QkvPostRotateKernel(
     const int h = hh - (hh < qk_heads ? p.num_q_heads : qk_heads);
     out = hh < qk_heads ? rotated.k : rotated.v;
     if (out != nullptr) out += (r * p.num_kv_heads + h) * D;
+    if (rotated.page_pool != nullptr) {
+      page_row = reinterpret_cast<uint16_t*>(
+          rotated.page_pool + static_cast<int64_t>(rotated.page_ids[r]) * rotated.page_stride_bytes +
+          h * rotated.head_stride_bytes +
+          (hh < qk_heads ? rotated.k_segment_offset_bytes : rotated.v_segment_offset_bytes) +
+          static_cast<int64_t>(rotated.rows_in_page[r]) * D * 2);
+    }
   }
   if (out == nullptr) return;
   __syncwarp();  // buf complete for every lane
@@ -267,6 +275,10 @@ __global__ void __launch_bounds__(kRowThreads) QkvPostRotateKernel(
   }
 #pragma unroll
   for (int c = 0; c < D / 32; ++c) out[lane + 32 * c] = acc[c];
+  if (page_row != nullptr) {  // WriteBf16PageRowsKernel's rounding of the same value
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c) page_row[lane + 32 * c] = ToBf16Bits(acc[c]);
+  }
 }
 
 bool ValidQkvPost(const QkvPostParams& p) {
@@ -506,6 +518,13 @@ cudaError_t QkvPostCuda(const QkvPostParams& params, const QkvRotatedOut& rotate
   const bool qk = rotated.q != nullptr || rotated.k != nullptr;
   if ((qk && (rotated.qk_rotation == nullptr || !Aligned16(rotated.qk_rotation))) ||
       (rotated.v != nullptr && (rotated.v_rotation == nullptr || !Aligned16(rotated.v_rotation)))) {
+    return cudaErrorInvalidValue;
+  }
+  if (rotated.page_pool != nullptr &&
+      (rotated.k == nullptr || rotated.v == nullptr || rotated.page_ids == nullptr ||
+       rotated.rows_in_page == nullptr || (reinterpret_cast<uintptr_t>(rotated.page_pool) & 1u) ||
+       rotated.page_stride_bytes % 2 != 0 || rotated.head_stride_bytes % 2 != 0 ||
+       rotated.k_segment_offset_bytes % 2 != 0 || rotated.v_segment_offset_bytes % 2 != 0)) {
     return cudaErrorInvalidValue;
   }
   if (!qk && rotated.v == nullptr) return QkvPostCuda(p, stream);

@@ -45,10 +45,19 @@ struct QkvRotatedOut {
   float* q = nullptr;  // [rows][Hq][D]
   float* k = nullptr;  // [rows][Hkv][D]
   float* v = nullptr;  // [rows][Hkv][D]
+  // Optional, a decode step's cache write: bf16 of the k and v copies also stored into BF16 page
+  // units, as WriteBf16PageRowsCuda of those copies would store them (the same rounding): row r,
+  // KV head h to page_pool + page_ids[r] * page_stride_bytes + h * head_stride_bytes
+  // + {k,v}_segment_offset_bytes + rows_in_page[r] * D * 2. Needs k and v; null = no write.
+  uint8_t* page_pool = nullptr;
+  const int32_t* page_ids = nullptr;      // [rows]
+  const int32_t* rows_in_page = nullptr;  // [rows], each in [0, 8)
+  int64_t page_stride_bytes = 0, head_stride_bytes = 0;
+  int64_t k_segment_offset_bytes = 0, v_segment_offset_bytes = 0;
 };
 // QkvPostCuda, then the rotated copies, in one launch: bit-identical to QkvPostCuda followed by
-// RotateRowsCuda of each wanted part (RotateRowsRef's order). head_dim 64 or 128 when any copy
-// is wanted. Each block stages R for at most 8 heads of one row, so it suits a decode step's few
+// RotateRowsCuda of each wanted part (RotateRowsRef's order), and with page_pool set, then
+// WriteBf16PageRowsCuda of the k and v copies. head_dim 64 or 128 when any copy is wanted. Each block stages R for at most 8 heads of one row, so it suits a decode step's few
 // rows; a prefill's many rows share R better through RotateRowsCuda (8 rows a block).
 cudaError_t QkvPostCuda(const QkvPostParams& params, const QkvRotatedOut& rotated,
                         cudaStream_t stream);

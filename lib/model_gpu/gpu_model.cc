@@ -350,12 +350,27 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
     const float* r_v_t = RotationOf(l, 2);
 
     // Cache rows in the tier basis (rotated by R_K / R_V), f32; rounded to bf16 when stored. A
-    // decode step rotates q, K and V in the QKV post-processing's launch; a prefill's K and V
-    // (many rows) in one RotateRowsCuda launch, which shares R over 8 rows a block.
+    // decode step rotates q, K and V in the QKV post-processing's launch, which also writes the
+    // step's BF16 page rows when they are one range of all its rows (one launch fewer); a
+    // prefill's K and V (many rows) in one RotateRowsCuda launch, which shares R over 8 rows a
+    // block.
     k::QkvRotatedOut rotated;
+    bool pages_written = false;
     if (has_rotation_ && !prefill) {
       rotated = {.qk_rotation = r_k, .v_rotation = r_v, .q = q_rot_.as<float>(),
                  .k = k_rot_.as<float>(), .v = v_rot_.as<float>()};
+      if (meta.writes.size() == 1 && meta.writes[0].row_begin == 0 &&
+          meta.writes[0].count == rows) {
+        const int64_t at = meta.writes[0].meta_index;
+        rotated.page_pool = bf16_pool;
+        rotated.page_ids = meta.bf16_page + at;
+        rotated.rows_in_page = meta.bf16_row + at;
+        rotated.page_stride_bytes = hkv * bf16_unit;
+        rotated.head_stride_bytes = bf16_unit;
+        rotated.k_segment_offset_bytes = k::Bf16PageKOffset(d);
+        rotated.v_segment_offset_bytes = k::Bf16PageVOffset(d);
+        pages_written = true;
+      }
     }
     OSCARKV_RETURN_IF_ERROR(
         LayerQkv(l, rows, meta.positions, has_rotation_ && !prefill ? &rotated : nullptr));
@@ -389,7 +404,8 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
         OSCARKV_CUDA_OK(k::F32ToBf16Cuda(src, tail_tokens * kvdim, dst, stream_));
       }
     }
-    for (const StepMeta::WriteRange& wr : meta.writes) {
+    const std::vector<StepMeta::WriteRange> no_writes;
+    for (const StepMeta::WriteRange& wr : pages_written ? no_writes : meta.writes) {
       k::PageRowsParams kv_writes[2];  // K and V rows in one launch
       for (int kv = 0; kv < 2; ++kv) {
         k::PageRowsParams& pr = kv_writes[kv];

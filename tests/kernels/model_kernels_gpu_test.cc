@@ -236,16 +236,32 @@ void TestQkvPost(bool small) {
                (c.qk_norm ? " qknorm" : "") +
                (c.pairing == RopePairing::kNeox ? " neox" : " adjacent"),
            buf);
-    // The form with rotated copies (a decode step), at batch 1 and at `rows`, with and without q:
-    // in place it must equal the launch above bit for bit, and each copy RotateRowsRef of that.
+    // The form with rotated copies (a decode step), at batch 1 and at `rows`, with and without q,
+    // and with the BF16 page write: in place it must equal the launch above bit for bit, each
+    // copy RotateRowsRef of that, and the pages WriteBf16PageRowsRef of the k and v copies.
     const auto r_qk = Normal(static_cast<size_t>(c.d) * c.d, 12, 0.1f);
     const auto r_v = Normal(static_cast<size_t>(c.d) * c.d, 13, 0.1f);
     float *d_rqk = ToDevice(r_qk), *d_rv = ToDevice(r_v);
+    // A pool of poisoned pages with gaps between them; row t goes to a shuffled page, row t % 8.
+    const int64_t unit = Bf16PageUnitBytes(c.d), page_stride = c.hkv * unit + 64;
+    const int num_pages = rows + 3;
+    std::vector<uint8_t> pool(static_cast<size_t>(num_pages) * page_stride);
+    for (auto& b : pool) b = static_cast<uint8_t>(rng());
+    std::vector<int32_t> page_ids(num_pages), rows_in_page(rows);
+    std::iota(page_ids.begin(), page_ids.end(), 0);
+    std::shuffle(page_ids.begin(), page_ids.end(), rng);
+    for (int t = 0; t < rows; ++t) rows_in_page[t] = (t * 3 + 5) % kPageTokens;
+    int32_t* d_page_ids = ToDevice(page_ids);
+    int32_t* d_rows_in_page = ToDevice(rows_in_page);
+    const struct {
+      bool with_q, with_pages;
+    } forms[] = {{true, false}, {false, false}, {true, true}};
     for (const int fused_rows : {1, rows}) {
-      for (const bool with_q : {true, false}) {
+      for (const auto [with_q, with_pages] : forms) {
         const std::string name = "QkvPost + rotations hq=" + std::to_string(c.hq) +
                                  " d=" + std::to_string(c.d) +
-                                 " rows=" + std::to_string(fused_rows) + (with_q ? "" : " no q");
+                                 " rows=" + std::to_string(fused_rows) + (with_q ? "" : " no q") +
+                                 (with_pages ? " + page write" : "");
         float* d_qkv2 = ToDevice(qkv);
         float* d_rot_q = DeviceAlloc<float>(static_cast<size_t>(fused_rows) * qn);
         float* d_rot_k = DeviceAlloc<float>(static_cast<size_t>(fused_rows) * kn);
@@ -260,8 +276,19 @@ void TestQkvPost(bool small) {
         fp.rows = fused_rows;
         QkvRotatedOut ro{.qk_rotation = d_rqk, .v_rotation = d_rv,
                          .q = with_q ? d_rot_q : nullptr, .k = d_rot_k, .v = d_rot_v};
+        uint8_t* d_pool = ToDevice(pool);
+        if (with_pages) {
+          ro.page_pool = d_pool;
+          ro.page_ids = d_page_ids;
+          ro.rows_in_page = d_rows_in_page;
+          ro.page_stride_bytes = page_stride;
+          ro.head_stride_bytes = unit;
+          ro.k_segment_offset_bytes = Bf16PageKOffset(c.d);
+          ro.v_segment_offset_bytes = Bf16PageVOffset(c.d);
+        }
         GPU_CHECK(QkvPostCuda(fp, ro, nullptr));
         GPU_CHECK(cudaDeviceSynchronize());
+        std::vector<uint8_t> want_pool = pool;
         const size_t n_in = static_cast<size_t>(fused_rows) * stride;
         const std::vector<float> got_rows(got.begin(), got.begin() + n_in);
         std::vector<float> want_in_place = qkv;  // rows past fused_rows untouched
@@ -296,12 +323,26 @@ void TestQkvPost(bool small) {
           rp.out = want.data();
           RotateRowsRef(rp);
           CheckExact(name + ": rotated " + part.part, ToHost(part.dev, n), want);
+          if (part.dev == d_rot_q) continue;
+          PageRowsParams w{.rows = want.data(), .row_stride = int64_t{c.hkv} * c.d,
+                           .tokens = fused_rows, .heads = c.hkv, .head_dim = c.d,
+                           .page_ids = page_ids.data(), .rows_in_page = rows_in_page.data(),
+                           .pool = want_pool.data(), .page_stride_bytes = page_stride,
+                           .head_stride_bytes = unit,
+                           .segment_offset_bytes = part.dev == d_rot_k ? Bf16PageKOffset(c.d)
+                                                                       : Bf16PageVOffset(c.d)};
+          if (with_pages) WriteBf16PageRowsRef(w);
         }
+        // Without the page write the pool stays as it was.
+        CheckExact(name + ": pages", ToHost(d_pool, pool.size()), want_pool);
+        GPU_CHECK(cudaFree(d_pool));
         for (float* ptr : {d_qkv2, d_rot_q, d_rot_k, d_rot_v}) GPU_CHECK(cudaFree(ptr));
       }
     }
     GPU_CHECK(cudaFree(d_rqk));
     GPU_CHECK(cudaFree(d_rv));
+    GPU_CHECK(cudaFree(d_page_ids));
+    GPU_CHECK(cudaFree(d_rows_in_page));
     for (void* ptr : {static_cast<void*>(d_qkv), static_cast<void*>(d_pos),
                       static_cast<void*>(d_bq), static_cast<void*>(d_bk), static_cast<void*>(d_bv),
                       static_cast<void*>(d_qnw), static_cast<void*>(d_knw),
