@@ -523,8 +523,9 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
       ap.out = attn_out_.as<float>();
       ap.out_seq_stride = qdim;
       ap.one_split_per_seq = meta.one_split_per_seq;
-      // The kernel just before (a page write or a demotion) writes the tiers, which stage 1
-      // only asks L2 for before its wait, and none of the plan and page tables it reads there.
+      // The kernel just before (a page write, the QKV post-processing that writes the pages, or
+      // a demotion) writes the tiers, which stage 1 only asks L2 for before its wait, and none
+      // of the plan and page tables it reads there.
       ap.overlap_prior_kernel = true;
       OSCARKV_CUDA_OK(k::DecodeAttentionCuda(ap, stream_));
       if (has_rotation_) {  // back by R_V^T, rounded to bf16 for W_o on the way out
