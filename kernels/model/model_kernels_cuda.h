@@ -57,8 +57,9 @@ struct QkvRotatedOut {
 };
 // QkvPostCuda, then the rotated copies, in one launch: bit-identical to QkvPostCuda followed by
 // RotateRowsCuda of each wanted part (RotateRowsRef's order), and with page_pool set, then
-// WriteBf16PageRowsCuda of the k and v copies. head_dim 64 or 128 when any copy is wanted. Each block stages R for at most 8 heads of one row, so it suits a decode step's few
-// rows; a prefill's many rows share R better through RotateRowsCuda (8 rows a block).
+// WriteBf16PageRowsCuda of the k and v copies. head_dim 64 or 128 when any copy is wanted. Each
+// block stages R for at most 8 heads of one row, so it suits a decode step's few rows; a
+// prefill's many rows share R better through RotateRowsCuda (8 rows a block).
 cudaError_t QkvPostCuda(const QkvPostParams& params, const QkvRotatedOut& rotated,
                         cudaStream_t stream);
 

@@ -242,7 +242,8 @@ void TestQkvPost(bool small) {
     const auto r_qk = Normal(static_cast<size_t>(c.d) * c.d, 12, 0.1f);
     const auto r_v = Normal(static_cast<size_t>(c.d) * c.d, 13, 0.1f);
     float *d_rqk = ToDevice(r_qk), *d_rv = ToDevice(r_v);
-    // A pool of poisoned pages with gaps between them; row t goes to a shuffled page, row t % 8.
+    // A pool of poisoned pages with gaps between them; row t goes to a shuffled page, at a row
+    // of it that varies with t.
     const int64_t unit = Bf16PageUnitBytes(c.d), page_stride = c.hkv * unit + 64;
     const int num_pages = rows + 3;
     std::vector<uint8_t> pool(static_cast<size_t>(num_pages) * page_stride);
@@ -985,6 +986,15 @@ void TestInvalidArguments() {
   ro = {.qk_rotation = dummy_r, .k = dummy_f};
   qp.head_dim = qp.rope_dim = 96;
   ok &= QkvPostCuda(qp, ro, nullptr) == cudaErrorInvalidValue;  // no rotation at D = 96
+  qp.head_dim = qp.rope_dim = 64;
+  ro = {.qk_rotation = dummy_r, .k = dummy_f, .page_pool = reinterpret_cast<uint8_t*>(dummy_b),
+        .page_ids = reinterpret_cast<const int32_t*>(dummy_f),
+        .rows_in_page = reinterpret_cast<const int32_t*>(dummy_f)};
+  ok &= QkvPostCuda(qp, ro, nullptr) == cudaErrorInvalidValue;  // page write without the v copy
+  ro.v_rotation = dummy_r;
+  ro.v = dummy_f;
+  ro.page_ids = nullptr;
+  ok &= QkvPostCuda(qp, ro, nullptr) == cudaErrorInvalidValue;  // page write without page ids
   PageRowsParams wp[kMaxPageRowsJobs + 1];
   ok &= WriteBf16PageRowsCuda(wp, kMaxPageRowsJobs + 1, nullptr) == cudaErrorInvalidValue;
   ok &= WriteBf16PageRowsCuda(wp, 2, nullptr) == cudaSuccess;  // both empty: no launch
