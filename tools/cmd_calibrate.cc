@@ -76,13 +76,14 @@ absl::Status RunCalibrate(const CalibrateFlags& f) {
   for (const auto& t : f.text) side["texts"].push_back({{"path", t}});
   side["tokens"] = calibration.tokens;
   // Which OpenBLAS kernels made the bytes (another family rounds differently).
-  side["blas_core"] = model::CpuBlasCoreName();
+  const std::string blas_core = model::CpuBlasCoreName();
+  side["blas_core"] = blas_core;
   std::ofstream(f.out + ".texts.json") << side.dump(2) << "\n";
   OSCARKV_ASSIGN_OR_RETURN(std::string bytes, quant::SerializeCalibration(calibration));
   std::cerr << absl::StrFormat(
       "wrote %s: %d layers, head_dim %d, %d tokens, fingerprint %016x, OpenBLAS kernels %s\n",
       f.out, calibration.layers.size(), calibration.head_dim, calibration.tokens,
-      quant::CalibrationFingerprint(bytes), model::CpuBlasCoreName());
+      quant::CalibrationFingerprint(bytes), blas_core);
   return absl::OkStatus();
 }
 

@@ -355,7 +355,6 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
     // prefill's K and V (many rows) in one RotateRowsCuda launch, which shares R over 8 rows a
     // block.
     k::QkvRotatedOut rotated;
-    bool pages_written = false;
     if (has_rotation_ && !prefill) {
       rotated = {.qk_rotation = r_k, .v_rotation = r_v, .q = q_rot_.as<float>(),
                  .k = k_rot_.as<float>(), .v = v_rot_.as<float>()};
@@ -369,7 +368,6 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
         rotated.head_stride_bytes = bf16_unit;
         rotated.k_segment_offset_bytes = k::Bf16PageKOffset(d);
         rotated.v_segment_offset_bytes = k::Bf16PageVOffset(d);
-        pages_written = true;
       }
     }
     OSCARKV_RETURN_IF_ERROR(
@@ -404,8 +402,9 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
         OSCARKV_CUDA_OK(k::F32ToBf16Cuda(src, tail_tokens * kvdim, dst, stream_));
       }
     }
-    const std::vector<StepMeta::WriteRange> no_writes;
-    for (const StepMeta::WriteRange& wr : pages_written ? no_writes : meta.writes) {
+    const std::vector<StepMeta::WriteRange> no_writes;  // the QKV post-processing wrote them
+    for (const StepMeta::WriteRange& wr :
+         rotated.page_pool != nullptr ? no_writes : meta.writes) {
       k::PageRowsParams kv_writes[2];  // K and V rows in one launch
       for (int kv = 0; kv < 2; ++kv) {
         k::PageRowsParams& pr = kv_writes[kv];
