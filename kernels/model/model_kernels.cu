@@ -184,7 +184,18 @@ __device__ void PostHead(const QkvPostParams& p, int64_t r, int hh, float* buf, 
   for (int i = lane; i < d; i += 32) x[i] = buf[i];
 }
 
-__global__ void __launch_bounds__(kRowThreads) QkvPostKernel(const __grid_constant__ QkvPostParams p) {
+// Row r's bf16 page row for KV head h of K (is_v false) or V, D channels.
+__device__ __forceinline__ uint16_t* PageRow(const QkvPageWrite& w, int64_t r, int h, bool is_v,
+                                             int d) {
+  return reinterpret_cast<uint16_t*>(
+      w.pool + static_cast<int64_t>(w.page_ids[r]) * w.page_stride_bytes + h * w.head_stride_bytes +
+      (is_v ? w.v_segment_offset_bytes : w.k_segment_offset_bytes) +
+      static_cast<int64_t>(w.rows_in_page[r]) * d * 2);
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    QkvPostKernel(const __grid_constant__ QkvPostParams p,
+                  const __grid_constant__ QkvPageWrite pages) {
   extern __shared__ float smem[];
   cuda::StartChainedKernel();
   const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -198,6 +209,13 @@ __global__ void __launch_bounds__(kRowThreads) QkvPostKernel(const __grid_consta
   const int total_heads = p.num_q_heads + 2 * p.num_kv_heads;
   for (int hh = warp; hh < total_heads; hh += nwarps) {
     PostHead(p, r, hh, buf, cs, sn);
+    if (pages.pool != nullptr && hh >= p.num_q_heads) {
+      // WriteBf16PageRowsKernel's rounding of the row just stored (each lane its own channels).
+      const bool is_v = hh >= p.num_q_heads + p.num_kv_heads;
+      uint16_t* page_row =
+          PageRow(pages, r, hh - p.num_q_heads - (is_v ? p.num_kv_heads : 0), is_v, d);
+      for (int i = threadIdx.x & 31; i < d; i += 32) page_row[i] = ToBf16Bits(buf[i]);
+    }
     __syncwarp();  // buf is rewritten by this warp's next head
   }
 }
@@ -252,13 +270,7 @@ __global__ void __launch_bounds__(kRowThreads) QkvPostRotateKernel(
     const int h = hh - (hh < qk_heads ? p.num_q_heads : qk_heads);
     out = hh < qk_heads ? rotated.k : rotated.v;
     if (out != nullptr) out += (r * p.num_kv_heads + h) * D;
-    if (rotated.page_pool != nullptr) {
-      page_row = reinterpret_cast<uint16_t*>(
-          rotated.page_pool + static_cast<int64_t>(rotated.page_ids[r]) * rotated.page_stride_bytes +
-          h * rotated.head_stride_bytes +
-          (hh < qk_heads ? rotated.k_segment_offset_bytes : rotated.v_segment_offset_bytes) +
-          static_cast<int64_t>(rotated.rows_in_page[r]) * D * 2);
-    }
+    if (rotated.pages.pool != nullptr) page_row = PageRow(rotated.pages, r, h, hh >= qk_heads, D);
   }
   if (out == nullptr) return;
   __syncwarp();  // buf complete for every lane
@@ -288,6 +300,15 @@ bool ValidQkvPost(const QkvPostParams& p) {
            p.num_q_heads > 0 && p.num_kv_heads > 0 && p.head_dim > 0 && p.head_dim <= 1024 &&
            p.rope_dim >= 0 && p.rope_dim <= p.head_dim && p.rope_dim % 2 == 0 &&
            p.rope_scale != 0.0));
+}
+
+// A page write (pool set) needs its ids and 2-byte aligned bf16 rows; no write is valid.
+bool ValidPageWrite(const QkvPageWrite& w) {
+  return w.pool == nullptr ||
+         (w.page_ids != nullptr && w.rows_in_page != nullptr &&
+          (reinterpret_cast<uintptr_t>(w.pool) & 1u) == 0 && w.page_stride_bytes % 2 == 0 &&
+          w.head_stride_bytes % 2 == 0 && w.k_segment_offset_bytes % 2 == 0 &&
+          w.v_segment_offset_bytes % 2 == 0);
 }
 
 template <int D>
@@ -501,14 +522,19 @@ cudaError_t RmsNormToBf16Cuda(const float* x, const float* weight, int64_t rows,
                                       stream, x, weight, n, eps, out_bf16);
 }
 
-cudaError_t QkvPostCuda(const QkvPostParams& params, cudaStream_t stream) {
+cudaError_t QkvPostCuda(const QkvPostParams& params, const QkvPageWrite& pages,
+                        cudaStream_t stream) {
   const QkvPostParams& p = params;
-  if (!ValidQkvPost(p)) return cudaErrorInvalidValue;
+  if (!ValidQkvPost(p) || !ValidPageWrite(pages)) return cudaErrorInvalidValue;
   if (p.rows == 0) return cudaSuccess;
   const int nwarps = kRowThreads / 32;
   const size_t smem = (static_cast<size_t>(nwarps) * p.head_dim + p.rope_dim) * sizeof(float);
   return cuda::LaunchOverlappingPrior(QkvPostKernel, dim3(static_cast<unsigned>(p.rows)),
-                                      dim3(kRowThreads), smem, stream, p);
+                                      dim3(kRowThreads), smem, stream, p, pages);
+}
+
+cudaError_t QkvPostCuda(const QkvPostParams& params, cudaStream_t stream) {
+  return QkvPostCuda(params, QkvPageWrite{}, stream);
 }
 
 cudaError_t QkvPostCuda(const QkvPostParams& params, const QkvRotatedOut& rotated,
@@ -520,11 +546,8 @@ cudaError_t QkvPostCuda(const QkvPostParams& params, const QkvRotatedOut& rotate
       (rotated.v != nullptr && (rotated.v_rotation == nullptr || !Aligned16(rotated.v_rotation)))) {
     return cudaErrorInvalidValue;
   }
-  if (rotated.page_pool != nullptr &&
-      (rotated.k == nullptr || rotated.v == nullptr || rotated.page_ids == nullptr ||
-       rotated.rows_in_page == nullptr || (reinterpret_cast<uintptr_t>(rotated.page_pool) & 1u) ||
-       rotated.page_stride_bytes % 2 != 0 || rotated.head_stride_bytes % 2 != 0 ||
-       rotated.k_segment_offset_bytes % 2 != 0 || rotated.v_segment_offset_bytes % 2 != 0)) {
+  if (!ValidPageWrite(rotated.pages) ||
+      (rotated.pages.pool != nullptr && (rotated.k == nullptr || rotated.v == nullptr))) {
     return cudaErrorInvalidValue;
   }
   if (!qk && rotated.v == nullptr) return QkvPostCuda(p, stream);

@@ -36,6 +36,24 @@ cudaError_t RmsNormToBf16Cuda(const float* x, const float* weight, int64_t rows,
 // q and k (qwen3), RoPE of q and k at positions[r].
 cudaError_t QkvPostCuda(const QkvPostParams& params, cudaStream_t stream);
 
+// A decode step's cache write fused into the QKV post-processing: bf16 of each K and V row stored
+// into BF16 page units, as WriteBf16PageRowsCuda of those rows would store them (the same
+// rounding): row r, KV head h to pool + page_ids[r] * page_stride_bytes + h * head_stride_bytes
+// + {k,v}_segment_offset_bytes + rows_in_page[r] * D * 2. pool null = no write.
+struct QkvPageWrite {
+  uint8_t* pool = nullptr;
+  const int32_t* page_ids = nullptr;      // [rows]
+  const int32_t* rows_in_page = nullptr;  // [rows], each in [0, 8)
+  int64_t page_stride_bytes = 0, head_stride_bytes = 0;
+  int64_t k_segment_offset_bytes = 0, v_segment_offset_bytes = 0;
+};
+// QkvPostCuda, then with pages.pool set the k and v rows (as post-processed in place) written to
+// their pages, in one launch: bit-identical to QkvPostCuda followed by WriteBf16PageRowsCuda of
+// those rows (the unrotated tiers, e.g. the bf16 codec). The pool and its offsets need 2-byte
+// alignment.
+cudaError_t QkvPostCuda(const QkvPostParams& params, const QkvPageWrite& pages,
+                        cudaStream_t stream);
+
 // Rotated copies of QkvPostCuda's results, for a decode step: q and k by qk_rotation (R_K), v
 // by v_rotation (R_V), each D x D f32 row-major and 16-byte aligned; outputs packed
 // [rows][heads][D], null for a part not wanted (its rotation may then be null too).
@@ -45,18 +63,11 @@ struct QkvRotatedOut {
   float* q = nullptr;  // [rows][Hq][D]
   float* k = nullptr;  // [rows][Hkv][D]
   float* v = nullptr;  // [rows][Hkv][D]
-  // Optional, a decode step's cache write: bf16 of the k and v copies also stored into BF16 page
-  // units, as WriteBf16PageRowsCuda of those copies would store them (the same rounding): row r,
-  // KV head h to page_pool + page_ids[r] * page_stride_bytes + h * head_stride_bytes
-  // + {k,v}_segment_offset_bytes + rows_in_page[r] * D * 2. Needs k and v; null = no write.
-  uint8_t* page_pool = nullptr;
-  const int32_t* page_ids = nullptr;      // [rows]
-  const int32_t* rows_in_page = nullptr;  // [rows], each in [0, 8)
-  int64_t page_stride_bytes = 0, head_stride_bytes = 0;
-  int64_t k_segment_offset_bytes = 0, v_segment_offset_bytes = 0;
+  // Optional: the k and v *copies* also written to their pages (needs k and v).
+  QkvPageWrite pages;
 };
 // QkvPostCuda, then the rotated copies, in one launch: bit-identical to QkvPostCuda followed by
-// RotateRowsCuda of each wanted part (RotateRowsRef's order), and with page_pool set, then
+// RotateRowsCuda of each wanted part (RotateRowsRef's order), and with pages.pool set, then
 // WriteBf16PageRowsCuda of the k and v copies. head_dim 64 or 128 when any copy is wanted. Each
 // block stages R for at most 8 heads of one row, so it suits a decode step's few rows; a
 // prefill's many rows share R better through RotateRowsCuda (8 rows a block).

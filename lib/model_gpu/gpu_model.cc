@@ -261,7 +261,7 @@ const float* GpuModel::RotationOf(int layer, int which) const {
 }
 
 absl::Status GpuModel::LayerQkv(int l, int64_t rows, const int32_t* positions,
-                                const k::QkvRotatedOut* rotated) {
+                                const k::QkvRotatedOut* rotated, const k::QkvPageWrite* pages) {
   const model::ModelConfig& c = config_;
   const int d = c.head_dim, hq = c.num_heads, hkv = c.num_kv_heads;
   const int64_t dm = c.d_model, qdim = int64_t{hq} * d, kvdim = int64_t{hkv} * d;
@@ -299,7 +299,11 @@ absl::Status GpuModel::LayerQkv(int l, int64_t rows, const int32_t* positions,
   post.pairing = c.rope_style == model::RopeStyle::kNeox ? k::RopePairing::kNeox
                                                          : k::RopePairing::kAdjacentPairs;
   if (rotated != nullptr) {
-    OSCARKV_CUDA_OK(k::QkvPostCuda(post, *rotated, stream_));
+    k::QkvRotatedOut out = *rotated;
+    if (pages != nullptr) out.pages = *pages;
+    OSCARKV_CUDA_OK(k::QkvPostCuda(post, out, stream_));
+  } else if (pages != nullptr) {
+    OSCARKV_CUDA_OK(k::QkvPostCuda(post, *pages, stream_));
   } else {
     OSCARKV_CUDA_OK(k::QkvPostCuda(post, stream_));
   }
@@ -350,28 +354,26 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
     const float* r_v_t = RotationOf(l, 2);
 
     // Cache rows in the tier basis (rotated by R_K / R_V), f32; rounded to bf16 when stored. A
-    // decode step rotates q, K and V in the QKV post-processing's launch, which also writes the
-    // step's BF16 page rows when they are one range of all its rows (one launch fewer); a
-    // prefill's K and V (many rows) in one RotateRowsCuda launch, which shares R over 8 rows a
-    // block.
+    // decode step rotates q, K and V in the QKV post-processing's launch; a prefill's K and V
+    // (many rows) in one RotateRowsCuda launch, which shares R over 8 rows a block. A decode
+    // step whose BF16 page rows are one range of all its rows (every decode step) also writes
+    // them in the QKV post-processing's launch (one launch fewer), rotated or not.
+    k::QkvPageWrite pages;
+    if (!prefill && meta.writes.size() == 1 && meta.writes[0].row_begin == 0 &&
+        meta.writes[0].count == rows) {
+      const int64_t at = meta.writes[0].meta_index;
+      pages = {.pool = bf16_pool, .page_ids = meta.bf16_page + at,
+               .rows_in_page = meta.bf16_row + at, .page_stride_bytes = hkv * bf16_unit,
+               .head_stride_bytes = bf16_unit, .k_segment_offset_bytes = k::Bf16PageKOffset(d),
+               .v_segment_offset_bytes = k::Bf16PageVOffset(d)};
+    }
     k::QkvRotatedOut rotated;
     if (has_rotation_ && !prefill) {
       rotated = {.qk_rotation = r_k, .v_rotation = r_v, .q = q_rot_.as<float>(),
                  .k = k_rot_.as<float>(), .v = v_rot_.as<float>()};
-      if (meta.writes.size() == 1 && meta.writes[0].row_begin == 0 &&
-          meta.writes[0].count == rows) {
-        const int64_t at = meta.writes[0].meta_index;
-        rotated.page_pool = bf16_pool;
-        rotated.page_ids = meta.bf16_page + at;
-        rotated.rows_in_page = meta.bf16_row + at;
-        rotated.page_stride_bytes = hkv * bf16_unit;
-        rotated.head_stride_bytes = bf16_unit;
-        rotated.k_segment_offset_bytes = k::Bf16PageKOffset(d);
-        rotated.v_segment_offset_bytes = k::Bf16PageVOffset(d);
-      }
     }
-    OSCARKV_RETURN_IF_ERROR(
-        LayerQkv(l, rows, meta.positions, has_rotation_ && !prefill ? &rotated : nullptr));
+    OSCARKV_RETURN_IF_ERROR(LayerQkv(l, rows, meta.positions,
+                                     has_rotation_ && !prefill ? &rotated : nullptr, &pages));
 
     if (prefill) OSCARKV_CUDA_OK(cudaEventRecord(cache_events_[2 * l], stream_));
     const float* k_rows = qkv + qdim;
@@ -404,7 +406,7 @@ absl::Status GpuModel::RunLayers(int64_t rows, bool prefill, const StepMeta& met
     }
     const std::vector<StepMeta::WriteRange> no_writes;  // the QKV post-processing wrote them
     for (const StepMeta::WriteRange& wr :
-         rotated.page_pool != nullptr ? no_writes : meta.writes) {
+         pages.pool != nullptr ? no_writes : meta.writes) {
       k::PageRowsParams kv_writes[2];  // K and V rows in one launch
       for (int kv = 0; kv < 2; ++kv) {
         k::PageRowsParams& pr = kv_writes[kv];

@@ -45,6 +45,7 @@
 
 namespace oscarkv::kernels {
 struct QkvRotatedOut;  // kernels/model/model_kernels_cuda.h
+struct QkvPageWrite;
 }  // namespace oscarkv::kernels
 
 namespace oscarkv::model_gpu {
@@ -194,9 +195,12 @@ class GpuModel {
   absl::Status RunLayers(int64_t rows, bool prefill, const StepMeta& meta);
   // One layer's attention norm, fused QKV product, biases, QK norms and RoPE at `positions`
   // (device) over rows of x_, into qkv_; with `rotated` also its rotated copies in the same
-  // launch (a decode step's q, K and V in the tier basis).
+  // launch (a decode step's q, K and V in the tier basis). With `pages`, the same launch also
+  // writes the K and V rows to their BF16 pages: the rotated copies with `rotated`, else the
+  // rows in qkv_.
   absl::Status LayerQkv(int l, int64_t rows, const int32_t* positions,
-                        const kernels::QkvRotatedOut* rotated = nullptr);
+                        const kernels::QkvRotatedOut* rotated = nullptr,
+                        const kernels::QkvPageWrite* pages = nullptr);
   // One layer's output projection of attn_bf16_ (residual into x_) and its FFN.
   absl::Status LayerOutputAndFfn(int l, int64_t rows);
   // Device rotation `which` of `layer` (0 R_K, 1 R_V, 2 R_V^T, 3 R_K^T); null without rotations.

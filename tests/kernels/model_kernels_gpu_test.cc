@@ -254,6 +254,47 @@ void TestQkvPost(bool small) {
     for (int t = 0; t < rows; ++t) rows_in_page[t] = (t * 3 + 5) % kPageTokens;
     int32_t* d_page_ids = ToDevice(page_ids);
     int32_t* d_rows_in_page = ToDevice(rows_in_page);
+    const auto page_write = [&](uint8_t* d_pool) {
+      return QkvPageWrite{.pool = d_pool, .page_ids = d_page_ids, .rows_in_page = d_rows_in_page,
+                          .page_stride_bytes = page_stride, .head_stride_bytes = unit,
+                          .k_segment_offset_bytes = Bf16PageKOffset(c.d),
+                          .v_segment_offset_bytes = Bf16PageVOffset(c.d)};
+    };
+    // Host pages: WriteBf16PageRowsRef of `tokens` rows of k (kv 0) or v taken from `rows`.
+    const auto ref_page_write = [&](const float* rows, int64_t row_stride, int64_t tokens, int kv,
+                                    std::vector<uint8_t>* pool_out) {
+      WriteBf16PageRowsRef({.rows = rows, .row_stride = row_stride, .tokens = tokens,
+                            .heads = c.hkv, .head_dim = c.d, .page_ids = page_ids.data(),
+                            .rows_in_page = rows_in_page.data(), .pool = pool_out->data(),
+                            .page_stride_bytes = page_stride, .head_stride_bytes = unit,
+                            .segment_offset_bytes =
+                                kv == 0 ? Bf16PageKOffset(c.d) : Bf16PageVOffset(c.d)});
+    };
+    // The unrotated form with the page write (the bf16 codec's decode step): in place it must
+    // equal the first launch bit for bit, and the pages WriteBf16PageRowsRef of its k and v rows.
+    for (const int fused_rows : {1, rows}) {
+      const std::string name = "QkvPost + page write hq=" + std::to_string(c.hq) +
+                               " d=" + std::to_string(c.d) + " rows=" + std::to_string(fused_rows);
+      float* d_qkv2 = ToDevice(qkv);
+      uint8_t* d_pool = ToDevice(pool);
+      QkvPostParams fp = dp;
+      fp.q = d_qkv2;
+      fp.k = d_qkv2 + qn;
+      fp.v = d_qkv2 + qn + kn;
+      fp.rows = fused_rows;
+      GPU_CHECK(QkvPostCuda(fp, page_write(d_pool), nullptr));
+      GPU_CHECK(cudaDeviceSynchronize());
+      const size_t n_in = static_cast<size_t>(fused_rows) * stride;
+      std::vector<float> want_in_place = qkv;  // rows past fused_rows untouched
+      std::copy(got.begin(), got.begin() + n_in, want_in_place.begin());
+      CheckExact(name + ": in place", ToHost(d_qkv2, qkv.size()), want_in_place);
+      std::vector<uint8_t> want_pool = pool;
+      ref_page_write(got.data() + qn, stride, fused_rows, 0, &want_pool);
+      ref_page_write(got.data() + qn + kn, stride, fused_rows, 1, &want_pool);
+      CheckExact(name + ": pages", ToHost(d_pool, pool.size()), want_pool);
+      GPU_CHECK(cudaFree(d_pool));
+      GPU_CHECK(cudaFree(d_qkv2));
+    }
     const struct {
       bool with_q, with_pages;
     } forms[] = {{true, false}, {false, false}, {true, true}};
@@ -278,15 +319,7 @@ void TestQkvPost(bool small) {
         QkvRotatedOut ro{.qk_rotation = d_rqk, .v_rotation = d_rv,
                          .q = with_q ? d_rot_q : nullptr, .k = d_rot_k, .v = d_rot_v};
         uint8_t* d_pool = ToDevice(pool);
-        if (with_pages) {
-          ro.page_pool = d_pool;
-          ro.page_ids = d_page_ids;
-          ro.rows_in_page = d_rows_in_page;
-          ro.page_stride_bytes = page_stride;
-          ro.head_stride_bytes = unit;
-          ro.k_segment_offset_bytes = Bf16PageKOffset(c.d);
-          ro.v_segment_offset_bytes = Bf16PageVOffset(c.d);
-        }
+        if (with_pages) ro.pages = page_write(d_pool);
         GPU_CHECK(QkvPostCuda(fp, ro, nullptr));
         GPU_CHECK(cudaDeviceSynchronize());
         std::vector<uint8_t> want_pool = pool;
@@ -324,15 +357,10 @@ void TestQkvPost(bool small) {
           rp.out = want.data();
           RotateRowsRef(rp);
           CheckExact(name + ": rotated " + part.part, ToHost(part.dev, n), want);
-          if (part.dev == d_rot_q) continue;
-          PageRowsParams w{.rows = want.data(), .row_stride = int64_t{c.hkv} * c.d,
-                           .tokens = fused_rows, .heads = c.hkv, .head_dim = c.d,
-                           .page_ids = page_ids.data(), .rows_in_page = rows_in_page.data(),
-                           .pool = want_pool.data(), .page_stride_bytes = page_stride,
-                           .head_stride_bytes = unit,
-                           .segment_offset_bytes = part.dev == d_rot_k ? Bf16PageKOffset(c.d)
-                                                                       : Bf16PageVOffset(c.d)};
-          if (with_pages) WriteBf16PageRowsRef(w);
+          if (part.dev != d_rot_q && with_pages) {
+            ref_page_write(want.data(), int64_t{c.hkv} * c.d, fused_rows,
+                           part.dev == d_rot_k ? 0 : 1, &want_pool);
+          }
         }
         // Without the page write the pool stays as it was.
         CheckExact(name + ": pages", ToHost(d_pool, pool.size()), want_pool);
@@ -987,14 +1015,24 @@ void TestInvalidArguments() {
   qp.head_dim = qp.rope_dim = 96;
   ok &= QkvPostCuda(qp, ro, nullptr) == cudaErrorInvalidValue;  // no rotation at D = 96
   qp.head_dim = qp.rope_dim = 64;
-  ro = {.qk_rotation = dummy_r, .k = dummy_f, .page_pool = reinterpret_cast<uint8_t*>(dummy_b),
-        .page_ids = reinterpret_cast<const int32_t*>(dummy_f),
-        .rows_in_page = reinterpret_cast<const int32_t*>(dummy_f)};
+  const QkvPageWrite pw{.pool = reinterpret_cast<uint8_t*>(dummy_b),
+                        .page_ids = reinterpret_cast<const int32_t*>(dummy_f),
+                        .rows_in_page = reinterpret_cast<const int32_t*>(dummy_f)};
+  ro = {.qk_rotation = dummy_r, .k = dummy_f, .pages = pw};
   ok &= QkvPostCuda(qp, ro, nullptr) == cudaErrorInvalidValue;  // page write without the v copy
   ro.v_rotation = dummy_r;
   ro.v = dummy_f;
-  ro.page_ids = nullptr;
+  ro.pages.page_ids = nullptr;
   ok &= QkvPostCuda(qp, ro, nullptr) == cudaErrorInvalidValue;  // page write without page ids
+  QkvPageWrite bad = pw;
+  bad.rows_in_page = nullptr;
+  ok &= QkvPostCuda(qp, bad, nullptr) == cudaErrorInvalidValue;  // no row-in-page indices
+  bad = pw;
+  bad.pool += 1;
+  ok &= QkvPostCuda(qp, bad, nullptr) == cudaErrorInvalidValue;  // bf16 rows not 2-byte aligned
+  bad = pw;
+  bad.v_segment_offset_bytes = 3;
+  ok &= QkvPostCuda(qp, bad, nullptr) == cudaErrorInvalidValue;  // odd segment offset
   PageRowsParams wp[kMaxPageRowsJobs + 1];
   ok &= WriteBf16PageRowsCuda(wp, kMaxPageRowsJobs + 1, nullptr) == cudaErrorInvalidValue;
   ok &= WriteBf16PageRowsCuda(wp, 2, nullptr) == cudaSuccess;  // both empty: no launch
