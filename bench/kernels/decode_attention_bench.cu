@@ -15,17 +15,20 @@
 //                                           (default 32768) x the shape's KV heads (profilers,
 //                                           A/B runs)
 //   decode_attention_bench --cap-sweep D S  B=1 INT2 rows with the plan's splits capped
+//   decode_attention_bench --help           this usage (kUsage); other arguments are an error
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -517,60 +520,156 @@ void RunPipeProbes(int sms, cudaStream_t stream) {
   RunPipeProbe<ProbeOp::kCvtF64>("F2F.F64.F32 + F2F.F32.F64", sms, stream);
 }
 
+constexpr char kUsage[] =
+    "Decode attention and demotion timings on the GPU (bench/kernels/RESULTS.md).\n"
+    "Usage:\n"
+    "  decode_attention_bench [--quick]\n"
+    "      the grid (--quick: the four goal shapes), variant rows, demotion, pipe probes\n"
+    "  decode_attention_bench --only D B S [CPS [CAP [FLIP]]]\n"
+    "      one INT2 case: head_dim D (64: Hq9/Hkv3, 128: Hq32/Hkv8), B sequences of S tokens;\n"
+    "      CPS the plan's stage-1 CTAs per SM (0: its own), CAP a cap on its splits per tier\n"
+    "      (0: none), FLIP 1 flips its fuse_bf16_into_int2. Environment:\n"
+    "      OSCARKV_BENCH_PLAIN_LAUNCH=1 (no overlap with the kernel before),\n"
+    "      OSCARKV_BENCH_BF16_TOKENS=N (N BF16 tokens a sequence instead of 320)\n"
+    "  decode_attention_bench --demote D CLIP [T]\n"
+    "      one unrotated bf16 demotion case: T tokens (default 32768) x the shape's KV heads,\n"
+    "      clip ratio CLIP in (0, 1] (1: no clip)\n"
+    "  decode_attention_bench --cap-sweep D S\n"
+    "      B=1 INT2 rows of S tokens with the plan's splits capped at several values\n"
+    "  decode_attention_bench --help\n";
+
+// A whole-string integer in [lo, hi].
+std::optional<int> IntArg(const char* s, long lo, long hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi) return std::nullopt;
+  return static_cast<int>(v);
+}
+
+// What the command line asks for; every number checked before any GPU work.
+struct BenchArgs {
+  enum class Mode { kGrid, kOnly, kDemote, kCapSweep } mode = Mode::kGrid;
+  bool quick = false;
+  int d = 128, b = 1, s = 0, cps = 0, cap = 0, tokens = 32768;
+  int bf16_tokens = -1;  // OSCARKV_BENCH_BF16_TOKENS (--only); -1: min(S, 320)
+  bool flip = false;
+  float clip = 1.0f;
+};
+
+// nullopt after printing the reason (and the usage) to stderr.
+std::optional<BenchArgs> ParseArgs(int argc, char** argv) {
+  BenchArgs a;
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const auto fail = [&](const std::string& reason) -> std::optional<BenchArgs> {
+    std::fprintf(stderr, "decode_attention_bench: %s\n%s", reason.c_str(), kUsage);
+    return std::nullopt;
+  };
+  bool ok = true;  // false once an argument is bad; `why` then says which (the first)
+  std::string why;
+  // argv[i] as an integer in [lo, hi], named `what` in the error.
+  const auto num = [&](int i, const char* what, long lo, long hi) {
+    const std::optional<int> v = IntArg(argv[i], lo, hi);
+    if (!v && ok) {
+      ok = false;
+      why = mode + ": " + what + " must be an integer in [" + std::to_string(lo) +
+            ", " + std::to_string(hi) + "], got '" + argv[i] + "'";
+    }
+    return v.value_or(0);
+  };
+  const auto head_dim = [&](int i) {
+    const std::optional<int> d = IntArg(argv[i], 64, 128);
+    if ((!d || (*d != 64 && *d != 128)) && ok) {
+      ok = false;
+      why = mode + ": D must be 64 or 128, got '" + argv[i] + "'";
+    }
+    return d.value_or(128);
+  };
+  constexpr long kMaxTokens = 1L << 22, kMaxSeqs = 4096;
+  if (argc == 1 || (argc == 2 && mode == "--quick")) {
+    a.quick = argc == 2;
+  } else if (mode == "--only" && argc >= 5 && argc <= 8) {
+    a.mode = BenchArgs::Mode::kOnly;
+    a.d = head_dim(2);
+    a.b = num(3, "B", 1, kMaxSeqs);
+    a.s = num(4, "S", 1, kMaxTokens);
+    if (argc >= 6) a.cps = num(5, "CPS", 0, 32);
+    if (argc >= 7) a.cap = num(6, "CAP", 0, 1 << 16);
+    if (argc == 8) a.flip = num(7, "FLIP", 0, 1) != 0;
+    if (const char* bf = std::getenv("OSCARKV_BENCH_BF16_TOKENS"); bf != nullptr && ok) {
+      const std::optional<int> v = IntArg(bf, 0, kMaxTokens);
+      if (!v) {
+        ok = false;
+        why = std::string("OSCARKV_BENCH_BF16_TOKENS must be a token count, got '") + bf + "'";
+      }
+      a.bf16_tokens = v.value_or(-1);
+    }
+  } else if (mode == "--demote" && (argc == 4 || argc == 5)) {
+    a.mode = BenchArgs::Mode::kDemote;
+    a.d = head_dim(2);
+    char* end = nullptr;
+    a.clip = std::strtof(argv[3], &end);
+    if (ok && (end == argv[3] || *end != '\0' || !(a.clip > 0.0f && a.clip <= 1.0f))) {
+      ok = false;
+      why = std::string("--demote: CLIP must be a ratio in (0, 1], got '") + argv[3] + "'";
+    }
+    if (argc == 5) a.tokens = num(4, "T", 1, kMaxTokens);
+  } else if (mode == "--cap-sweep" && argc == 4) {
+    a.mode = BenchArgs::Mode::kCapSweep;
+    a.d = head_dim(2);
+    a.s = num(3, "S", 1, kMaxTokens);
+  } else {
+    const bool known =
+        mode == "--only" || mode == "--demote" || mode == "--cap-sweep" || mode == "--quick";
+    return fail(known ? "wrong number of arguments for " + mode : "unknown arguments");
+  }
+  if (!ok) return fail(why);
+  return a;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  const std::optional<BenchArgs> args = ParseArgs(argc, argv);
+  if (!args) return 2;
   if (!oscarkv::testing::HaveGpu()) {
     std::printf("no GPU: skipped\n");
     return 77;
   }
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool quick = args->quick;
   cudaStream_t stream;
   GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int sms = 0;
   GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   // The two shapes by head_dim: Qwen3-8B-like (D = 128) and the default model's (D = 64).
-  auto shape_of = [](const char* d) {
-    return std::atoi(d) == 64 ? Shape{9, 3, 64} : Shape{32, 8, 128};
-  };
+  const Shape shape = args->d == 64 ? Shape{9, 3, 64} : Shape{32, 8, 128};
   // Single-case modes take the floor at a nominal 4.27 TB/s, the card's copy ceiling as measured
   // by CopyBandwidth (no copy-bandwidth run).
-  // --only D B S [CPS [CAP [FLIP]]]: one INT2 case (profilers, A/B runs), optionally with the
-  // plan's ctas_per_sm, a cap on its splits per tier (0: none) and FLIP = 1 to flip its
-  // fuse_bf16_into_int2. Environment: OSCARKV_BENCH_PLAIN_LAUNCH (no overlap with the kernel
-  // before), OSCARKV_BENCH_BF16_TOKENS=N (N BF16 tokens per sequence instead of 320).
-  if (argc >= 5 && argc <= 8 && std::strcmp(argv[1], "--only") == 0) {
-    g_plain_launch = std::getenv("OSCARKV_BENCH_PLAIN_LAUNCH") != nullptr;
-    if (const char* bf = std::getenv("OSCARKV_BENCH_BF16_TOKENS")) g_bf16_tokens = std::atoi(bf);
-    const int cps = argc >= 6 ? std::atoi(argv[5]) : 0;
-    g_max_splits = argc >= 7 ? std::atoi(argv[6]) : 0;
-    g_flip_fuse = argc == 8 && std::atoi(argv[7]) != 0;
-    RunDecode(shape_of(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), true,
-              kNominalCopyBandwidth, cps, sms, stream);
-    return 0;
-  }
-  // --demote D CLIP [T]: one unrotated bf16 demotion case of the shape's KV heads, T tokens
-  // (default 32768).
-  if ((argc == 4 || argc == 5) && std::strcmp(argv[1], "--demote") == 0) {
-    const Shape sh = shape_of(argv[2]);
-    const int tokens = argc == 5 ? std::atoi(argv[4]) : 32768;
-    if (tokens < 1) {
-      std::fprintf(stderr, "--demote: T must be a positive token count, got '%s'\n", argv[4]);
-      return 2;
-    }
-    RunDemote(tokens, sh.hkv, sh.d, false, static_cast<float>(std::atof(argv[3])),
-              kNominalCopyBandwidth, sms, stream);
-    return 0;
-  }
-  // --cap-sweep D S: B=1 INT2 rows with the plan's splits capped at several values.
-  if (argc == 4 && std::strcmp(argv[1], "--cap-sweep") == 0) {
-    for (int cap : {0, 24, 32, 40, 44, 46, 48, 56, 64, 80, 96, 128}) {
-      g_max_splits = cap;
-      RunDecode(shape_of(argv[2]), 1, std::atoi(argv[3]), true, kNominalCopyBandwidth, 0, sms,
+  switch (args->mode) {
+    case BenchArgs::Mode::kOnly:  // profilers, A/B runs
+      g_plain_launch = std::getenv("OSCARKV_BENCH_PLAIN_LAUNCH") != nullptr;
+      g_bf16_tokens = args->bf16_tokens;
+      g_max_splits = args->cap;
+      g_flip_fuse = args->flip;
+      RunDecode(shape, args->b, args->s, true, kNominalCopyBandwidth, args->cps, sms, stream);
+      return 0;
+    case BenchArgs::Mode::kDemote:
+      RunDemote(args->tokens, shape.hkv, shape.d, false, args->clip, kNominalCopyBandwidth, sms,
                 stream);
-    }
-    g_max_splits = 0;
-    return 0;
+      return 0;
+    case BenchArgs::Mode::kCapSweep:
+      for (int cap : {0, 24, 32, 40, 44, 46, 48, 56, 64, 80, 96, 128}) {
+        g_max_splits = cap;
+        RunDecode(shape, 1, args->s, true, kNominalCopyBandwidth, 0, sms, stream);
+      }
+      g_max_splits = 0;
+      return 0;
+    case BenchArgs::Mode::kGrid:
+      break;
   }
   const double bw = CopyBandwidth(stream);
   std::printf("copy bandwidth (read+write), the best of the three: %.1f GB/s, SMs %d\n", bw / 1e9,

@@ -5,7 +5,8 @@
 // kernel (no workspace) and the Hopper kernel (with its workspace; the time includes
 // its bf16 staging pre-pass), in the same process; the sm90 row gives its speedup over mma.
 // bench/kernels/prefill_sdpa_baseline.py times PyTorch's cuDNN and flash SDPA on the same shapes.
-//   prefill_attention_bench [--quick]   (--quick: T = 8192 only)
+//   prefill_attention_bench [--quick]   (--quick: T = 8192 only; --help: usage; other arguments
+//                                       are an error, exit 2)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/model/model_kernels_cuda.h"
@@ -97,11 +99,24 @@ void Run(int64_t t, int hq, int hkv, int d) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  constexpr char kUsage[] =
+      "Causal prefill attention timings on the GPU (PrefillAttentionCuda, mma.sync and Hopper\n"
+      "kernels), T = 8192 and 32768 tokens at Hq32/Hkv8/D128 and Hq9/Hkv3/D64.\n"
+      "Usage: prefill_attention_bench [--quick]   (--quick: T = 8192 only)\n";
+  const std::string arg = argc == 2 ? argv[1] : "";
+  if (arg == "--help" || arg == "-h") {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  if (argc > 2 || (argc == 2 && arg != "--quick")) {
+    std::fprintf(stderr, "prefill_attention_bench: unknown arguments\n%s", kUsage);
+    return 2;
+  }
   if (!oscarkv::testing::HaveGpu()) {
     std::printf("no GPU: skipped\n");
     return 0;
   }
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool quick = arg == "--quick";
   for (const int64_t t : {int64_t{8192}, int64_t{32768}}) {
     if (quick && t != 8192) continue;
     Run(t, 32, 8, 128);
