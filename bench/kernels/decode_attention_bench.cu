@@ -7,15 +7,8 @@
 // Calls set overlap_prior_kernel (rows marked "plain launch" do not; DecodeAttentionCuda uses it
 // for few sequences only). Rows marked "read only" time a kernel that only reads the same pools,
 // one launch per call: the ceiling of a single launch of that size, next to the floor.
-//   decode_attention_bench [--quick]     the grid (--quick: the four goal shapes) + variant rows
-//   decode_attention_bench --only D B S [CPS [CAP [FLIP]]]  one INT2 case (profilers, A/B runs;
-//                                           OSCARKV_BENCH_PLAIN_LAUNCH=1: overlap_prior_kernel
-//                                           off; OSCARKV_BENCH_BF16_TOKENS=N: N BF16 tokens)
-//   decode_attention_bench --demote D CLIP [T]  one unrotated bf16 demotion case, T tokens
-//                                           (default 32768) x the shape's KV heads (profilers,
-//                                           A/B runs)
-//   decode_attention_bench --cap-sweep D S  B=1 INT2 rows with the plan's splits capped
-//   decode_attention_bench --help           this usage (kUsage); other arguments are an error
+// Modes (the grid, --only, --demote, --cap-sweep): `decode_attention_bench --help`, i.e. kUsage
+// below; arguments are checked before any GPU work, and bad ones exit 2.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

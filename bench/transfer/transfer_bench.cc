@@ -6,7 +6,8 @@
 //
 //   transfer_bench [--seconds_per_point S] [--transports "tcp,self,sm/nopeer;tcp,self,sm"]
 // A transports entry ending in "/nopeer" turns UcxOptions::peer_failure_detection off. --help
-// lists the flags; an unknown flag or a bad value is an error (exit 2), not a silent default.
+// lists the flags; an unknown flag or a bad value is an error (CLI11's non-zero exit), not a
+// silent default.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
