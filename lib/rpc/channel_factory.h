@@ -19,6 +19,17 @@ struct ChannelOptions {
   std::chrono::milliseconds connect_timeout{5000};
   // Default per-call deadline used by MakeContext() when none is given. Default: 10 s.
   std::chrono::milliseconds default_call_timeout{10000};
+  // While a call is in flight the channel pings the peer every keepalive_time and closes the
+  // connection when a ping goes unanswered for keepalive_timeout, so a call to a hung peer
+  // (SIGSTOP, wedged host) fails kUnavailable in about their sum instead of at its deadline.
+  // No pings while idle. Servers started by ServerRunner accept pings this often.
+  // Default: 10 s / 5 s.
+  std::chrono::milliseconds keepalive_time{10000};
+  std::chrono::milliseconds keepalive_timeout{5000};
+  // Longest wait between reconnection attempts after a failure, so that a peer that restarts
+  // is reached again within about this long (gRPC's own default grows to 120 s).
+  // Default: 1 s.
+  std::chrono::milliseconds max_reconnect_backoff{1000};
 };
 
 // Creates an insecure channel to `address` without waiting. Never null.

@@ -19,7 +19,13 @@ std::shared_ptr<WorkerStubs> MakeWorkerStubs(const std::string& address) {
 std::shared_ptr<WorkerStubs> WorkerChannels::Get(const std::string& address) {
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<WorkerStubs>& s = by_address_[address];
-  if (s == nullptr) s = MakeWorkerStubs(address);
+  // A channel whose last connection attempt failed waits out gRPC's backoff before the next
+  // one and fails calls until then. The worker placed here is registered live (it may just have
+  // restarted), so dial it afresh instead.
+  if (s == nullptr || s->channel->GetState(/*try_to_connect=*/false) ==
+                          GRPC_CHANNEL_TRANSIENT_FAILURE) {
+    s = MakeWorkerStubs(address);
+  }
   return s;
 }
 

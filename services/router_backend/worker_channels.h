@@ -4,7 +4,9 @@
 // was deregistered, declared dead (expired heartbeats) or re-registered at another address loses
 // its channel at the next placement; a re-registered worker's new address gets a fresh one on
 // first use. Suspect workers keep theirs: they are not placed on, but a late heartbeat brings
-// them back without a new connection.
+// them back without a new connection. A channel whose last connection attempt failed is
+// replaced on the next Get, so that a worker that restarted at the same address is reached at
+// once rather than after gRPC's reconnect backoff.
 //
 // A dropped channel closes once the requests still using it (they hold the stubs) end.
 // Thread-safe: every method takes the one internal mutex.
@@ -37,7 +39,8 @@ std::shared_ptr<WorkerStubs> MakeWorkerStubs(const std::string& address);
 
 class WorkerChannels {
  public:
-  //! The cached stubs for `address`, created on first use. Never null.
+  //! The cached stubs for `address`, created on first use or when the cached channel is in
+  //! TRANSIENT_FAILURE. Never null.
   std::shared_ptr<WorkerStubs> Get(const std::string& address);
 
   //! Drops the channel of every address that no worker of `workers` (a

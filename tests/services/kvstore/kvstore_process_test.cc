@@ -1,6 +1,8 @@
 // The oscarkv_kvstore binary as its own process: start it on free ports, learn the gRPC port from
 // its startup log line, store and read back a chain of blocks over gRPC + UCX across the process
-// boundary, scrape /metrics, then SIGTERM it and expect a clean drain (exit 0).
+// boundary, scrape /metrics, then SIGTERM it and expect a clean drain (exit 0). Then the same
+// process stopped with SIGSTOP: a call to it fails kUnavailable through the channel's keepalive
+// pings well before its deadline, and after SIGCONT the next call succeeds.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,6 +52,11 @@ class KvStoreProcess {
     }
     return false;
   }
+  // SIGSTOP / SIGCONT: the process hangs with its sockets open, as a wedged peer does. Each
+  // returns once the kernel reports the new state (a signal takes effect asynchronously).
+  // @return false when that did not happen within 10 s.
+  bool Pause() { return kill(pid_, SIGSTOP) == 0 && WaitForState(/*stopped=*/true); }
+  bool Resume() { return kill(pid_, SIGCONT) == 0 && WaitForState(/*stopped=*/false); }
   // SIGTERM and wait; returns the exit status (or -1).
   int Stop() {
     if (pid_ <= 0) return -1;
@@ -63,6 +70,7 @@ class KvStoreProcess {
   }
   ~KvStoreProcess() {
     if (pid_ > 0) {
+      kill(pid_, SIGCONT);
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
@@ -72,6 +80,24 @@ class KvStoreProcess {
   int metrics_port() const { return metrics_port_; }
 
  private:
+  // Polls the state letter of /proc/<pid>/stat ('T': stopped).
+  bool WaitForState(bool stopped) {
+    const std::string path = "/proc/" + std::to_string(pid_) + "/stat";
+    for (int i = 0; i < 1000; ++i) {
+      std::FILE* f = std::fopen(path.c_str(), "r");
+      if (f == nullptr) return false;
+      char buf[512] = {};
+      const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+      std::fclose(f);
+      const char* paren = std::strrchr(buf, ')');  // "pid (comm) S ..."
+      if (n > 0 && paren != nullptr && paren[1] == ' ' && (paren[2] == 'T') == stopped) {
+        return true;
+      }
+      usleep(10000);
+    }
+    return false;
+  }
+
   pid_t pid_ = 0;
   FILE* log_ = nullptr;
   int grpc_port_ = 0, metrics_port_ = 0;
@@ -152,6 +178,38 @@ TEST(KvStoreProcess, StoresAndServesBlocksAcrossProcessesThenDrains) {
   auto metrics = http.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("oscarkv_kvstore_blocks_committed_total 4"), std::string::npos);
+  EXPECT_EQ(process.Stop(), 0);
+}
+
+TEST(KvStoreProcess, ACallToAStoppedPeerFailsByKeepaliveNotAtItsDeadline) {
+  KvStoreProcess process;
+  ASSERT_TRUE(process.Start());
+  rpc::ChannelOptions options;
+  options.keepalive_time = std::chrono::milliseconds(1000);
+  options.keepalive_timeout = std::chrono::milliseconds(3000);
+  auto channel = rpc::Connect("127.0.0.1:" + std::to_string(process.grpc_port()), options);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  auto stub = kv::KvStoreService::NewStub(*channel);
+  kv::StatsResponse stats;
+  auto ctx = rpc::MakeContext(std::chrono::seconds(10));
+  ASSERT_TRUE(stub->Stats(ctx.get(), kv::StatsRequest(), &stats).ok());
+
+  ASSERT_TRUE(process.Pause());
+  constexpr auto kDeadline = std::chrono::seconds(60);
+  const auto start = std::chrono::steady_clock::now();
+  ctx = rpc::MakeContext(kDeadline);
+  const grpc::Status hung = stub->Stats(ctx.get(), kv::StatsRequest(), &stats);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(process.Resume());
+  // The ping goes unanswered: the transport closes and the call fails as unavailable, long before
+  // the deadline (without keepalive it would wait all of it, as DEADLINE_EXCEEDED).
+  EXPECT_EQ(hung.error_code(), grpc::StatusCode::UNAVAILABLE) << hung.error_message();
+  EXPECT_LT(waited, kDeadline / 2);
+
+  ctx = rpc::MakeContext(std::chrono::seconds(10));
+  ctx->set_wait_for_ready(true);  // the channel reconnects to the resumed process
+  const grpc::Status resumed = stub->Stats(ctx.get(), kv::StatsRequest(), &stats);
+  EXPECT_TRUE(resumed.ok()) << resumed.error_code() << " " << resumed.error_message();
   EXPECT_EQ(process.Stop(), 0);
 }
 

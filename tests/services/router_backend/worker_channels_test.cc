@@ -1,7 +1,13 @@
 // WorkerChannels: one channel per address, reused; Retain keeps the addresses of workers that
 // are not dead (suspect included) and drops the rest. Channels are created lazily and never
-// dialled here.
+// dialled here, except in the last test, which dials a closed port.
 #include "services/router_backend/worker_channels.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
 
 #include "gtest/gtest.h"
 
@@ -59,6 +65,42 @@ TEST(WorkerChannels, AnAddressSharedWithALiveWorkerIsKept) {
   EXPECT_EQ(channels.Get("h:1"), a);
   EXPECT_EQ(channels.Retain({}), (std::vector<std::string>{"h:1"}));
   EXPECT_TRUE(channels.addresses().empty());
+}
+
+// A loopback port that nothing listens on (bound, read back, closed).
+int ClosedPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(WorkerChannels, AChannelThatFailedToConnectIsReplaced) {
+  const int port = ClosedPort();
+  ASSERT_GT(port, 0);
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  WorkerChannels channels;
+  std::shared_ptr<WorkerStubs> first = channels.Get(address);
+  // Dial the closed port until the channel reports the refused connection.
+  const auto give_up = std::chrono::system_clock::now() + std::chrono::seconds(20);
+  grpc_connectivity_state state = first->channel->GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_TRANSIENT_FAILURE &&
+         first->channel->WaitForStateChange(state, give_up)) {
+    state = first->channel->GetState(/*try_to_connect=*/true);
+  }
+  ASSERT_EQ(state, GRPC_CHANNEL_TRANSIENT_FAILURE);
+  // A worker registered there again (e.g. restarted) is dialled over a new channel, not one
+  // waiting out its reconnect backoff.
+  std::shared_ptr<WorkerStubs> second = channels.Get(address);
+  EXPECT_NE(second, first);
+  EXPECT_EQ(second->address, address);
+  EXPECT_EQ(channels.Get(address), second);  // idle, not failed: kept
 }
 
 }  // namespace
