@@ -22,6 +22,28 @@ std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 json NullIfEmpty(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
 
+// A request value as an error message shows it: numbers, booleans and null as written, strings
+// cut to 40 bytes, arrays and objects by kind only. dump() of a client's array or object would
+// copy all of it into the message, and recurses: deeply nested input overflows the stack.
+std::string Shown(const json& v) {
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  if (v.is_string() && v.get_ref<const std::string&>().size() > 40) {
+    return Dump(json(v.get_ref<const std::string&>().substr(0, 40))) + "...";
+  }
+  return Dump(v);
+}
+
+// An integer JSON value as int64, unsigned values above its range saturated (get<int64_t>()
+// would wrap them negative, into range checks and messages).
+int64_t Int64Of(const json& v) {
+  if (v.is_number_unsigned() &&
+      v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  return v.get<int64_t>();
+}
+
 ApiError Invalid(std::string message, std::string param, std::string code = "") {
   ApiError e;
   e.http_status = 400;
@@ -42,7 +64,7 @@ std::optional<ApiError> ReadNumber(const json& body, const char* name, double lo
   const bool below = lo_open ? !(v > lo) : !(v >= lo);
   if (below || !(v <= hi) || !std::isfinite(v)) {
     return Invalid(absl::StrCat("'", name, "' must be ", lo_open ? "in (" : "in [", lo, ", ", hi,
-                                "], got ", it->dump()),
+                                "], got ", Shown(*it)),
                    name);
   }
   *out = v;
@@ -58,11 +80,11 @@ std::optional<ApiError> ReadMaxTokens(const json& body, const char* name, int li
   if (!it->is_number_integer()) {
     return Invalid(absl::StrCat("'", name, "' must be an integer"), name);
   }
-  const int64_t v = it->get<int64_t>();
+  const int64_t v = Int64Of(*it);
   const int least = echo ? 0 : 1;
   if (v < least || v > limit) {
     const bool echo_would_allow_zero = v == 0 && endpoint == Endpoint::kCompletions;
-    return Invalid(absl::StrCat("'", name, "' must be in [", least, ", ", limit, "], got ", v,
+    return Invalid(absl::StrCat("'", name, "' must be in [", least, ", ", limit, "], got ", Shown(*it),
                                 echo_would_allow_zero ? " (0 only with echo)" : ""),
                    name);
   }
@@ -88,9 +110,9 @@ std::optional<ApiError> ReadTopK(const json& body, int* out) {
   auto it = body.find("top_k");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_number_integer()) return Invalid("'top_k' must be an integer", "top_k");
-  const int64_t v = it->get<int64_t>();
+  const int64_t v = Int64Of(*it);
   if (v < -1 || v > std::numeric_limits<int32_t>::max()) {
-    return Invalid(absl::StrCat("'top_k' must be -1, 0 (off) or a positive integer, got ", v),
+    return Invalid(absl::StrCat("'top_k' must be -1, 0 (off) or a positive integer, got ", Shown(*it)),
                    "top_k");
   }
   *out = v <= 0 ? 0 : static_cast<int>(v);
@@ -102,9 +124,9 @@ std::optional<ApiError> ReadTokenIds(const json& p, std::vector<int32_t>* out) {
   if (p.empty()) return Invalid("'prompt' must not be empty", "prompt");
   for (const json& x : p) {
     if (!x.is_number_integer()) return Invalid("'prompt' token ids must be integers", "prompt");
-    const int64_t v = x.get<int64_t>();
+    const int64_t v = Int64Of(x);
     if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
-      return Invalid(absl::StrCat("token id ", v, " is outside [0, ",
+      return Invalid(absl::StrCat("token id ", Shown(x), " is outside [0, ",
                                   std::numeric_limits<int32_t>::max(), "]"),
                      "prompt");
     }
@@ -398,7 +420,7 @@ std::optional<ApiError> ReadLogitBias(const json& body,
     }
     if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100)) {
       return Invalid(absl::StrCat("'logit_bias' of token ", key, " must be a number in [-100, "
-                                  "100], got ", value.dump()),
+                                  "100], got ", Shown(value)),
                      "logit_bias");
     }
     out->emplace_back(token, value.get<double>());
@@ -412,17 +434,17 @@ std::optional<ApiError> ReadLogprobs(const json& body, Endpoint endpoint, int* o
   auto top = body.find("top_logprobs");
   const bool has_top = top != body.end() && !top->is_null();
   auto in_range = [](const json& v) {
-    return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= kMaxTopLogprobs;
+    return v.is_number_integer() && Int64Of(v) >= 0 && Int64Of(v) <= kMaxTopLogprobs;
   };
   const std::string range = absl::StrCat("[0, ", kMaxTopLogprobs, "]");
   if (endpoint == Endpoint::kCompletions) {
     if (has_top) return Invalid("'top_logprobs' is a chat field; use 'logprobs'", "top_logprobs");
     if (lp == body.end() || lp->is_null() || *lp == false) return std::nullopt;
     if (!in_range(*lp)) {
-      return Invalid(absl::StrCat("'logprobs' must be an integer in ", range, ", got ", lp->dump()),
+      return Invalid(absl::StrCat("'logprobs' must be an integer in ", range, ", got ", Shown(*lp)),
                      "logprobs");
     }
-    *out = static_cast<int>(lp->get<int64_t>());
+    *out = static_cast<int>(Int64Of(*lp));
     return std::nullopt;
   }
   const bool on = lp != body.end() && !lp->is_null() && *lp != false;
@@ -430,12 +452,12 @@ std::optional<ApiError> ReadLogprobs(const json& body, Endpoint endpoint, int* o
   if (has_top) {
     if (!in_range(*top)) {
       return Invalid(absl::StrCat("'top_logprobs' must be an integer in ", range, ", got ",
-                                  top->dump()),
+                                  Shown(*top)),
                      "top_logprobs");
     }
     if (!on) return Invalid("'top_logprobs' needs 'logprobs': true", "top_logprobs");
   }
-  if (on) *out = has_top ? static_cast<int>(top->get<int64_t>()) : 0;
+  if (on) *out = has_top ? static_cast<int>(Int64Of(*top)) : 0;
   return std::nullopt;
 }
 
@@ -539,6 +561,9 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
   }
   if (!e) e = ReadNumber(body, "temperature", 0, false, 2, &req.temperature);
   if (!e) e = ReadNumber(body, "top_p", 0, true, 1, &req.top_p);
+  // The workers take top_p as a float, with 0 meaning unset (1); a positive value below the
+  // smallest float would round to that. The smallest float keeps its meaning (top token only).
+  req.top_p = std::max(req.top_p, static_cast<double>(std::numeric_limits<float>::min()));
   if (!e) e = ReadNumber(body, "presence_penalty", -2, false, 2, &req.presence_penalty);
   if (!e) e = ReadNumber(body, "frequency_penalty", -2, false, 2, &req.frequency_penalty);
   if (!e) e = ReadTopK(body, &req.top_k);
@@ -549,14 +574,14 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     return r;
   }
   if (auto it = body.find("n"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 1 ||
-        it->get<int64_t>() > kMaxChoices) {
+    if (!it->is_number_integer() || Int64Of(*it) < 1 ||
+        Int64Of(*it) > kMaxChoices) {
       r.error = Invalid(absl::StrCat("'n' must be an integer in [1, ", kMaxChoices, "], got ",
-                                     it->dump()),
+                                     Shown(*it)),
                         "n");
       return r;
     }
-    req.n = static_cast<int>(it->get<int64_t>());
+    req.n = static_cast<int>(Int64Of(*it));
   }
   if (req.n * req.prompts.size() > static_cast<size_t>(kMaxTotalChoices)) {
     r.error = Invalid(absl::StrCat("prompts x n must be at most ", kMaxTotalChoices, ", got ",
@@ -566,11 +591,11 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
   }
   // best_of = n is n; more would need ranking the extra completions, which is not supported.
   if (auto it = body.find("best_of"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 1) {
+    if (!it->is_number_integer() || Int64Of(*it) < 1) {
       r.error = Invalid("'best_of' must be a positive integer", "best_of");
       return r;
     }
-    if (it->get<int64_t>() != req.n) {
+    if (Int64Of(*it) != req.n) {
       r.error = Invalid("'best_of' other than n is not supported", "best_of",
                         "unsupported_value");
       return r;
@@ -585,14 +610,14 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     return r;
   }
   if (auto it = body.find("prompt_logprobs"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
-        it->get<int64_t>() > kMaxTopLogprobs) {
+    if (!it->is_number_integer() || Int64Of(*it) < 0 ||
+        Int64Of(*it) > kMaxTopLogprobs) {
       r.error = Invalid(absl::StrCat("'prompt_logprobs' must be an integer in [0, ",
-                                     kMaxTopLogprobs, "], got ", it->dump()),
+                                     kMaxTopLogprobs, "], got ", Shown(*it)),
                         "prompt_logprobs");
       return r;
     }
-    req.prompt_logprobs = static_cast<int>(it->get<int64_t>());
+    req.prompt_logprobs = static_cast<int>(Int64Of(*it));
   }
   for (auto [name, out] : {std::pair{"return_tokens_as_token_ids", &req.return_tokens_as_token_ids},
                            {"ignore_eos", &req.ignore_eos}}) {
@@ -608,8 +633,8 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     constexpr size_t kMaxStopTokens = 64;
     const bool ids = it->is_array() && it->size() <= kMaxStopTokens &&
                      std::all_of(it->begin(), it->end(), [](const json& t) {
-                       return t.is_number_integer() && t.get<int64_t>() >= 0 &&
-                              t.get<int64_t>() <= std::numeric_limits<int32_t>::max();
+                       return t.is_number_integer() && Int64Of(t) >= 0 &&
+                              Int64Of(t) <= std::numeric_limits<int32_t>::max();
                      });
     if (!ids) {
       r.error = Invalid(absl::StrCat("'stop_token_ids' must be a list of up to ", kMaxStopTokens,
@@ -617,17 +642,17 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
                         "stop_token_ids");
       return r;
     }
-    for (const json& t : *it) req.stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    for (const json& t : *it) req.stop_token_ids.push_back(static_cast<int32_t>(Int64Of(t)));
   }
   if (auto it = body.find("min_tokens"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
-        it->get<int64_t>() > limits.max_tokens_limit) {
+    if (!it->is_number_integer() || Int64Of(*it) < 0 ||
+        Int64Of(*it) > limits.max_tokens_limit) {
       r.error = Invalid(absl::StrCat("'min_tokens' must be an integer in [0, ",
-                                     limits.max_tokens_limit, "], got ", it->dump()),
+                                     limits.max_tokens_limit, "], got ", Shown(*it)),
                         "min_tokens");
       return r;
     }
-    req.min_tokens = static_cast<int>(it->get<int64_t>());
+    req.min_tokens = static_cast<int>(Int64Of(*it));
   }
   if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer()) {

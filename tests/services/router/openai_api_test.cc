@@ -79,6 +79,48 @@ TEST(OpenAiApi, MaxTokensZeroSaysWhenItIsAllowed) {
   }
 }
 
+// Values a client can make large, deep or out of int64's range are named by kind or as written:
+// copying them (or recursing through them) into the message is not an option.
+TEST(OpenAiApi, ErrorsShowDeepLargeAndHugeValuesSafely) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  auto raw = [](const std::string& fields) {
+    return ParseApiRequest(Endpoint::kCompletions, "application/json",
+                           R"({"model": "m", "prompt": "x", )" + fields + "}", "", Limits());
+  };
+  for (const char* field : {"n", "logprobs", "min_tokens", "prompt_logprobs", "max_tokens"}) {
+    ParseResult r = raw(absl::StrCat("\"", field, "\": ", deep));
+    ASSERT_TRUE(r.error) << field;
+    EXPECT_EQ(r.error->param, field);
+    EXPECT_LT(r.error->message.size(), 200u) << r.error->message;
+  }
+  ParseResult r = raw(R"("logit_bias": {"5": )" + deep + "}");
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->message, "'logit_bias' of token 5 must be a number in [-100, 100], got an array");
+  r = raw(R"("n": ")" + std::string(1000, 'z') + R"(")");
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->message,
+            "'n' must be an integer in [1, 16], got \"" + std::string(40, 'z') + "\"...");
+  r = raw(R"("max_tokens": 18446744073709551615)");
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->message, "'max_tokens' must be in [1, 100], got 18446744073709551615");
+  r = raw(R"("top_k": 9223372036854775808)");
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->message,
+            "'top_k' must be -1, 0 (off) or a positive integer, got 9223372036854775808");
+  r = raw(R"("prompt_logprobs": 18446744073709551615)");
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->param, "prompt_logprobs");
+}
+
+// A top_p below the smallest float stays a positive float (the workers read 0 as unset).
+TEST(OpenAiApi, TinyTopPStaysPositiveAsAFloat) {
+  auto r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", "x"}, {"top_p", 1e-300}});
+  ASSERT_FALSE(r.error) << r.error->message;
+  EXPECT_GT(static_cast<float>(r.request.top_p), 0.0f);
+  r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", "x"}, {"top_p", 0.5}});
+  EXPECT_EQ(r.request.top_p, 0.5);
+}
+
 TEST(OpenAiApi, ParsesSamplingAndExtensionFields) {
   auto r = Parse(Endpoint::kChatCompletions,
                  {{"model", "m"},
