@@ -123,17 +123,17 @@ std::string TextEmitter::Push(int32_t token) {
   // everything made a long completion quadratic); only its complete UTF-8 prefix is visible.
   bytes_ += tokenizer_->Decode(std::span<const int32_t>(&token, 1), /*skip_special=*/true);
   const std::string_view text(bytes_.data(), CompleteUtf8Prefix(bytes_));
-  // A stop string anywhere after what was emitted ends the text right before it.
+  // A stop string anywhere after what was emitted ends the text right before it; when several
+  // match, the one that starts first (not the first listed).
+  size_t stop_at = std::string_view::npos;
   size_t hold = 0;
   for (const std::string& stop : stop_) {
     if (stop.empty()) continue;
     const size_t from = emitted_ >= stop.size() ? emitted_ - stop.size() + 1 : 0;
     const size_t at = text.find(stop, from);
-    if (at != std::string::npos && at + stop.size() > emitted_) {
-      stopped_ = true;
-      std::string out(at > emitted_ ? text.substr(emitted_, at - emitted_) : "");
-      emitted_ = std::max(emitted_, at);
-      return out;
+    if (at != std::string_view::npos && at + stop.size() > emitted_) {
+      stop_at = std::min(stop_at, at);
+      continue;
     }
     // Hold back a suffix that is a prefix of this stop string.
     for (size_t k = std::min(stop.size() - 1, text.size() - emitted_); k > hold; --k) {
@@ -142,6 +142,12 @@ std::string TextEmitter::Push(int32_t token) {
         break;
       }
     }
+  }
+  if (stop_at != std::string_view::npos) {
+    stopped_ = true;
+    std::string out(stop_at > emitted_ ? text.substr(emitted_, stop_at - emitted_) : "");
+    emitted_ = std::max(emitted_, stop_at);
+    return out;
   }
   const size_t upto = text.size() - hold;
   std::string out(upto > emitted_ ? text.substr(emitted_, upto - emitted_) : "");

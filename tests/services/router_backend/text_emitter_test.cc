@@ -76,5 +76,26 @@ TEST_F(TextEmitterTest, StopStringCutsBeforeTheMatch) {
   EXPECT_LT(fed, ids.size());
 }
 
+// Several stop strings: the text ends before the match that starts first, whatever the list's
+// order (" Paris" with ["ris", "Pa"] ends before "Pa", not before "ris").
+TEST_F(TextEmitterTest, TheEarliestOfSeveralStopStringsWins) {
+  const auto& tok = model_->tokenizer();
+  const std::vector<int32_t> ids = tok.Encode("The capital of France is Paris.", false);
+  for (const std::vector<std::string>& stops :
+       {std::vector<std::string>{"ris", "Pa"}, std::vector<std::string>{"Pa", "ris"},
+        std::vector<std::string>{"is Paris", "apital", "France"}}) {
+    TextEmitter e(&tok, stops);
+    std::string out;
+    for (int32_t id : ids) {
+      out += e.Push(id);
+      if (e.stopped()) break;
+    }
+    out += e.Flush();
+    EXPECT_TRUE(e.stopped());
+    EXPECT_EQ(out, stops[0] == "is Paris" ? "The c" : "The capital of France is ")
+        << stops[0];
+  }
+}
+
 }  // namespace
 }  // namespace oscarkv::router_backend
