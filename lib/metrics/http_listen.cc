@@ -1,11 +1,20 @@
 #include "lib/metrics/http_listen.h"
 
+#include <sys/socket.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/log.h"
 
 namespace oscarkv::metrics {
+
+void BindPortExclusively(httplib::Server& server) {
+  server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+}
 
 absl::Status ListenInBackground(httplib::Server& server, std::thread* thread,
                                 const std::string& what) {

@@ -1,4 +1,5 @@
-// Starting a bound cpp-httplib server on its own thread without losing an early stop().
+// Binding and starting a cpp-httplib server: one port to one server, and listening on its own
+// thread without losing an early stop().
 #ifndef OSCARKV_LIB_METRICS_HTTP_LISTEN_H_
 #define OSCARKV_LIB_METRICS_HTTP_LISTEN_H_
 
@@ -10,6 +11,11 @@
 #include "absl/status/status.h"
 
 namespace oscarkv::metrics {
+
+// Makes `server` bind its port alone: httplib's default sets SO_REUSEPORT, which lets a second
+// server silently share a port in use and split its clients. SO_REUSEADDR alone still allows a
+// quick restart after TIME_WAIT. Call before binding.
+void BindPortExclusively(httplib::Server& server);
 
 // Runs `server.listen_after_bind()` (the server is bound already) on `*thread` and returns once
 // the server is accepting. Why wait: httplib's stop() before listen_after_bind() marks the server

@@ -53,12 +53,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   httplib::Server& server = impl->server;
   const int threads = options.threads;
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // httplib's default sets SO_REUSEPORT, which lets a second server silently share a port in use
-  // (and split its scrapes). SO_REUSEADDR alone still allows a quick restart after TIME_WAIT.
-  server.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
+  BindPortExclusively(server);
 
   server.Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
     res.status = 200;

@@ -807,16 +807,22 @@ std::string StreamErrorEvent(const ApiError& error) {
   return absl::StrCat("data: ", ApiErrorBody(error), "\n\n");
 }
 
+namespace {
+json ModelJson(const ModelInfo& m) {
+  return {{"id", m.id},
+          {"object", "model"},
+          {"created", m.created_unix_s},
+          {"owned_by", m.owned_by},
+          {"max_model_len", m.context_length}};
+}
+}  // namespace
+
 std::string ModelsBody(const std::vector<ModelInfo>& models) {
   json data = json::array();
-  for (const ModelInfo& m : models) {
-    data.push_back({{"id", m.id},
-                    {"object", "model"},
-                    {"created", m.created_unix_s},
-                    {"owned_by", m.owned_by},
-                    {"max_model_len", m.context_length}});
-  }
+  for (const ModelInfo& m : models) data.push_back(ModelJson(m));
   return Dump({{"object", "list"}, {"data", data}});
 }
+
+std::string ModelBody(const ModelInfo& model) { return Dump(ModelJson(model)); }
 
 }  // namespace oscarkv::router

@@ -157,6 +157,8 @@ inline constexpr std::string_view kStreamDoneEvent = "data: [DONE]\n\n";
 
 // GET /v1/models body.
 std::string ModelsBody(const std::vector<ModelInfo>& models);
+// GET /v1/models/{id} body: one model object.
+std::string ModelBody(const ModelInfo& model);
 
 }  // namespace oscarkv::router
 

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -198,6 +200,27 @@ void RouterHttpService::Register(httplib::Server& server) {
     res.set_content(ModelsBody(Models()), kJson);
     metrics_->OnRequest("models", 200, absl::ToDoubleSeconds(absl::Now() - start));
   });
+  // One model (the OpenAI clients' models.retrieve); ids may contain '/'.
+  server.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const absl::Time start = absl::Now();
+    const std::string id = req.matches[1];
+    std::vector<std::string> ids;
+    for (const ModelInfo& m : Models()) {
+      if (m.id == id) {
+        res.set_content(ModelBody(m), kJson);
+        metrics_->OnRequest("models", 200, absl::ToDoubleSeconds(absl::Now() - start));
+        return;
+      }
+      ids.push_back(m.id);
+    }
+    ApiError e;
+    e.http_status = 404;
+    e.message = absl::StrCat("The model '", id, "' does not exist; this server serves: ",
+                             absl::StrJoin(ids, ", "));
+    e.code = "model_not_found";
+    SendError(res, e);
+    metrics_->OnRequest("models", 404, absl::ToDoubleSeconds(absl::Now() - start));
+  });
   server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
@@ -221,7 +244,23 @@ void RouterHttpService::Register(httplib::Server& server) {
     if (!res.body.empty()) return;
     ApiError e;
     e.http_status = res.status;
-    if (res.status == 404) {
+    // httplib routes by method and path, so a known path asked with another method comes here
+    // as a 404; it is a 405 with the method that path takes.
+    static const std::map<std::string, std::string> kMethodOfPath = {
+        {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"},
+        {"/healthz", "GET"},         {"/readyz", "GET"},               {"/metrics", "GET"}};
+    const auto known = kMethodOfPath.find(req.path);
+    const bool other_method = known != kMethodOfPath.end() ||
+                              absl::StartsWith(req.path, "/v1/models/");
+    if (res.status == 404 && other_method) {
+      res.status = 405;
+      e.http_status = 405;
+      const std::string allow = known != kMethodOfPath.end() ? known->second : "GET";
+      res.set_header("Allow", allow);
+      e.message = absl::StrCat("Method ", req.method, " is not allowed on ", req.path, "; use ",
+                               allow);
+      e.code = "method_not_allowed";
+    } else if (res.status == 404) {
       e.message = absl::StrCat("Unknown path ", req.method, " ", req.path);
       e.code = "unknown_url";
     } else if (res.status == 413) {

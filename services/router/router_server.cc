@@ -93,6 +93,10 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::CreateImpl(
   r.http_->set_payload_max_length(config.max_body_bytes);
   r.http_->set_read_timeout(30, 0);
   r.http_->set_write_timeout(30, 0);
+  // Each open connection holds one of the http_threads: an idle keep-alive client gives its
+  // thread back after 1 s instead of httplib's 5.
+  r.http_->set_keep_alive_timeout(1);
+  metrics::BindPortExclusively(*r.http_);
   r.http_service_->Register(*r.http_);
   if (config.http_port == 0) {
     r.http_port_ = r.http_->bind_to_any_port(config.http_host);

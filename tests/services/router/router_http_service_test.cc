@@ -125,6 +125,34 @@ TEST_F(RouterHttpTest, ListsModels) {
   EXPECT_EQ(j["data"][0]["max_model_len"], 64);
 }
 
+// GET /v1/models/{id}: the listed model object, or 404 model_not_found.
+TEST_F(RouterHttpTest, RetrievesOneModel) {
+  Start();
+  auto res = client_->Get("/v1/models/fake-model");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  const json j = json::parse(res->body);
+  EXPECT_EQ(j["id"], "fake-model");
+  EXPECT_EQ(j["object"], "model");
+  EXPECT_EQ(j["max_model_len"], 64);
+  const json e = ExpectError(client_->Get("/v1/models/other"), 404);
+  EXPECT_EQ(e["code"], "model_not_found");
+}
+
+// A second server on a port in use fails to start instead of sharing the port (httplib's
+// default SO_REUSEPORT would let both listen and split the clients).
+TEST_F(RouterHttpTest, APortInUseIsRefused) {
+  Start();
+  RouterConfig config;
+  config.http_host = "127.0.0.1";
+  config.http_port = server_->http_port();
+  config.grpc_address = "";
+  auto second = RouterServer::Create(config, backend_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("port in use"), std::string::npos)
+      << second.status();
+}
+
 TEST_F(RouterHttpTest, ServedModelNameRenamesTheModel) {
   RouterConfig c;
   c.served_model_name = "my-model";
@@ -696,8 +724,16 @@ TEST_F(RouterHttpTest, EveryInvalidRequestGetsAClear4xx) {
                        {{"X-Session-Id", "b"}}),
                   400);
   EXPECT_EQ(e["param"], "session_id");
-  // Unknown route: 404 in the same shape.
+  // Unknown route: 404 in the same shape; a known path with another method: 405 naming the one
+  // it takes.
   ExpectError(client_->Get("/v1/embeddings"), 404);
+  auto wrong_method = client_->Get("/v1/completions");
+  e = ExpectError(wrong_method, 405);
+  EXPECT_EQ(e["code"], "method_not_allowed");
+  EXPECT_EQ(wrong_method->get_header_value("Allow"), "POST");
+  wrong_method = client_->Post("/v1/models", "{}", "application/json");
+  ExpectError(wrong_method, 405);
+  EXPECT_EQ(wrong_method->get_header_value("Allow"), "GET");
   EXPECT_EQ(backend_->calls(), 0) << "no rejected request reaches the backend";
   EXPECT_EQ(server_->tracker().InFlight(), 0u);
 }
