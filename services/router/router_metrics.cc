@@ -38,7 +38,8 @@ RouterMetrics::RouterMetrics(metrics::Registry& r)
                                            "kvstore already held at placement.")
                                   .Get()),
       prefix_blocks_requested_(&r.AddCounter("oscarkv_router_prefix_blocks_requested_total",
-                                             "Full prompt blocks of placed requests.")
+                                             "Prompt blocks of placed requests (a partial "
+                                             "last block counts).")
                                     .Get()),
       workers_(r.AddGauge("oscarkv_router_workers", "Registered workers by role and health.",
                           {"role", "health"})) {}

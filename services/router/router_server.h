@@ -81,6 +81,7 @@ class RouterServer {
   PrefixIndex& prefix_index() { return *prefix_index_; }
   RequestTracker& tracker() { return *tracker_; }
   const PlacementPolicy& placement() const { return *placement_; }
+  RouterMetrics& metrics() { return *metrics_; }
 
  private:
   RouterServer() = default;

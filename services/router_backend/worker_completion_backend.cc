@@ -88,6 +88,9 @@ class Route {
   std::string prefill_id, decode_id;  // worker ids; the addresses in static mode
   int decode_matched_blocks = 0;
   bool packed_kv = false;  // both workers move the prompt's KV GPU to GPU (registry mode)
+  // Registry mode: prompt blocks the prefill worker or the kvstore held, of request_blocks.
+  int prefix_matched_blocks = 0;
+  int request_blocks = 0;
 
  private:
   router::WorkerRegistry* workers_ = nullptr;  // null in static mode
@@ -212,6 +215,8 @@ struct WorkerCompletionBackend::Impl {
     route->prefill_id = p->prefill_id;
     route->decode_id = p->decode_id;
     route->packed_kv = PackedKvDirect(workers, p->prefill_id) && PackedKvDirect(workers, p->decode_id);
+    route->prefix_matched_blocks = std::max(p->prefill_matched_blocks, p->store_matched_blocks);
+    route->request_blocks = p->request_blocks;
     auto it = preq.matched.find(p->decode_id);
     route->decode_matched_blocks = it == preq.matched.end() ? 0 : it->second;
     const int64_t bt = std::max(1, reg.key_params.block_tokens);
@@ -236,6 +241,13 @@ struct WorkerCompletionBackend::Impl {
         std::min(request.deadline, start + absl::Seconds(options.busy_wait_seconds));
     absl::Duration backoff = absl::Milliseconds(2);
     std::set<std::string> busy;
+    // Reports the placement once per request (registry mode): ok when a pair took the prefill
+    // call (whatever the call's outcome), else the last try's failure.
+    auto report = [this](bool ok, const Route* route) {
+      if (!options.registry || !options.registry->on_placement) return;
+      options.registry->on_placement(ok, ok ? route->prefix_matched_blocks : 0,
+                                     ok ? route->request_blocks : 0);
+    };
     for (int attempt = 1;; ++attempt) {
       absl::Status s;
       absl::StatusOr<std::unique_ptr<Route>> picked = Pick(request, busy);
@@ -252,17 +264,27 @@ struct WorkerCompletionBackend::Impl {
             VLOG(1) << request.request_id << ": prefill slot on " << route.prefill_id
                     << " after " << attempt << " tries, " << absl::Now() - start;
           }
+          report(true, &route);
           out.route = *std::move(picked);
           return out;
         }
         s = Annotate(s, absl::StrCat("prefill on ", route.prefill_id));
-        if (absl::IsResourceExhausted(s)) busy.insert(route.prefill_id);
+        if (absl::IsResourceExhausted(s)) {
+          busy.insert(route.prefill_id);
+        } else {
+          report(true, &route);
+          return s;
+        }
       } else {
         s = picked.status();
       }
-      if (!absl::IsResourceExhausted(s)) return s;
+      if (!absl::IsResourceExhausted(s)) {
+        report(false, nullptr);
+        return s;
+      }
       const absl::Time now = absl::Now();
       if (now + backoff > give_up) {
+        report(false, nullptr);
         return Annotate(s, absl::StrCat("no prefill slot in ", attempt, " tries over ",
                                         absl::FormatDuration(now - start),
                                         " (oscarkv serve --prefill_busy_wait_s)"));

@@ -30,6 +30,8 @@
 #ifndef OSCARKV_SERVICES_ROUTER_BACKEND_WORKER_COMPLETION_BACKEND_H_
 #define OSCARKV_SERVICES_ROUTER_BACKEND_WORKER_COMPLETION_BACKEND_H_
 
+#include <functional>
+
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -55,6 +57,11 @@ struct RegistryPlacement {
   // The workers' key chain (fingerprints, codec, block size): ServingEngine::KeyParams(). Its
   // `numerics` is replaced by each worker's WorkerSpec::kv_numerics in turn.
   kvformat::KeyChainParams key_params;
+  // Told each request's placement (RouterMetrics::OnPlacement): ok with the prompt blocks the
+  // chosen prefill worker or the kvstore held and the prompt's full blocks; not ok when no pair
+  // could take it (no healthy worker of a role, every prefill worker busy until the wait ended).
+  // A request's retries while workers are busy count once. Default: none.
+  std::function<void(bool ok, int matched_blocks, int request_blocks)> on_placement;
 };
 
 struct WorkerBackendOptions {

@@ -26,6 +26,7 @@
 #include "oscarkv/prefill/v1/prefill.grpc.pb.h"
 #include "services/router/placement_policy.h"
 #include "services/router/prefix_index.h"
+#include "services/router/router_metrics.h"
 #include "services/router/router_server.h"
 #include "services/router/worker_registry.h"
 #include "services/router_backend/worker_completion_backend.h"
@@ -171,7 +172,11 @@ class PlacedBackendTest : public ::testing::Test {
           o.registry = RegistryPlacement{.workers = &s.workers(),
                                          .prefix_index = &s.prefix_index(),
                                          .policy = &s.placement(),
-                                         .key_params = KeyParams()};
+                                         .key_params = KeyParams(),
+                                         .on_placement = [&m = s.metrics()](
+                                                             bool ok, int matched, int requested) {
+                                           m.OnPlacement(ok, matched, requested);
+                                         }};
           auto b = WorkerCompletionBackend::Create(o, tokenizer_.get());
           if (!b.ok()) return b.status();
           backend_ = std::shared_ptr<WorkerCompletionBackend>(std::move(*b));
@@ -222,6 +227,13 @@ class PlacedBackendTest : public ::testing::Test {
   }
 
   // A completion through the router's HTTP API (its backend is the one under test).
+  // The router's /metrics text.
+  std::string Metrics() {
+    httplib::Client c("127.0.0.1", router_->http_port());
+    auto r = c.Get("/metrics");
+    return r ? r->body : "";
+  }
+
   httplib::Result PostCompletion() {
     httplib::Client c("127.0.0.1", router_->http_port());
     return c.Post("/v1/completions",
@@ -364,6 +376,12 @@ TEST_F(PlacedBackendTest, StoredGpuPrefixDrawsTheRequestToTheGpuPrefillWorker) {
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(backend_->last_trace().prefill_worker, "prefill-a-cpu");
   EXPECT_EQ(cpu->calls.load(), 1);
+  // Two placements; of their 14 prompt blocks (7 each, the last partial) the kvstore held 5.
+  const std::string metrics = Metrics();
+  EXPECT_NE(metrics.find("oscarkv_router_placements_total{result=\"ok\"} 2"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("oscarkv_router_prefix_blocks_matched_total 5"), std::string::npos);
+  EXPECT_NE(metrics.find("oscarkv_router_prefix_blocks_requested_total 14"), std::string::npos);
 }
 
 TEST_F(PlacedBackendTest, HoldsRouterSideLoadWhileRunningAndRecordsStoredKeys) {
@@ -407,6 +425,8 @@ TEST_F(PlacedBackendTest, NoDecodeWorkerIsUnavailableAndHttp503) {
   auto ready = c.Get("/readyz");
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->status, 503);
+  EXPECT_NE(Metrics().find("oscarkv_router_placements_total{result=\"failed\"} 2"),
+            std::string::npos);
 }
 
 TEST_F(PlacedBackendTest, BusyPrefillWorkerIsRetriedUntilItTakesTheRequest) {
@@ -422,6 +442,9 @@ TEST_F(PlacedBackendTest, BusyPrefillWorkerIsRetriedUntilItTakesTheRequest) {
   EXPECT_EQ(out->completion_tokens, 3);
   EXPECT_EQ(tokens, 3);
   EXPECT_EQ(p->calls.load(), 4);  // three busy answers, then the prefill
+  EXPECT_NE(Metrics().find("oscarkv_router_placements_total{result=\"ok\"} 1"),
+            std::string::npos)
+      << "one placement however many tries";
   EXPECT_EQ(router_->workers().Get("prefill-0")->router_active_requests, 0);
   EXPECT_EQ(router_->workers().Get("decode-0")->router_active_requests, 0);
 }
