@@ -132,6 +132,7 @@ struct ModelInfo {
   int context_length = 0;         // prompt + completion tokens, > 0
   std::string owned_by = "oscarkv";
   int64_t created_unix_s = 0;     // model load time, seconds since the epoch
+  int vocab_size = 0;             // token ids are below this; 0: not known here
 };
 
 class CompletionBackend {

@@ -326,6 +326,29 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
     return reject(e);
   }
 
+  // Token ids the request names (not the prompt's: Tokenize checks those) exist, checked here
+  // rather than by a worker after placement.
+  if (model->vocab_size > 0) {
+    for (const auto& [token, bias] : api.logit_bias) {
+      if (token >= model->vocab_size) {
+        return reject(ApiError{400,
+                               absl::StrCat("'logit_bias' token id ", token,
+                                            " is outside the vocabulary [0, ", model->vocab_size,
+                                            ")"),
+                               "invalid_request_error", "logit_bias", ""});
+      }
+    }
+    for (const int32_t token : api.stop_token_ids) {
+      if (token >= model->vocab_size) {
+        return reject(ApiError{400,
+                               absl::StrCat("'stop_token_ids' token id ", token,
+                                            " is outside the vocabulary [0, ", model->vocab_size,
+                                            ")"),
+                               "invalid_request_error", "stop_token_ids", ""});
+      }
+    }
+  }
+
   // Each prompt: tokenized, within the context, with its max_tokens (when not given: the
   // default clipped to the context it leaves).
   const std::string prompt_param = endpoint == Endpoint::kCompletions ? "prompt" : "messages";
@@ -348,7 +371,16 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
       return reject(ApiError{400, absl::StrCat("the prompt is empty after tokenization", which),
                              "invalid_request_error", prompt_param, ""});
     }
-    if (n_tokens >= context || (api.max_tokens && n_tokens + *api.max_tokens > context)) {
+    if (n_tokens >= context) {
+      // Even with max_tokens 0 (echo) the workers need room for the token after the prompt.
+      return reject(ApiError{400,
+                             absl::StrCat("This model's maximum context length is ", context,
+                                          " tokens, and a prompt must be shorter; this one has ",
+                                          n_tokens, " tokens", which,
+                                          ". Please reduce the prompt."),
+                             "invalid_request_error", prompt_param, "context_length_exceeded"});
+    }
+    if (api.max_tokens && n_tokens + *api.max_tokens > context) {
       ApiError e;
       e.message = absl::StrCat("This model's maximum context length is ", context,
                                " tokens. However, you requested ",
@@ -356,7 +388,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
                                " in the prompt, ", api.max_tokens.value_or(1),
                                " for the completion)", which,
                                ". Please reduce the prompt or max_tokens.");
-      e.param = api.max_tokens && n_tokens < context ? "max_tokens" : prompt_param;
+      e.param = "max_tokens";
       e.code = "context_length_exceeded";
       return reject(e);
     }

@@ -379,6 +379,7 @@ std::vector<router::ModelInfo> WorkerCompletionBackend::Models() const {
   m.id = impl_->options.model_id;
   m.context_length = impl_->options.context_length;
   m.created_unix_s = impl_->created_unix_s;
+  m.vocab_size = impl_->tokenizer->vocab_size();
   return {m};
 }
 

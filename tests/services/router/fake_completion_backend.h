@@ -45,6 +45,7 @@ class FakeCompletionBackend final : public CompletionBackend {
     m.id = "fake-model";
     m.context_length = script_.context_length;
     m.created_unix_s = 1700000000;
+    m.vocab_size = 1000;
     return {m};
   }
 
