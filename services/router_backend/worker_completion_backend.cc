@@ -322,6 +322,19 @@ struct WorkerCompletionBackend::Impl {
     return false;
   }
 
+  // What the registry says of the kvstore (registry mode; static mode cannot tell: kUnknown).
+  enum class StoreHealth { kUnknown, kHealthy, kDown };
+  StoreHealth KvStoreHealth() const {
+    if (!options.registry) return StoreHealth::kUnknown;
+    StoreHealth health = StoreHealth::kUnknown;  // none registered: the workers may have one
+    for (const router::WorkerView& w : options.registry->workers->Snapshot()) {
+      if (w.spec.role != router::WorkerRole::kKvStore) continue;
+      if (w.health == router::WorkerHealth::kHealthy) return StoreHealth::kHealthy;
+      health = StoreHealth::kDown;
+    }
+    return health;
+  }
+
   // Registry mode: the keys a prefill published to the kvstore are now there (as far as the
   // router can tell; the index is approximate by design).
   void RecordStored(const pv1::PrefillResponse& presp) {
@@ -331,12 +344,9 @@ struct WorkerCompletionBackend::Impl {
       if (k.lo() != 0 || k.hi() != 0) stored.push_back({k.lo(), k.hi()});
     }
     if (stored.empty()) return;
-    bool have_store = false;
-    for (const router::WorkerView& w : options.registry->workers->Snapshot()) {
-      have_store |= w.spec.role == router::WorkerRole::kKvStore &&
-                    w.health == router::WorkerHealth::kHealthy;
+    if (KvStoreHealth() == StoreHealth::kHealthy) {
+      options.registry->prefix_index->Add(router::kStoreHolder, stored);
     }
-    if (have_store) options.registry->prefix_index->Add(router::kStoreHolder, stored);
   }
 };
 
@@ -483,7 +493,10 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   preq.mutable_session_id()->set_value(request.session_id);
   preq.mutable_token_ids()->Add(request.prompt_token_ids.begin(), request.prompt_token_ids.end());
   preq.set_codec(request.codec);
-  preq.set_publish_to_kvstore(impl_->options.use_kvstore);
+  // Not to a kvstore the registry has seen go silent: the prefill would spend its publish
+  // deadline on it before answering (its own prefix lookup still tries the store).
+  preq.set_publish_to_kvstore(impl_->options.use_kvstore &&
+                              impl_->KvStoreHealth() != Impl::StoreHealth::kDown);
   preq.mutable_sampling()->set_temperature(static_cast<float>(request.temperature));
   preq.mutable_sampling()->set_top_p(static_cast<float>(request.top_p));
   preq.mutable_sampling()->set_top_k(static_cast<uint32_t>(request.top_k));

@@ -67,6 +67,7 @@ class FakePrefill final : public pv1::PrefillService::Service {
     resp->set_request_id(req->request_id());
     resp->set_first_token(7);
     offered.store(req->offer_packed_kv());
+    publish.store(req->publish_to_kvstore());
     if (req->offer_packed_kv()) {
       cv1::PackedKvDescriptor* d = resp->mutable_packed_kv();
       d->set_tokens(static_cast<uint32_t>(ids.size()));
@@ -80,6 +81,7 @@ class FakePrefill final : public pv1::PrefillService::Service {
   }
   std::atomic<int> calls{0};
   std::atomic<bool> offered{false};
+  std::atomic<bool> publish{false};  // the last request's publish_to_kvstore
   std::atomic<int> busy{0};  // answers RESOURCE_EXHAUSTED this many more times; < 0: always
 };
 
@@ -226,7 +228,6 @@ class PlacedBackendTest : public ::testing::Test {
     return raw;
   }
 
-  // A completion through the router's HTTP API (its backend is the one under test).
   // The router's /metrics text.
   std::string Metrics() {
     httplib::Client c("127.0.0.1", router_->http_port());
@@ -234,6 +235,7 @@ class PlacedBackendTest : public ::testing::Test {
     return r ? r->body : "";
   }
 
+  // A completion through the router's HTTP API (its backend is the one under test).
   httplib::Result PostCompletion() {
     httplib::Client c("127.0.0.1", router_->http_port());
     return c.Post("/v1/completions",
@@ -407,6 +409,31 @@ TEST_F(PlacedBackendTest, HoldsRouterSideLoadWhileRunningAndRecordsStoredKeys) {
   // The prefill's published keys are credited to the kvstore.
   const auto chain = kvformat::ComputeBlockKeys(KeyParams(), std::span<const int32_t>(prompt));
   EXPECT_EQ(router_->prefix_index().MatchedBlocks(router::kStoreHolder, chain), 2);
+}
+
+// The prefill publishes to the kvstore unless the registry has seen the registered kvstore go
+// silent (a hung store would hold every prefill for its publish deadline). With no kvstore
+// registered the router cannot tell, and the prefill's own configuration decides.
+TEST_F(PlacedBackendTest, PublishesToTheKvstoreUnlessTheRegistryHasSeenItGoSilent) {
+  FakePrefill* p = AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
+  AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
+  auto run = [&] {
+    auto out =
+        backend_->Complete(Request(Prompt(5)), [](const router::TokenEvent&) { return true; });
+    EXPECT_TRUE(out.ok()) << out.status();
+    return p->publish.load();
+  };
+  EXPECT_TRUE(run()) << "no kvstore registered";
+  AddWorker<FakeDecode>("kvstore-0", cv1::WORKER_ROLE_KVSTORE);
+  EXPECT_TRUE(run()) << "healthy kvstore";
+  workers_.back()->registration->Stop(/*deregister=*/false);  // heartbeats stop
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (router_->workers().Get("kvstore-0")->health == router::WorkerHealth::kHealthy &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_NE(router_->workers().Get("kvstore-0")->health, router::WorkerHealth::kHealthy);
+  EXPECT_FALSE(run()) << "silent kvstore";
 }
 
 TEST_F(PlacedBackendTest, NoDecodeWorkerIsUnavailableAndHttp503) {
