@@ -19,10 +19,13 @@
 #include "lib/metrics/metrics.h"
 #include "lib/model/model.h"
 #include "lib/rpc/shutdown_signal.h"
+#include "lib/rpc/worker_flags.h"
 #include "lib/transfer/local/local_backend.h"
 #include "services/decode/decode_server.h"
+#include "services/kvstore/kvstore_config.h"
 #include "services/kvstore/kvstore_server.h"
 #include "services/prefill/prefill_server.h"
+#include "services/router/router_metrics.h"
 #include "services/router/router_server.h"
 #include "services/router_backend/worker_completion_backend.h"
 #include "tools/commands.h"
@@ -51,7 +54,27 @@ struct ServeFlags {
   int verbosity = 0;                // Default: 0
 };
 
+// Checks what the servers would reject only after the model loaded and other servers started,
+// and what nothing checks later; names serve's own flags.
+absl::Status ValidateServeFlags(const ServeFlags& f) {
+  if (f.port < 0 || f.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--port must be in [0, 65535], got ", f.port));
+  }
+  OSCARKV_RETURN_IF_ERROR(
+      rpc::ValidateWorkerModelFlags(f.model, f.codec, f.chunk_tokens, f.threads));
+  if (!(f.prefill_busy_wait_s >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefill_busy_wait_s must be >= 0, got ", f.prefill_busy_wait_s));
+  }
+  if (!f.no_kvstore) {
+    OSCARKV_RETURN_IF_ERROR(
+        kvstore::ValidateCapacityBytes(f.kvstore_capacity_bytes, "--kvstore_capacity_bytes"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunServe(const ServeFlags& f) {
+  OSCARKV_RETURN_IF_ERROR(ValidateServeFlags(f));
   rpc::InstallShutdownSignalHandlers();
   SetVerbosity(f.verbosity);
   const bool static_router = !f.prefill_address.empty() || !f.decode_address.empty();
@@ -156,7 +179,11 @@ absl::Status RunServe(const ServeFlags& f) {
                           .workers = &server.workers(),
                           .prefix_index = &server.prefix_index(),
                           .policy = &server.placement(),
-                          .key_params = key_params};
+                          .key_params = key_params,
+                          .on_placement = [&metrics = server.metrics()](
+                                              bool ok, int matched, int requested) {
+                            metrics.OnPlacement(ok, matched, requested);
+                          }};
                       OSCARKV_ASSIGN_OR_RETURN(
                           std::unique_ptr<router_backend::WorkerCompletionBackend> b,
                           router_backend::WorkerCompletionBackend::Create(bo, tokenizer));
@@ -224,9 +251,8 @@ void RegisterServeCommand(CLI::App& app, CommandResult& result) {
   cmd->add_option("--request_timeout_s", f->request_timeout_s, "per-request deadline")
       ->capture_default_str();
   cmd->add_option("--prefill_busy_wait_s", f->prefill_busy_wait_s,
-                  "how long a request waits for a busy prefill worker before HTTP 429")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+                  "how long a request waits for a busy prefill worker before HTTP 429 (>= 0)")
+      ->capture_default_str();
   cmd->add_option("--v", f->verbosity, "VLOG verbosity")->capture_default_str();
   cmd->callback([f, &result] { result.status = RunServe(*f); });
 }

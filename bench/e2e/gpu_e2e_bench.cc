@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -41,12 +42,14 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/e2e/gpu_bench_setup.h"
 #include "kernels/model/model_kernels_cuda.h"
+#include "lib/base/log.h"
 #include "lib/base/status_macros.h"
 #include "lib/engine/logprobs.h"
 #include "lib/engine/quant_kv_cache.h"
@@ -94,12 +97,44 @@ absl::StatusOr<double> TimeSteps(model_gpu::GpuModel& m, const std::vector<int64
   return t[t.size() / 2];
 }
 
+// The comma-separated integers of `s` (a flag that ValidateFlags accepted, so a bad entry here is
+// a bug).
 std::vector<int64_t> ParseInts(const std::string& s) {
   std::vector<int64_t> out;
   for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipEmpty())) {
-    out.push_back(std::stoll(std::string(part)));
+    int64_t v = 0;
+    CHECK(absl::SimpleAtoi(part, &v)) << "unvalidated integer list '" << s << "'";
+    out.push_back(v);
   }
   return out;
+}
+
+// kInvalidArgument naming `flag` unless `s` is a non-empty comma-separated list of integers in
+// [lo, hi].
+absl::Status ValidateIntList(absl::string_view flag, const std::string& s, int64_t lo, int64_t hi) {
+  int n = 0;
+  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipEmpty())) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v < lo || v > hi) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": '", part, "' is not an integer in [", lo, ", ", hi, "]"));
+    }
+    ++n;
+  }
+  if (n == 0) return absl::InvalidArgumentError(absl::StrCat(flag, ": empty list"));
+  return absl::OkStatus();
+}
+
+// Checks the flags the modes would otherwise fail on mid-run (an uncaught exception, an empty
+// median); before the device check, so a bad argument is exit 2 on any machine.
+absl::Status ValidateFlags(const Flags& f) {
+  OSCARKV_RETURN_IF_ERROR(ValidateIntList("--contexts", f.contexts, 1, INT32_MAX));
+  OSCARKV_RETURN_IF_ERROR(ValidateIntList("--budgets-gib", f.budgets_gib, 1, int64_t{1} << 20));
+  OSCARKV_RETURN_IF_ERROR(ValidateIntList("--depths", f.depths, 0, 100));
+  if (f.steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--steps: want >= 1, got ", f.steps));
+  }
+  return absl::OkStatus();
 }
 
 // Batch-1 decode latency per codec (and graph mode) and context. Every arm's model is built first
@@ -489,9 +524,10 @@ absl::StatusOr<quant::ThreeTierCacheConfig> TiersFor(const model::ModelConfig& c
   quant::ThreeTierCacheConfig tiers = factory->tier_config();
   if (parts.size() == 2) {
     const std::vector<std::string> kv = absl::StrSplit(parts[1], '/');
-    if (kv.size() != 2) return absl::InvalidArgumentError("clip spec is codec@K/V: " + spec);
-    tiers.k_clip_ratio = std::stof(kv[0]);
-    tiers.v_clip_ratio = std::stof(kv[1]);
+    if (kv.size() != 2 || !absl::SimpleAtof(kv[0], &tiers.k_clip_ratio) ||
+        !absl::SimpleAtof(kv[1], &tiers.v_clip_ratio)) {
+      return absl::InvalidArgumentError("clip spec is codec@K/V (two numbers): " + spec);
+    }
   }
   return tiers;
 }
@@ -944,6 +980,10 @@ int main(int argc, char** argv) {
                  "and/or mma (default sm90,mma)");
   CLI11_PARSE(app, argc, argv);
   if (f.mode == "niah" && app.count("--contexts") == 0) f.contexts = "2048,4096,8192";
+  if (absl::Status valid = oscarkv::bench::ValidateFlags(f); !valid.ok()) {
+    std::fprintf(stderr, "gpu_e2e_bench: %s\n", std::string(valid.message()).c_str());
+    return 2;
+  }
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::fprintf(stderr, "no CUDA device\n");

@@ -6,8 +6,8 @@
 //
 //   transfer_bench [--seconds_per_point S] [--transports "tcp,self,sm/nopeer;tcp,self,sm"]
 // A transports entry ending in "/nopeer" turns UcxOptions::peer_failure_detection off. --help
-// lists the flags; an unknown flag or a bad value is an error (CLI11's non-zero exit), not a
-// silent default.
+// lists the flags; an unknown flag or a bad value is an error (CLI11's non-zero exit; exit 2 for a
+// bad --transports entry), not a silent default.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -60,6 +60,18 @@ int Run(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const std::vector<std::string> transports = absl::StrSplit(transports_flag, ';');
+  // Bad transport lists are usage errors (exit 2), checked before any measurement.
+  for (const std::string& spec : transports) {
+    const size_t slash = spec.find('/');
+    if (slash == 0 || spec.empty() ||
+        (slash != std::string::npos && spec.substr(slash) != "/nopeer")) {
+      std::fprintf(stderr,
+                   "transfer_bench: --transports: bad entry '%s' (want a UCX transport list, "
+                   "optionally ending in /nopeer, entries separated by ';')\n",
+                   spec.c_str());
+      return 2;
+    }
+  }
   const std::vector<size_t> sizes = {64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20};
 
   struct Column {
@@ -80,7 +92,11 @@ int Run(int argc, char** argv) {
     options.peer_failure_detection = spec.find("/nopeer") == std::string::npos;
     auto c = UcxBackend::Create(options);
     auto s = UcxBackend::Create(options);
-    CHECK(c.ok() && s.ok()) << (c.ok() ? s.status() : c.status());
+    if (!c.ok() || !s.ok()) {  // e.g. a transport name UCX does not know
+      std::fprintf(stderr, "transfer_bench: --transports '%s': %s\n", spec.c_str(),
+                   (c.ok() ? s.status() : c.status()).ToString().c_str());
+      return 2;
+    }
     columns.push_back({"ucx put [" + spec + "]", *std::move(c), *std::move(s)});
     columns.push_back({"ucx get [" + spec + "]", nullptr, nullptr});
   }

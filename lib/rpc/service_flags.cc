@@ -2,6 +2,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace oscarkv::rpc {
 
@@ -12,7 +13,19 @@ absl::Status ParseServiceFlags(CLI::App& app, int argc, const char* const* argv,
   } catch (const CLI::CallForHelp&) {
     out << app.help();
     return absl::CancelledError("--help printed");
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 says "INI was not able to parse <key>" for a key that names no flag (callers make
+    // config extras errors), TOML files included.
+    absl::string_view what = e.what();
+    if (absl::ConsumePrefix(&what, "INI was not able to parse ")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--config: unknown key '", what, "' (no flag of that name)"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat("--config: ", what));
   } catch (const CLI::Error& e) {
+    // CLI11 names most errors by their kind ("ConversionError"), but an unexpected argument by
+    // the app's name, which the caller prints as its prefix already.
+    if (e.get_name() == app.get_name()) return absl::InvalidArgumentError(e.what());
     return absl::InvalidArgumentError(absl::StrCat(e.get_name(), ": ", e.what()));
   }
   return absl::OkStatus();

@@ -13,6 +13,8 @@ absl::Status ParseWorkerFlags(int argc, const char* const* argv, const std::stri
                               const std::function<void(CLI::App&)>& add_flags) {
   CLI::App app(description, name);
   app.set_config("--config", "", "config file (TOML or INI); flags override it");
+  // A misspelt key in the file is an error, not a silently used default.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   add_flags(app);
   return ParseServiceFlags(app, argc, argv);
 }

@@ -19,7 +19,8 @@ namespace oscarkv::rpc {
 
 // Parses argv for a worker binary: a CLI::App called `name` with `description`, a --config
 // option (TOML or INI; flags override it) and the flags `add_flags` registers.
-// @return ParseServiceFlags' statuses: kCancelled after --help, kInvalidArgument for a bad flag.
+// @return ParseServiceFlags' statuses: kCancelled after --help, kInvalidArgument for a bad flag
+//         or a config file key that names no flag.
 absl::Status ParseWorkerFlags(int argc, const char* const* argv, const std::string& description,
                               const std::string& name,
                               const std::function<void(CLI::App&)>& add_flags);

@@ -2,18 +2,30 @@
 
 #include <sys/mman.h>
 
+#include <limits>
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "lib/base/log.h"
 
 namespace oscarkv::kvstore {
 namespace {
-uint64_t AlignUp(uint64_t n) { return (n + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment; }
+// nullopt when rounding up would wrap past 2^64 (e.g. a "-1" capacity read as 2^64-1).
+std::optional<uint64_t> AlignUp(uint64_t n) {
+  if (n > std::numeric_limits<uint64_t>::max() - (kSlotAlignment - 1)) return std::nullopt;
+  return (n + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(uint64_t capacity_bytes,
                                                              transfer::TransferBackend* backend) {
   if (capacity_bytes == 0) return absl::InvalidArgumentError("pool capacity must be > 0");
-  const uint64_t capacity = AlignUp(capacity_bytes);
+  const std::optional<uint64_t> aligned = AlignUp(capacity_bytes);
+  if (!aligned) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pool capacity ", capacity_bytes, " is too large"));
+  }
+  const uint64_t capacity = *aligned;
   // Anonymous mapping: pages are committed on first touch, so a large pool costs nothing idle.
   void* base = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED) {
@@ -49,7 +61,11 @@ BlockPool::~BlockPool() {
 
 absl::StatusOr<Slot> BlockPool::Allocate(uint64_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError("cannot allocate 0 bytes");
-  const uint64_t need = AlignUp(bytes);
+  const std::optional<uint64_t> aligned = AlignUp(bytes);
+  if (!aligned) {
+    return absl::ResourceExhaustedError(absl::StrCat("no free slot of ", bytes, " bytes"));
+  }
+  const uint64_t need = *aligned;
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < need) continue;
     const uint64_t offset = it->first;

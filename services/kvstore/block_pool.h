@@ -25,8 +25,8 @@ class BlockPool {
  public:
   // Maps `capacity_bytes` (> 0, rounded up to the alignment) and registers it with `backend`
   // (not owned, must outlive the pool; may be null for a pool nobody reaches remotely).
-  // @return kInvalidArgument (zero capacity), kResourceExhausted (mmap failed), or the
-  //         backend's registration error.
+  // @return kInvalidArgument (zero capacity, or one that overflows when aligned),
+  //         kResourceExhausted (mmap failed), or the backend's registration error.
   static absl::StatusOr<std::unique_ptr<BlockPool>> Create(uint64_t capacity_bytes,
                                                            transfer::TransferBackend* backend);
   ~BlockPool();  // deregisters and unmaps

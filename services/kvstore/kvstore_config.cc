@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
 #include "lib/rpc/service_flags.h"
 #include "lib/rpc/worker_flags.h"
@@ -9,6 +10,15 @@
 #include "CLI/CLI.hpp"
 
 namespace oscarkv::kvstore {
+
+absl::Status ValidateCapacityBytes(uint64_t bytes, absl::string_view flag) {
+  if (bytes >= (uint64_t{1} << 20) && bytes <= kMaxCapacityBytes) return absl::OkStatus();
+  // Above 2^63 the value was almost surely typed negative and wrapped.
+  const bool wrapped = bytes > (uint64_t{1} << 63);
+  return absl::InvalidArgumentError(absl::StrCat(
+      flag, " must be between 1 MiB (1048576) and 256 TiB (", kMaxCapacityBytes, "), got ",
+      wrapped ? absl::StrCat("a negative value (read as ", bytes, ")") : absl::StrCat(bytes)));
+}
 
 void KvStoreConfig::AddFlags(CLI::App& app, KvStoreConfig& c) {
   rpc::AddWorkerEndpointFlags(app, c.grpc_address, c.metrics_host, c.metrics_port);
@@ -44,9 +54,7 @@ absl::StatusOr<KvStoreConfig> KvStoreConfig::FromFlags(int argc, const char* con
 absl::Status KvStoreConfig::Validate() const {
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateServiceEndpoint(grpc_address, metrics_port, worker_id));
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateRegistrationFlags(router_address, advertise_address));
-  if (capacity_bytes < (uint64_t{1} << 20)) {
-    return absl::InvalidArgumentError("--capacity_bytes must be at least 1 MiB");
-  }
+  OSCARKV_RETURN_IF_ERROR(ValidateCapacityBytes(capacity_bytes, "--capacity_bytes"));
   OSCARKV_RETURN_IF_ERROR(rpc::ValidateTransferFlags(transfer_backend, ucx_transports));
   if (!(read_lease_seconds > 0) || !(reservation_seconds > 0) || !(max_pin_seconds > 0) ||
       !(drain_seconds >= 0) || !(sweep_interval_seconds > 0)) {

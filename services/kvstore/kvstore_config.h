@@ -6,13 +6,23 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace CLI {
 class App;
 }
 
 namespace oscarkv::kvstore {
+
+// Largest accepted pool (256 TiB), far above any host's memory. It also catches negative flag
+// values, which CLI11 reads into uint64_t as 2^64 - n.
+inline constexpr uint64_t kMaxCapacityBytes = uint64_t{1} << 48;
+
+// kInvalidArgument naming `flag` unless `bytes` is in [1 MiB, kMaxCapacityBytes]. Shared with
+// `oscarkv serve`, whose flag for the same value is --kvstore_capacity_bytes.
+absl::Status ValidateCapacityBytes(uint64_t bytes, absl::string_view flag);
 
 struct KvStoreConfig {
   // gRPC listen address; port 0 picks a free port. Default: "0.0.0.0:50061".
@@ -22,7 +32,7 @@ struct KvStoreConfig {
   int metrics_port = 9461;               // Default: 9461
   // Id reported in BlockLocation.worker_id. Default: "kvstore-0".
   std::string worker_id = "kvstore-0";
-  // Host pool size in bytes. Default: 1 GiB.
+  // Host pool size in bytes, 1 MiB .. kMaxCapacityBytes. Default: 1 GiB.
   uint64_t capacity_bytes = uint64_t{1} << 30;
   // Data plane: "ucx" (other processes and hosts) or "local" (in-process, all-in-one mode).
   std::string transfer_backend = "ucx";  // Default: "ucx"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "lib/quant/codec_spec.h"
 #include "lib/rpc/service_flags.h"
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -73,6 +74,8 @@ absl::StatusOr<RouterConfig> RouterConfig::FromFlags(int argc, const char* const
   CLI::App app{"oscarkv_router: OpenAI-compatible HTTP front end, worker registry and KV-aware "
                "placement"};
   app.set_config("--config", "", "Read flags from a TOML/INI file; flags given override it");
+  // A misspelt key in the file is an error, not a silently used default.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   AddFlags(app, config);
   if (absl::Status s = rpc::ParseServiceFlags(app, argc, argv, out); !s.ok()) return s;
   if (absl::Status s = config.Validate(); !s.ok()) return s;
@@ -90,8 +93,23 @@ absl::Status RouterConfig::Validate() const {
   if (max_body_bytes < 1024) return bad("max_body_bytes", max_body_bytes, "want >= 1024");
   if (default_max_tokens < 1) return bad("default_max_tokens", default_max_tokens, "want >= 1");
   if (max_tokens_limit < 1) return bad("max_tokens_limit", max_tokens_limit, "want >= 1");
+  if (default_max_tokens > max_tokens_limit) {
+    return bad("default_max_tokens", default_max_tokens,
+               absl::StrCat("want <= --max_tokens_limit (", max_tokens_limit, ")"));
+  }
   if (!(request_timeout_s > 0)) return bad("request_timeout_s", request_timeout_s, "want > 0");
   if (allowed_codecs.empty()) return bad("allowed_codecs", "", "want at least one codec");
+  // Names come from the codec table (lib/quant), so a typo fails here and not on first use.
+  for (const std::string& codec : allowed_codecs) {
+    if (!quant::FindCodec(codec).ok()) {
+      return bad("allowed_codecs", codec, absl::StrCat("unknown codec; valid codecs: ",
+                                                       quant::CodecNames()));
+    }
+  }
+  if (!quant::FindCodec(default_codec).ok()) {
+    return bad("codec", default_codec,
+               absl::StrCat("unknown codec; valid codecs: ", quant::CodecNames()));
+  }
   if (std::find(allowed_codecs.begin(), allowed_codecs.end(), default_codec) ==
       allowed_codecs.end()) {
     return bad("codec", default_codec,

@@ -60,6 +60,31 @@ TEST(WorkerFlags, FlagsOverrideTheConfigFile) {
   std::remove(path.c_str());
 }
 
+TEST(WorkerFlags, UnknownConfigFileKeysAreErrors) {
+  const std::string path = ::testing::TempDir() + "/worker_flags_extras.toml";
+  // A misspelt key, an unknown one, and text that is no key = value at all.
+  for (const char* text : {"metrics_prot = 1234\n", "no_such_key = 3\n", "garbage text\n"}) {
+    {
+      std::ofstream out(path);
+      out << text;
+    }
+    Fields f;
+    const absl::Status s = Parse({"--config", path.c_str()}, f);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << text << s;
+    EXPECT_NE(s.message().find("--config: unknown key"), std::string::npos) << s;
+    EXPECT_EQ(f.metrics_port, 9) << text;
+  }
+  std::remove(path.c_str());
+}
+
+TEST(WorkerFlags, UnknownFlagMessageDoesNotRepeatTheBinaryName) {
+  Fields f;
+  const absl::Status s = Parse({"--no_such_flag"}, f);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_EQ(s.message().find("oscarkv_test"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("--no_such_flag"), std::string::npos) << s;
+}
+
 TEST(WorkerFlags, HelpListsEveryFlagWithItsDefaultAndBadFlagsAreInvalid) {
   Fields f;
   std::string help;

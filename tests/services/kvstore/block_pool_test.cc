@@ -64,5 +64,17 @@ TEST(BlockPool, RegistersOnceWithTheBackendAndIsWritableThroughIt) {
   EXPECT_EQ(BlockPool::Create(0, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Sizes near 2^64 (a "-1" read as unsigned) used to wrap to 0 when aligned.
+TEST(BlockPool, SizesThatOverflowWhenAlignedAreRejected) {
+  EXPECT_EQ(BlockPool::Create(UINT64_MAX, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto pool = BlockPool::Create(4096, nullptr);
+  ASSERT_TRUE(pool.ok());
+  EXPECT_EQ((*pool)->Allocate(UINT64_MAX).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*pool)->Allocate(UINT64_MAX - 255).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*pool)->used_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace oscarkv::kvstore

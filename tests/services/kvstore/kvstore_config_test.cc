@@ -47,5 +47,41 @@ TEST(KvStoreConfig, BadValuesStopStartup) {
   EXPECT_EQ(c.Validate().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(KvStoreConfig, NegativeOrAbsurdCapacityIsRejectedWithTheFlagName) {
+  // CLI11 reads "-1" into uint64_t as 2^64 - 1.
+  const char* negative[] = {"oscarkv_kvstore", "--capacity_bytes", "-1"};
+  auto config = KvStoreConfig::FromFlags(3, negative);
+  if (config.ok()) {
+    const absl::Status s = config->Validate();
+    EXPECT_TRUE(absl::IsInvalidArgument(s));
+    EXPECT_NE(s.message().find("--capacity_bytes"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("negative"), std::string::npos) << s;
+  } else {
+    EXPECT_TRUE(absl::IsInvalidArgument(config.status()));
+  }
+  KvStoreConfig c;
+  c.capacity_bytes = kMaxCapacityBytes;
+  EXPECT_TRUE(c.Validate().ok());
+  c.capacity_bytes = kMaxCapacityBytes + 1;
+  EXPECT_TRUE(absl::IsInvalidArgument(c.Validate()));
+  const absl::Status serve = ValidateCapacityBytes(10, "--kvstore_capacity_bytes");
+  EXPECT_TRUE(absl::IsInvalidArgument(serve));
+  EXPECT_NE(serve.message().find("--kvstore_capacity_bytes"), std::string::npos) << serve;
+}
+
+TEST(KvStoreConfig, UnknownConfigFileKeysAreErrors) {
+  const std::string path = ::testing::TempDir() + "/kvstore_config_typo.toml";
+  for (const char* text : {"capacity_byte = 2097152\n", "no_such_key = 3\n"}) {
+    {
+      std::ofstream f(path);
+      f << text;
+    }
+    const char* argv[] = {"oscarkv_kvstore", "--config", path.c_str()};
+    auto config = KvStoreConfig::FromFlags(3, argv);
+    EXPECT_TRUE(absl::IsInvalidArgument(config.status())) << text << config.status();
+  }
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace oscarkv::kvstore

@@ -64,6 +64,39 @@ TEST(RouterConfig, BadValuesStopStartupWithTheFieldName) {
   EXPECT_TRUE(absl::IsInvalidArgument(p.status()));
 }
 
+TEST(RouterConfig, UnknownConfigFileKeysAreErrors) {
+  const std::string path = ::testing::TempDir() + "/router_config_extras.toml";
+  for (const char* text : {"prot = 8123\n", "no_such_key = 3\n", "garbage text\n"}) {
+    {
+      std::ofstream f(path);
+      f << text;
+    }
+    auto p = Parse({"--config", path.c_str()});
+    EXPECT_TRUE(absl::IsInvalidArgument(p.status())) << text << p.status();
+  }
+  std::remove(path.c_str());
+}
+
+TEST(RouterConfig, DefaultMaxTokensMustNotExceedTheLimit) {
+  auto p = Parse({"--default_max_tokens", "5000"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("default_max_tokens"), std::string::npos) << p.status();
+  EXPECT_NE(p.status().message().find("max_tokens_limit"), std::string::npos) << p.status();
+  EXPECT_TRUE(Parse({"--default_max_tokens", "5000", "--max_tokens_limit", "5000"}).ok());
+}
+
+TEST(RouterConfig, UnknownCodecNamesAreRejectedWhereTheyAppear) {
+  auto p = Parse({"--allowed_codecs", "oscar,nosuch"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("--allowed_codecs=nosuch"), std::string::npos)
+      << p.status();
+  EXPECT_NE(p.status().message().find("oscar-gram"), std::string::npos) << p.status();  // lists
+  p = Parse({"--codec", "int3", "--allowed_codecs", "bf16"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("--codec=int3: unknown codec"), std::string::npos)
+      << p.status();
+}
+
 TEST(RouterConfig, HelpListsFlagsButHidesTheTestingBackend) {
   std::string help;
   auto p = Parse({"--help"}, &help);
