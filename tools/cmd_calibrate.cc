@@ -1,8 +1,13 @@
 // `oscarkv calibrate`: runs the model over calibration text and writes the calibration file
 // (R_K, R_V per layer) that the rotated codecs need, with a progress bar on stderr.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -34,14 +39,43 @@ struct CalibrateFlags {
   int dump_tokens = 512;                 // Default: 512
 };
 
+// --out (and OUT.texts.json beside it) can be written: checked before the forward pass, which
+// is the long part.
+absl::Status CheckOutPath(const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(out, ec)) {
+    return absl::InvalidArgumentError("--out " + out + " is a directory, not a file");
+  }
+  fs::path dir = fs::path(out).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::exists(dir, ec)) {
+    return absl::NotFoundError("--out " + out + ": directory " + dir.string() +
+                               " does not exist");
+  }
+  if (!fs::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError("--out " + out + ": " + dir.string() +
+                                      " is not a directory");
+  }
+  // Open it for writing (without truncating an old file), as root too, where access() says yes
+  // to everything; a file made here is removed again.
+  const bool existed = fs::exists(out, ec);
+  const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string msg = "--out " + out + ": cannot write it: " + std::strerror(err);
+    return err == EACCES || err == EPERM || err == EROFS ? absl::PermissionDeniedError(msg)
+                                                         : absl::FailedPreconditionError(msg);
+  }
+  ::close(fd);
+  if (!existed) ::unlink(out.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status RunCalibrate(const CalibrateFlags& f) {
   if (f.objective != "oscar" && f.objective != "oscar-gram") {
     return absl::InvalidArgumentError("--objective must be oscar or oscar-gram");
   }
-  OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(f.model));
-  // One thread: the same text gives a byte-identical file on this machine.
-  OSCARKV_ASSIGN_OR_RETURN(auto m, model::Model::Load(path, {.threads = 1}));
-  OSCARKV_RETURN_IF_ERROR(RequireTokenizer(*m, "calibrate"));
   engine::CalibrateOptions options;
   options.text_files = f.text;
   options.max_tokens = f.tokens;
@@ -52,11 +86,23 @@ absl::Status RunCalibrate(const CalibrateFlags& f) {
   options.v_clip_ratio = f.v_clip;
   options.dump_dir = f.dump_dir;
   options.dump_tokens = f.dump_tokens;
+  // Bad flags fail before the model loads (the window against its context length in
+  // CalibrateModel, before the forward pass).
+  OSCARKV_RETURN_IF_ERROR(engine::ValidateCalibrateOptions(options));
+  OSCARKV_RETURN_IF_ERROR(CheckOutPath(f.out));
   if (!f.dump_dir.empty()) {
     std::error_code error;
     std::filesystem::create_directories(f.dump_dir, error);
-    if (error) return absl::PermissionDeniedError("cannot create " + f.dump_dir);
+    if (error) {
+      const std::string msg = "--dump-dir: cannot create " + f.dump_dir + ": " + error.message();
+      return error == std::errc::permission_denied ? absl::PermissionDeniedError(msg)
+                                                   : absl::FailedPreconditionError(msg);
+    }
   }
+  OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(f.model));
+  // One thread: the same text gives a byte-identical file on this machine.
+  OSCARKV_ASSIGN_OR_RETURN(auto m, model::Model::Load(path, {.threads = 1}));
+  OSCARKV_RETURN_IF_ERROR(RequireTokenizer(*m, "calibrate"));
   const auto start = std::chrono::steady_clock::now();
   options.progress = [&](int64_t done, int64_t total) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

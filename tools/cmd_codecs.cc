@@ -18,6 +18,7 @@
 #include "lib/quant/codec.h"
 #include "lib/quant/codec_report.h"
 #include "lib/quant/codec_spec.h"
+#include "lib/quant/hadamard.h"
 #include "lib/quant/synthetic_activations.h"
 #include "tools/commands.h"
 
@@ -81,9 +82,41 @@ struct ReportOptions {
   int tokens = 1024;   // synthetic only
 };
 
+// Synthetic sizes: the report measures whole 32-token groups and allocates tokens x 8 heads x
+// head_dim floats, several copies.
+constexpr int kMinSyntheticTokens = 32;
+constexpr int kMaxSyntheticHeadDim = 512;
+constexpr int kMaxSyntheticTokens = 1 << 16;
+
 absl::Status Report(const ReportOptions& opt) {
   if (opt.kind != "k" && opt.kind != "v") {
     return absl::InvalidArgumentError("--kind must be k or v");
+  }
+  // Bad sizes would otherwise reach std::vector (std::length_error) or a per-codec error.
+  if (opt.tensor.empty()) {
+    if (!quant::IsPowerOfTwo(opt.head_dim) || opt.head_dim < 32 ||
+        opt.head_dim > kMaxSyntheticHeadDim) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--head-dim must be a power of two in [32, %d], got %d", kMaxSyntheticHeadDim,
+          opt.head_dim));
+    }
+    if (opt.tokens < kMinSyntheticTokens || opt.tokens > kMaxSyntheticTokens) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--tokens must be in [%d, %d], got %d", kMinSyntheticTokens,
+                          kMaxSyntheticTokens, opt.tokens));
+    }
+  }
+  if (opt.layer < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("--layer must be >= 0, got %d", opt.layer));
+  }
+  std::optional<quant::Calibration> user_cal;
+  if (!opt.calibration.empty()) {
+    OSCARKV_ASSIGN_OR_RETURN(user_cal, quant::ReadCalibrationFile(opt.calibration));
+    if (opt.layer >= static_cast<int>(user_cal->layers.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--layer %d out of range: %s has %d layers", opt.layer,
+                          opt.calibration, user_cal->layers.size()));
+    }
   }
   const quant::KvSide side = opt.kind == "k" ? quant::KvSide::kKey : quant::KvSide::kValue;
   std::vector<float> x;
@@ -124,10 +157,7 @@ absl::Status Report(const ReportOptions& opt) {
         "separate synthetic tokens (H_q=8).\n",
         side == quant::KvSide::kKey ? "K" : "V", tokens, heads, d, calib_tokens);
   }
-  if (!opt.calibration.empty()) {
-    OSCARKV_ASSIGN_OR_RETURN(quant::Calibration cal, quant::ReadCalibrationFile(opt.calibration));
-    cals.push_back(std::move(cal));
-  }
+  if (user_cal.has_value()) cals.push_back(std::move(*user_cal));
   std::cout << absl::StrFormat("%-15s %-3s %7s %12s %10s %10s  %s\n", "codec", "id", "bpe",
                                "rel_frob", "max_abs", "cosine", "note");
   for (const CodecSpec& s : quant::AllCodecs()) {
@@ -177,8 +207,9 @@ void RegisterCodecsCommand(CLI::App& app, CommandResult& result) {
   report->add_option("--kind", opt->kind, "k or v: which side's codec to apply")
       ->check(CLI::IsMember({"k", "v"}));
   report->add_option("--layer", opt->layer, "layer of the calibration file to use");
-  report->add_option("--head-dim", opt->head_dim, "synthetic tensor head_dim (power of two)");
-  report->add_option("--tokens", opt->tokens, "synthetic tensor tokens");
+  report->add_option("--head-dim", opt->head_dim,
+                     "synthetic tensor head_dim (power of two, 32 to 512)");
+  report->add_option("--tokens", opt->tokens, "synthetic tensor tokens (32 to 65536)");
   report->callback([&result, opt] { result.status = Report(*opt); });
 }
 

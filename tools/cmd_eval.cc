@@ -41,8 +41,10 @@ void RegisterEvalCommand(CLI::App& app, CommandResult& result) {
                   "Calibration texts (default: Austen prideprejudice + sensesensibility)")
       ->expected(1, -1);
   cmd->add_option("--calibration-tokens", cfg->calibration_tokens, "Calibration tokens (20480)");
-  cmd->add_option("--k-clip", cfg->k_clip, "Override the K clip ratio of clipping codecs");
-  cmd->add_option("--v-clip", cfg->v_clip, "Override the V clip ratio of clipping codecs");
+  cmd->add_option("--k-clip", cfg->k_clip,
+                  "Override the K clip ratio of clipping codecs, in (0.5, 1]");
+  cmd->add_option("--v-clip", cfg->v_clip,
+                  "Override the V clip ratio of clipping codecs, in (0.5, 1]");
   cmd->add_option("--score-from", cfg->score_from, "First scored position (384)");
   cmd->add_option("--fidelity-windows", cfg->fidelity_windows,
                   "Windows with per-layer attention fidelity (1)");
@@ -60,7 +62,13 @@ void RegisterEvalCommand(CLI::App& app, CommandResult& result) {
   cmd->add_option("--greedy-prompt-tokens", cfg->greedy_prompt_tokens, "Prompt tokens (512)");
   cmd->add_option("--greedy-new-tokens", cfg->greedy_new_tokens, "New tokens (128)");
   cmd->add_flag("--no-plots", *no_plots, "Skip the PNG plots");
-  cmd->add_option("--seed", cfg->seed, "Seed of window choice and bootstrap");
+  // uint64: CLI11 would wrap a negative seed (and CLI::NonNegativeNumber prints DBL_MAX).
+  cmd->add_option("--seed", cfg->seed, "Seed of window choice and bootstrap")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            return s.starts_with('-') ? "must be >= 0, got " + s : std::string();
+          },
+          ""));
   cmd->add_option("--threads", cfg->threads, "CPU threads (0 = OpenBLAS default)");
   cmd->add_option("--jobs", cfg->jobs,
                   "(window, codec) forwards run in parallel, one BLAS thread each (1); same "
@@ -78,6 +86,7 @@ void RegisterEvalCommand(CLI::App& app, CommandResult& result) {
       if (cmd->count("--calibration-tokens")) c.calibration_tokens = cfg->calibration_tokens;
       if (cmd->count("--niah-context")) c.niah_contexts = cfg->niah_contexts;
       if (cmd->count("--niah-depth")) c.niah_depths = cfg->niah_depths;
+      if (cmd->count("--niah-trials")) c.niah_trials = cfg->niah_trials;
       if (cmd->count("--greedy-prompts")) c.greedy_prompts = cfg->greedy_prompts;
       if (cmd->count("--greedy-new-tokens")) c.greedy_new_tokens = cfg->greedy_new_tokens;
       if (cmd->count("--greedy-prompt-tokens")) {

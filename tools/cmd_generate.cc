@@ -16,6 +16,7 @@
 #include "lib/engine/sampler.h"
 #include "lib/engine/serving_engine.h"
 #include "lib/model/model.h"
+#include "services/decode/decode_server.h"
 #include "tools/commands.h"
 #ifdef OSCARKV_HAVE_MODEL_GPU
 #include "lib/engine/quant_kv_cache.h"
@@ -52,6 +53,30 @@ engine::SamplingParams SamplingFromFlags(const GenerateFlags& f) {
           .frequency_penalty = f.frequency_penalty};
 }
 
+// Flags that need no model; checked before it loads.
+absl::Status ValidateFlags(const GenerateFlags& f) {
+  if (f.max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-tokens must be >= 1, got ", f.max_tokens));
+  }
+  if (f.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads must be >= 0, got ", f.threads));
+  }
+  if (f.gpu < 0) return absl::InvalidArgumentError(absl::StrCat("--gpu must be >= 0, got ", f.gpu));
+  return SamplingFromFlags(f).Validate();
+}
+
+// The calibration file: --calibration, else the default model's default file found the way
+// `oscarkv serve` finds it (working directory, then this build's source tree), else its
+// relative path so that the error names it.
+std::string CalibrationPath(const GenerateFlags& f) {
+  if (f.calibration.empty() && f.model == "default") {
+    std::string found = decode::ResolveCalibrationPath("", f.codec);
+    if (!found.empty()) return found;
+  }
+  return engine::ResolveCalibrationPath(f.calibration, f.model, f.codec);
+}
+
 // `--device cuda`: the same prompt through lib/model_gpu (bf16 weights, paged three-tier KV on
 // the GPU). Greedy only; the sampler runs on the host over logits when --temperature > 0.
 absl::Status RunGenerateGpu(const GenerateFlags& f, const model::Model& m,
@@ -61,8 +86,7 @@ absl::Status RunGenerateGpu(const GenerateFlags& f, const model::Model& m,
 #else
   OSCARKV_ASSIGN_OR_RETURN(
       auto factory,
-      engine::KvCacheFactory::Create(
-          m.config(), f.codec, engine::ResolveCalibrationPath(f.calibration, f.model, f.codec)));
+      engine::KvCacheFactory::Create(m.config(), f.codec, CalibrationPath(f)));
   OSCARKV_ASSIGN_OR_RETURN(auto weights, model_gpu::GpuWeights::Upload(m.config(), m.weights()));
   model_gpu::GpuModelOptions options;
   options.device = f.gpu;
@@ -106,19 +130,13 @@ absl::Status RunGenerateGpu(const GenerateFlags& f, const model::Model& m,
 }
 
 absl::Status RunGenerate(const GenerateFlags& f) {
-  // Bad sampling flags fail before the model loads.
-  OSCARKV_RETURN_IF_ERROR(SamplingFromFlags(f).Validate());
+  // Bad flags fail before the model loads.
+  OSCARKV_RETURN_IF_ERROR(ValidateFlags(f));
   OSCARKV_ASSIGN_OR_RETURN(std::string path, model::ResolveModelPath(f.model));
   model::ModelOptions opts;
   opts.threads = f.threads;
   OSCARKV_ASSIGN_OR_RETURN(auto m, model::Model::Load(path, opts));
   OSCARKV_RETURN_IF_ERROR(RequireTokenizer(*m, "generate"));
-  OSCARKV_ASSIGN_OR_RETURN(
-      auto engine,
-      engine::ServingEngine::Create(
-          m.get(), {.codec = f.codec,
-                    .calibration_path = engine::ResolveCalibrationPath(f.calibration, f.model,
-                                                                       f.codec)}));
   const model::Tokenizer& tok = m->tokenizer();
   std::string text = f.prompt;
   if (f.chat) {
@@ -127,6 +145,16 @@ absl::Status RunGenerate(const GenerateFlags& f) {
   }
   std::vector<int32_t> ids = tok.Encode(text, /*add_special=*/true);
   if (ids.empty()) return absl::InvalidArgumentError("empty prompt");
+  const int context = m->config().context_length;  // 0 = the checkpoint does not say
+  if (context > 0 && static_cast<int64_t>(ids.size()) + f.max_tokens > context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", ids.size(), " tokens) + --max-tokens ", f.max_tokens,
+        " exceeds the model's context length ", context));
+  }
+  OSCARKV_ASSIGN_OR_RETURN(
+      auto engine,
+      engine::ServingEngine::Create(m.get(), {.codec = f.codec,
+                                              .calibration_path = CalibrationPath(f)}));
   if (!f.chat) std::cout << f.prompt << std::flush;
   if (f.device == "cuda") return RunGenerateGpu(f, *m, ids);
 
@@ -174,7 +202,13 @@ void RegisterGenerateCommand(CLI::App& app, CommandResult& result) {
                   "OpenAI's presence penalty over the generated tokens, in [-2, 2]");
   cmd->add_option("--frequency-penalty", flags->frequency_penalty,
                   "OpenAI's frequency penalty over the generated tokens, in [-2, 2]");
-  cmd->add_option("--seed", flags->seed, "Sampling seed");
+  // uint64: CLI11 would wrap a negative seed (and CLI::NonNegativeNumber prints DBL_MAX).
+  cmd->add_option("--seed", flags->seed, "Sampling seed")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            return s.starts_with('-') ? "must be >= 0, got " + s : std::string();
+          },
+          ""));
   cmd->add_option("--threads", flags->threads, "CPU threads (0 = OpenBLAS default)");
   cmd->add_option("--codec", flags->codec,
                   "KV cache codec: bf16, oscar (default), oscar-hadamard, oscar-norot, oscar-gram");

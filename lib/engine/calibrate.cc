@@ -28,12 +28,41 @@ uint64_t ModelFingerprint(const model::Model& model) {
   return fingerprint;
 }
 
+absl::Status ValidateCalibrateOptions(const CalibrateOptions& options, int context_length) {
+  auto bad = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(parts...));
+  };
+  if (options.text_files.empty()) return bad("--text: no calibration text");
+  if (options.window_tokens <= 0) return bad("--window must be > 0, got ", options.window_tokens);
+  if (options.max_tokens <= 0) return bad("--tokens must be > 0, got ", options.max_tokens);
+  if (options.max_tokens < options.window_tokens) {
+    return bad("--tokens ", options.max_tokens, " is less than one --window of ",
+               options.window_tokens);
+  }
+  if (context_length > 0 && options.window_tokens > context_length) {
+    return bad("--window ", options.window_tokens, " exceeds the model's context length ",
+               context_length);
+  }
+  if ((options.k_objective != "qqt" && options.k_objective != "ktk") ||
+      (options.v_objective != "sst" && options.v_objective != "vtv")) {
+    return bad("objectives must be qqt|ktk / sst|vtv, got ", options.k_objective, "/",
+               options.v_objective);
+  }
+  // The file format's range (quant::CalibrateFromCovariances), checked before the forward pass.
+  if (!(options.k_clip_ratio > 0.0f && options.k_clip_ratio <= 1.0f)) {
+    return bad("--k-clip must be in (0, 1], got ", options.k_clip_ratio);
+  }
+  if (!(options.v_clip_ratio > 0.0f && options.v_clip_ratio <= 1.0f)) {
+    return bad("--v-clip must be in (0, 1], got ", options.v_clip_ratio);
+  }
+  if (options.dump_tokens < 1) return bad("--dump-tokens must be >= 1, got ", options.dump_tokens);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<quant::Calibration> CalibrateModel(const model::Model& model,
                                                   const CalibrateOptions& options,
                                                   uint64_t model_fingerprint) {
-  if (options.text_files.empty() || options.window_tokens <= 0 || options.max_tokens <= 0) {
-    return absl::InvalidArgumentError("calibration needs text files and positive token counts");
-  }
+  OSCARKV_RETURN_IF_ERROR(ValidateCalibrateOptions(options, model.config().context_length));
   std::string text;
   for (const std::string& path : options.text_files) {
     std::ifstream in(path, std::ios::binary);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "lib/model/model.h"
 #include "lib/quant/calibration.h"
@@ -32,9 +33,17 @@ struct CalibrateOptions {
   std::function<void(int64_t done, int64_t total)> progress;
 };
 
+// The checks of `options` that need no text: a text file, positive counts, max_tokens at least
+// one window, known objectives (qqt|ktk, sst|vtv), clip ratios in (0, 1] (the file format's
+// range), dump_tokens >= 1 and, with context_length > 0 (the model's), a window that fits it.
+// Messages name the `oscarkv calibrate` flags. CalibrateModel runs it first.
+// @return kInvalidArgument naming the bad value.
+absl::Status ValidateCalibrateOptions(const CalibrateOptions& options, int context_length = 0);
+
 // Runs the calibration. `model_fingerprint` goes into the file (ModelFingerprint()).
-// @return kInvalidArgument for bad options or too little text (< one window); file errors;
-//   errors of the model and of quant::CalibrateFromCovariances.
+// @return kInvalidArgument for bad options (ValidateCalibrateOptions with the model's context
+//   length) or too little text (< one window); file errors; errors of the model and of
+//   quant::CalibrateFromCovariances.
 absl::StatusOr<quant::Calibration> CalibrateModel(const model::Model& model,
                                                   const CalibrateOptions& options,
                                                   uint64_t model_fingerprint);

@@ -872,16 +872,98 @@ absl::Status CheckVariant(const quant::CodecSpec& spec, const CodecVariant& v, i
 
 }  // namespace
 
+absl::Status ValidateEvalConfig(const EvalConfig& cfg, int context_length) {
+  auto bad = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(parts...));
+  };
+  if (cfg.texts.empty()) return bad("--text: no evaluation text");
+  if (cfg.out_dir.empty()) return bad("--out: no output folder");
+  if (cfg.contexts.empty() || cfg.windows.empty()) return bad("--context/--windows empty");
+  if (cfg.windows.size() != 1 && cfg.windows.size() != cfg.contexts.size()) {
+    return bad("--windows: one value or one per context");
+  }
+  // Scored positions index the window's tokens from score_from on.
+  if (cfg.score_from < 0) return bad("--score-from must be >= 0, got ", cfg.score_from);
+  for (int w : cfg.windows) {
+    if (w < 0) return bad("--windows must be >= 0, got ", w);
+  }
+  const bool grid =
+      std::any_of(cfg.windows.begin(), cfg.windows.end(), [](int w) { return w > 0; });
+  if (!grid && !cfg.niah && !cfg.greedy) {
+    return bad("nothing to evaluate: --windows 0 skips the teacher-forced grid; ask for "
+               "--windows N with N > 0, or for --niah and/or --greedy");
+  }
+  const std::string model_ctx = absl::StrCat("the model's context length ", context_length);
+  for (size_t ci = 0; ci < cfg.contexts.size(); ++ci) {
+    const int len = cfg.contexts[ci];
+    const int windows =
+        cfg.windows.size() == cfg.contexts.size() ? cfg.windows[ci] : cfg.windows[0];
+    if (windows == 0) continue;  // this context is not run
+    if (len <= cfg.score_from + 2) {
+      return bad("--context ", len, " leaves nothing to score: it must exceed --score-from ",
+                 cfg.score_from, " + 2");
+    }
+    if (context_length > 0 && len > context_length) {
+      return bad("--context ", len, " exceeds ", model_ctx);
+    }
+  }
+  if (cfg.fidelity_windows < 0) {
+    return bad("--fidelity-windows must be >= 0, got ", cfg.fidelity_windows);
+  }
+  if (cfg.calibration_tokens <= 0) {
+    return bad("--calibration-tokens must be > 0, got ", cfg.calibration_tokens);
+  }
+  if (cfg.calibration_chunk <= 0) {
+    return bad("calibration chunk must be > 0, got ", cfg.calibration_chunk);
+  }
+  // The same range as a codec's @K/V (ParseCodecVariant); kNoClipOverride keeps the codec's.
+  for (auto [flag, clip] : {std::pair{"--k-clip", cfg.k_clip}, std::pair{"--v-clip", cfg.v_clip}}) {
+    if (clip != kNoClipOverride && !(clip > 0.5f && clip <= 1.0f)) {
+      return bad(flag, " must be in (0.5, 1], got ", clip);
+    }
+  }
+  if (cfg.threads < 0) return bad("--threads must be >= 0, got ", cfg.threads);
+  if (cfg.jobs < 1) return bad("--jobs must be >= 1, got ", cfg.jobs);
+  if (cfg.group_size < 0) return bad("--group-size must be >= 0, got ", cfg.group_size);
+  if (cfg.niah) {
+    if (cfg.niah_contexts.empty() || cfg.niah_depths.empty()) {
+      return bad("--niah needs --niah-context and --niah-depth values");
+    }
+    if (cfg.niah_trials < 1) return bad("--niah-trials must be >= 1, got ", cfg.niah_trials);
+    for (int d : cfg.niah_depths) {
+      if (d < 0 || d > 100) return bad("--niah-depth must be in [0, 100], got ", d);
+    }
+    for (int len : cfg.niah_contexts) {
+      // The needle lies between the 64-token sink and the 256-token recent window (niah.h).
+      if (len <= 64 + 256) return bad("--niah-context ", len, " is too short: it must exceed 320");
+      if (context_length > 0 && len > context_length) {
+        return bad("--niah-context ", len, " exceeds ", model_ctx);
+      }
+    }
+  }
+  if (cfg.greedy) {
+    if (cfg.greedy_prompts < 1) {
+      return bad("--greedy-prompts must be >= 1, got ", cfg.greedy_prompts);
+    }
+    if (cfg.greedy_prompt_tokens < 1) {
+      return bad("--greedy-prompt-tokens must be >= 1, got ", cfg.greedy_prompt_tokens);
+    }
+    if (cfg.greedy_new_tokens < 1) {
+      return bad("--greedy-new-tokens must be >= 1, got ", cfg.greedy_new_tokens);
+    }
+    const int64_t total = int64_t{cfg.greedy_prompt_tokens} + cfg.greedy_new_tokens;
+    if (context_length > 0 && total > context_length) {
+      return bad("--greedy-prompt-tokens ", cfg.greedy_prompt_tokens, " + --greedy-new-tokens ",
+                 cfg.greedy_new_tokens, " exceeds ", model_ctx);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunEval(const EvalConfig& cfg_in) {
   EvalConfig cfg = cfg_in;
-  if (cfg.texts.empty()) return absl::InvalidArgumentError("--text: no evaluation text");
-  if (cfg.out_dir.empty()) return absl::InvalidArgumentError("--out: no output folder");
-  if (cfg.contexts.empty() || cfg.windows.empty()) {
-    return absl::InvalidArgumentError("--context/--windows empty");
-  }
-  if (cfg.windows.size() != 1 && cfg.windows.size() != cfg.contexts.size()) {
-    return absl::InvalidArgumentError("--windows: one value or one per context");
-  }
+  // Bad values fail here, before the model loads, and below again against its context length.
+  OSCARKV_RETURN_IF_ERROR(ValidateEvalConfig(cfg));
   if (cfg.codecs.empty()) {
     for (const auto& s : quant::AllCodecs()) cfg.codecs.emplace_back(s.name);
   }
@@ -889,8 +971,6 @@ absl::Status RunEval(const EvalConfig& cfg_in) {
     cfg.calibration_texts = {FindPath("data/text/austen/prideprejudice.txt"),
                              FindPath("data/text/austen/sensesensibility.txt")};
   }
-  if (cfg.jobs < 1) return absl::InvalidArgumentError("--jobs must be >= 1");
-  if (cfg.group_size < 0) return absl::InvalidArgumentError("--group-size must be >= 0");
   if (cfg.threads > 0) model::SetCpuThreads(cfg.threads);
   if (cfg.jobs > 1) {
     model::SetCpuThreads(1);  // parallel tasks; nested BLAS threads would oversubscribe
@@ -906,6 +986,11 @@ absl::Status RunEval(const EvalConfig& cfg_in) {
   const model::ModelConfig& mc = model->config();
   LOG(INFO) << "eval: model " << model_path << " (" << mc.num_layers << " layers, head_dim "
             << mc.head_dim << ")";
+  OSCARKV_RETURN_IF_ERROR(ValidateEvalConfig(cfg, mc.context_length));
+  // Calibration chunks are ours, not the user's: keep them within the model's context.
+  if (mc.context_length > 0) {
+    cfg.calibration_chunk = std::min(cfg.calibration_chunk, mc.context_length);
+  }
 
   std::vector<Text> texts;
   for (const auto& p : cfg.texts) {

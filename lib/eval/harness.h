@@ -29,6 +29,9 @@
 
 namespace oscarkv::eval {
 
+// EvalConfig::k_clip / v_clip when the codecs keep their own clip ratios.
+inline constexpr float kNoClipOverride = -1.0f;
+
 struct EvalConfig {
   std::string model = "default";                 // path or "default"
   std::vector<std::string> texts;                // evaluation text files (required)
@@ -48,9 +51,10 @@ struct EvalConfig {
   std::vector<std::string> calibration_texts;    // Default: Austen P&P + S&S under data/text
   int calibration_tokens = 20480;                // Default: 20480 (quant.md A.2: 10-30K)
   int calibration_chunk = 2048;                  // Default: 2048 tokens per prefill chunk
-  float k_clip = -1.0f;                          // > 0: override clip ratio of clipping codecs
-  float v_clip = -1.0f;
-  int score_from = 384;                          // Default: 384 (> 64 + 256 + margin, E.0-3)
+  // Clip ratio override of clipping codecs, in (0.5, 1]; kNoClipOverride = keep the codec's.
+  float k_clip = kNoClipOverride;
+  float v_clip = kNoClipOverride;
+  int score_from = 384;                          // >= 0; Default: 384 (> 64 + 256 + margin, E.0-3)
   int fidelity_windows = 1;                      // windows per (codec, context) with per-layer
                                                  // attention fidelity; Default: 1
   bool allow_overlap = false;                    // warn instead of refusing overlap
@@ -81,6 +85,12 @@ struct EvalConfig {
 // Applies --quick: contexts {1280}, 2 windows, 4096 calibration tokens, NIAH 1024 x {30, 70},
 // greedy 4 prompts x 16 tokens. Fields the user set explicitly are the caller's business.
 void ApplyQuick(EvalConfig* config);
+
+// The checks RunEval makes before any forward pass: counts, lengths and clip ratios in range, and
+// something to run (grid windows, --niah or --greedy). With context_length > 0 (the model's),
+// also that every window, NIAH case and greedy prompt + new tokens fits in it.
+// @return kInvalidArgument naming the flag at fault.
+absl::Status ValidateEvalConfig(const EvalConfig& config, int context_length = 0);
 
 // Runs everything and writes out_dir/results.json, out_dir/RESULTS.md and (when matplotlib is
 // present) PNG plots. kInvalidArgument for a bad config; kFailedPrecondition when evaluation
