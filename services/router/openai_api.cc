@@ -84,8 +84,8 @@ std::optional<ApiError> ReadMaxTokens(const json& body, const char* name, int li
   const int least = echo ? 0 : 1;
   if (v < least || v > limit) {
     const bool echo_would_allow_zero = v == 0 && endpoint == Endpoint::kCompletions;
-    return Invalid(absl::StrCat("'", name, "' must be in [", least, ", ", limit, "], got ", Shown(*it),
-                                echo_would_allow_zero ? " (0 only with echo)" : ""),
+    return Invalid(absl::StrCat("'", name, "' must be in [", least, ", ", limit, "], got ",
+                                Shown(*it), echo_would_allow_zero ? " (0 only with echo)" : ""),
                    name);
   }
   *out = static_cast<int>(v);
@@ -112,8 +112,9 @@ std::optional<ApiError> ReadTopK(const json& body, int* out) {
   if (!it->is_number_integer()) return Invalid("'top_k' must be an integer", "top_k");
   const int64_t v = Int64Of(*it);
   if (v < -1 || v > std::numeric_limits<int32_t>::max()) {
-    return Invalid(absl::StrCat("'top_k' must be -1, 0 (off) or a positive integer, got ", Shown(*it)),
-                   "top_k");
+    return Invalid(
+        absl::StrCat("'top_k' must be -1, 0 (off) or a positive integer, got ", Shown(*it)),
+        "top_k");
   }
   *out = v <= 0 ? 0 : static_cast<int>(v);
   return std::nullopt;

@@ -95,7 +95,8 @@ TEST(OpenAiApi, ErrorsShowDeepLargeAndHugeValuesSafely) {
   }
   ParseResult r = raw(R"("logit_bias": {"5": )" + deep + "}");
   ASSERT_TRUE(r.error);
-  EXPECT_EQ(r.error->message, "'logit_bias' of token 5 must be a number in [-100, 100], got an array");
+  EXPECT_EQ(r.error->message,
+            "'logit_bias' of token 5 must be a number in [-100, 100], got an array");
   r = raw(R"("n": ")" + std::string(1000, 'z') + R"(")");
   ASSERT_TRUE(r.error);
   EXPECT_EQ(r.error->message,
