@@ -329,23 +329,17 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   // Token ids the request names (not the prompt's: Tokenize checks those) exist, checked here
   // rather than by a worker after placement.
   if (model->vocab_size > 0) {
+    auto outside = [&](const char* field, int32_t token) {
+      return ApiError{400,
+                      absl::StrCat("'", field, "' token id ", token,
+                                   " is outside the vocabulary [0, ", model->vocab_size, ")"),
+                      "invalid_request_error", field, ""};
+    };
     for (const auto& [token, bias] : api.logit_bias) {
-      if (token >= model->vocab_size) {
-        return reject(ApiError{400,
-                               absl::StrCat("'logit_bias' token id ", token,
-                                            " is outside the vocabulary [0, ", model->vocab_size,
-                                            ")"),
-                               "invalid_request_error", "logit_bias", ""});
-      }
+      if (token >= model->vocab_size) return reject(outside("logit_bias", token));
     }
     for (const int32_t token : api.stop_token_ids) {
-      if (token >= model->vocab_size) {
-        return reject(ApiError{400,
-                               absl::StrCat("'stop_token_ids' token id ", token,
-                                            " is outside the vocabulary [0, ", model->vocab_size,
-                                            ")"),
-                               "invalid_request_error", "stop_token_ids", ""});
-      }
+      if (token >= model->vocab_size) return reject(outside("stop_token_ids", token));
     }
   }
 
