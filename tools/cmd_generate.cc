@@ -156,7 +156,11 @@ absl::Status RunGenerate(const GenerateFlags& f) {
       engine::ServingEngine::Create(m.get(), {.codec = f.codec,
                                               .calibration_path = CalibrationPath(f)}));
   if (!f.chat) std::cout << f.prompt << std::flush;
-  if (f.device == "cuda") return RunGenerateGpu(f, *m, ids);
+  if (f.device == "cuda") {
+    absl::Status s = RunGenerateGpu(f, *m, ids);
+    if (!s.ok() && !f.chat) std::cout << std::endl;  // the error on a line of its own
+    return s;
+  }
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();

@@ -22,6 +22,17 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // CLI11 reports a misspelt command as a missing one ("A subcommand is required"); name it.
+    const std::string first = argc > 1 ? argv[1] : "";
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && !first.empty() &&
+        first[0] != '-') {
+      std::string names;
+      for (const CLI::App* cmd : app.get_subcommands({})) {
+        names += (names.empty() ? "" : ", ") + cmd->get_name();
+      }
+      std::cerr << "oscarkv: unknown command '" << first << "'; commands: " << names << "\n";
+      return EXIT_FAILURE;
+    }
     return app.exit(e);
   }
   if (!result.status.ok()) {
