@@ -147,7 +147,7 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   // 1. Prefix lookup and fetch.
   auto t0 = std::chrono::steady_clock::now();
   Prefix prefix;
-  const bool use_store = params.use_kvstore && store_ != nullptr && device_->shares_kvstore();
+  bool use_store = params.use_kvstore && store_ != nullptr && device_->shares_kvstore();
   if (use_store && params.prompt_logprobs < 0) {
     const std::vector<kvformat::BlockKey> keys = device_->ReusableKeys(params.tokens);
     if (!keys.empty()) {
@@ -157,6 +157,11 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
       } else {
         LOG(WARNING) << params.request_id << ": prefix fetch failed, computing in full: "
                      << p.status();
+        // A store that did not answer the lookup would most likely hold the publish for its
+        // whole deadline too; this request's blocks go to the decode worker only.
+        if (absl::IsDeadlineExceeded(p.status()) || absl::IsUnavailable(p.status())) {
+          use_store = false;
+        }
       }
     }
   }
