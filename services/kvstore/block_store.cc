@@ -118,15 +118,16 @@ absl::StatusOr<std::vector<ReserveResult>> BlockStore::Reserve(std::span<const B
   return results;
 }
 
-absl::Status BlockStore::VerifyLocked(const IndexEntry& entry, uint64_t* bf16_equivalent_bytes) {
+absl::Status BlockStore::VerifyLocked(const IndexEntry& entry, bool check_payload,
+                                      uint64_t* bf16_equivalent_bytes) {
   const BlockMeta& meta = entry.meta;
   kvformat::BlockExpectations expect;
   expect.key = meta.key;
   expect.codec = meta.codec;
   std::span<const std::byte> bytes = pool_->Bytes(entry.slot).first(meta.serialized_bytes());
   absl::StatusOr<kvformat::BlockHeader> header =
-      options_.verify_on_commit ? transfer::VerifyBlockOnArrival(bytes, expect)
-                                : kvformat::ParseBlockHeader(bytes, expect);
+      check_payload ? transfer::VerifyBlockOnArrival(bytes, expect)
+                    : kvformat::ParseBlockHeader(bytes, expect);
   if (!header.ok()) return header.status();
   if (header->payload_bytes != meta.payload_bytes ||
       header->payload_checksum != meta.payload_checksum ||
@@ -157,7 +158,7 @@ absl::StatusOr<size_t> BlockStore::Commit(std::span<const kvformat::BlockKey> ke
       continue;  // idempotent
     } else {
       uint64_t bf16_bytes = 0;
-      status = VerifyLocked(*entry, &bf16_bytes);
+      status = VerifyLocked(*entry, options_.verify_on_commit, &bf16_bytes);
       if (status.ok()) {
         const uint64_t bytes = entry->meta.serialized_bytes();
         CHECK_OK(index_.Commit(key, bf16_bytes));
@@ -195,6 +196,28 @@ size_t BlockStore::Abort(std::span<const kvformat::BlockKey> keys) {
     ++aborted;
   }
   return aborted;
+}
+
+BlockStore::RecheckResult BlockStore::Recheck(std::span<const kvformat::BlockKey> keys) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RecheckResult result;
+  for (const kvformat::BlockKey& key : keys) {
+    const IndexEntry* entry = index_.Find(key);
+    if (entry == nullptr || entry->state != EntryState::kCommitted) continue;
+    uint64_t bf16_bytes = 0;
+    const absl::Status status = VerifyLocked(*entry, /*check_payload=*/true, &bf16_bytes);
+    if (status.ok()) {
+      ++result.intact;
+      continue;
+    }
+    // Readers holding a lease on it verify what they read, so freeing the slot now is safe.
+    LOG(WARNING) << "kvstore dropped damaged block " << kvformat::BlockKeyToHex(key)
+                 << " on recheck: " << status;
+    RemoveLocked(key);
+    ++result.dropped;
+    if (metrics_) metrics_->damaged_blocks_dropped_total.Increment();
+  }
+  return result;
 }
 
 LookupResult BlockStore::LeaseLocked(std::vector<StoredBlock> blocks, absl::Duration lease,

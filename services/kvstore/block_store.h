@@ -95,6 +95,15 @@ class BlockStore {
   // Drops reservations (committed blocks are untouched). Returns how many were dropped.
   size_t Abort(std::span<const kvformat::BlockKey> keys);
 
+  struct RecheckResult {
+    size_t dropped = 0;  // stored bytes failed verification: removed
+    size_t intact = 0;   // verified: kept
+  };
+  // Verifies the stored bytes of the committed blocks among `keys` (payload checksum included,
+  // whatever verify_on_commit says) and removes those that fail: a block damaged in memory after
+  // its commit, which every reader would refuse until it was evicted.
+  RecheckResult Recheck(std::span<const kvformat::BlockKey> keys);
+
   // Longest committed prefix of `chain`, leased for `lease` (<= 0: default) to `session`.
   // @return kInvalidArgument for an empty chain.
   absl::StatusOr<LookupResult> LookupPrefix(std::span<const kvformat::BlockKey> chain,
@@ -132,7 +141,9 @@ class BlockStore {
   // Evicts until a slot of `bytes` fits. @return kResourceExhausted when it cannot.
   absl::Status MakeRoomLocked(uint64_t bytes, absl::Time now);
   void RemoveLocked(const kvformat::BlockKey& key);
-  absl::Status VerifyLocked(const IndexEntry& entry, uint64_t* bf16_equivalent_bytes);
+  // `check_payload`: the payload checksum too, not only the header.
+  absl::Status VerifyLocked(const IndexEntry& entry, bool check_payload,
+                            uint64_t* bf16_equivalent_bytes);
   LookupResult LeaseLocked(std::vector<StoredBlock> blocks, absl::Duration lease, absl::Time now);
 
   const BlockStoreOptions options_;

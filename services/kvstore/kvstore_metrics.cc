@@ -28,6 +28,11 @@ KvStoreMetrics::KvStoreMetrics(metrics::Registry& r)
           r.AddCounter("oscarkv_kvstore_commit_failures_total",
                        "Commits refused, by reason.", {"reason"})
               .WithLabels({"checksum"})),
+      damaged_blocks_dropped_total(
+          r.AddCounter("oscarkv_kvstore_damaged_blocks_dropped_total",
+                       "Committed blocks a reader reported damaged whose stored bytes failed "
+                       "their checksum on recheck, dropped.")
+              .Get()),
       reserve_rejected_total(r.AddCounter("oscarkv_kvstore_reserve_rejected_total",
                                           "Reserve calls refused for lack of room.")
                                  .Get()),

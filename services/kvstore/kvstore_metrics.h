@@ -20,6 +20,7 @@ struct KvStoreMetrics {
   metrics::Counter& blocks_evicted_total;       // oscarkv_kvstore_blocks_evicted_total
   metrics::Counter& blocks_expired_total;       // oscarkv_kvstore_blocks_expired_total
   metrics::Counter& commit_checksum_failures_total;  // oscarkv_kvstore_commit_failures_total{reason="checksum"}
+  metrics::Counter& damaged_blocks_dropped_total;  // oscarkv_kvstore_damaged_blocks_dropped_total
   metrics::Counter& reserve_rejected_total;     // oscarkv_kvstore_reserve_rejected_total
   metrics::Counter& committed_bytes_total;      // oscarkv_kvstore_committed_bytes_total
   // Gauges (refreshed from Stats on scrape).

@@ -108,6 +108,14 @@ grpc::Status KvStoreService::Abort(grpc::ServerContext*, const v1::AbortRequest*
   return grpc::Status::OK;
 }
 
+grpc::Status KvStoreService::Recheck(grpc::ServerContext*, const v1::RecheckRequest* request,
+                                     v1::RecheckResponse* response) {
+  const BlockStore::RecheckResult result = store_->Recheck(Keys(request->keys()));
+  response->set_dropped(static_cast<uint32_t>(result.dropped));
+  response->set_intact(static_cast<uint32_t>(result.intact));
+  return grpc::Status::OK;
+}
+
 grpc::Status KvStoreService::GetLocations(grpc::ServerContext*,
                                           const v1::GetLocationsRequest* request,
                                           v1::GetLocationsResponse* response) {

@@ -39,6 +39,8 @@ class KvStoreService final : public oscarkv::kvstore::v1::KvStoreService::Servic
                    v1::PinResponse* response) override;
   grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
                        v1::ReleaseResponse* response) override;
+  grpc::Status Recheck(grpc::ServerContext* context, const v1::RecheckRequest* request,
+                       v1::RecheckResponse* response) override;
   grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
                      v1::StatsResponse* response) override;
 

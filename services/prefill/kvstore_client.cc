@@ -1,5 +1,6 @@
 #include "services/prefill/kvstore_client.h"
 
+#include "lib/base/status_macros.h"
 #include "lib/rpc/channel_factory.h"
 #include "lib/rpc/status_conversion.h"
 #include "oscarkv/kvstore/v1/kvstore.grpc.pb.h"
@@ -118,6 +119,15 @@ absl::Status KvStoreClient::ReleaseLease(uint64_t lease_id) {
   kv::ReleaseResponse resp;
   auto ctx = rpc::MakeContext(impl_->timeout);
   return rpc::ToAbslStatus(impl_->stub->Release(ctx.get(), req, &resp));
+}
+
+absl::StatusOr<uint32_t> KvStoreClient::Recheck(std::span<const kvformat::BlockKey> keys) {
+  kv::RecheckRequest req;
+  for (const auto& k : keys) SetKey(k, req.add_keys());
+  kv::RecheckResponse resp;
+  auto ctx = rpc::MakeContext(impl_->timeout);
+  OSCARKV_RETURN_IF_ERROR(rpc::ToAbslStatus(impl_->stub->Recheck(ctx.get(), req, &resp)));
+  return resp.dropped();
 }
 
 }  // namespace oscarkv::prefill

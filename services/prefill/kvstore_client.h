@@ -66,6 +66,8 @@ class KvStoreClient {
   absl::StatusOr<uint32_t> Commit(std::span<const kvformat::BlockKey> keys);
   absl::Status Abort(std::span<const kvformat::BlockKey> keys);
   absl::Status ReleaseLease(uint64_t lease_id);
+  // Asks the store to verify blocks this worker found damaged; @return how many it dropped.
+  absl::StatusOr<uint32_t> Recheck(std::span<const kvformat::BlockKey> keys);
 
  private:
   struct Impl;

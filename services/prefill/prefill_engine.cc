@@ -80,6 +80,15 @@ absl::StatusOr<PrefillEngine::Prefix> PrefillEngine::FetchPrefix(
     if (!view.ok()) {
       LOG(WARNING) << params.request_id << ": stored block " << i << " rejected: "
                    << view.status();
+      metrics_->stored_blocks_rejected_total.Increment();
+      // If the store's own copy is damaged it drops it, and this request's publish stores it
+      // again; else every later reader would refuse it until it was evicted.
+      absl::StatusOr<uint32_t> dropped = store_->Recheck(std::span(&keys[i], 1));
+      if (!dropped.ok()) {
+        LOG(WARNING) << params.request_id << ": kvstore recheck failed: " << dropped.status();
+      } else if (*dropped > 0) {
+        LOG(WARNING) << params.request_id << ": the kvstore dropped its damaged copy";
+      }
       break;
     }
     prefix.views.push_back(*view);

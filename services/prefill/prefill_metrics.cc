@@ -21,6 +21,11 @@ PrefillMetrics::PrefillMetrics(metrics::Registry& r)
       fetched_bytes_total(r.AddCounter("oscarkv_prefill_fetched_bytes_total",
                                        "Bytes of prefix blocks fetched from the kvstore.")
                               .Get()),
+      stored_blocks_rejected_total(
+          r.AddCounter("oscarkv_prefill_stored_blocks_rejected_total",
+                       "Prefix blocks fetched from the kvstore that failed their checks (the "
+                       "prompt is computed from there; the store is asked to recheck its copy).")
+              .Get()),
       published_bytes_total(r.AddCounter("oscarkv_prefill_published_bytes_total",
                                          "Block bytes published, by codec and target "
                                          "(kvstore: put to the store; decode: staged for the "

@@ -16,6 +16,7 @@ struct PrefillMetrics {
   metrics::Counter& tokens_scored_total;       // prompt tokens given logprobs (prompt scoring)
   metrics::Counter& blocks_fetched_total;      // prefix blocks fetched from the kvstore
   metrics::Counter& fetched_bytes_total;       // bytes of those blocks
+  metrics::Counter& stored_blocks_rejected_total;  // fetched blocks that failed their checks
   // {codec, target}: bytes put to the kvstore ("kvstore"), staged for decode ("decode") or
   // handed to a decode GPU as packed KV ("decode_gpu")
   metrics::CounterFamily& published_bytes_total;

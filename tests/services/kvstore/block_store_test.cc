@@ -224,6 +224,32 @@ TEST_F(BlockStoreTest, CorruptedBlockIsRefusedAtCommit) {
   EXPECT_EQ(Prefix({K(1)}), 1u);
 }
 
+// A committed block whose stored bytes are damaged afterwards (here: overwritten with a copy
+// corrupted in transit) is dropped on recheck, so that it can be stored again; an intact block
+// is kept, and unknown keys are skipped.
+TEST_F(BlockStoreTest, RecheckDropsADamagedBlockAndKeepsIntactOnes) {
+  MakeStore(4 * kSlot);
+  ASSERT_TRUE(Store(1).ok());
+  ASSERT_TRUE(Store(2).ok());
+  auto found = store_->LookupPrefix(std::vector{K(1), K(2)}, absl::Milliseconds(1));
+  ASSERT_TRUE(found.ok());
+  ASSERT_EQ(found->matched, 2u);
+  std::vector<std::byte> block = Block(2);
+  client_backend_.CorruptNextTransfers(1);
+  ASSERT_TRUE(Put(block, found->blocks[1].slot).ok());
+
+  BlockStore::RecheckResult r = store_->Recheck(std::vector{K(1), K(2), K(9)});
+  EXPECT_EQ(r.intact, 1u);
+  EXPECT_EQ(r.dropped, 1u);
+  EXPECT_EQ(Prefix({K(1), K(2)}), 1u);
+  // Stored again by the next writer, then whole.
+  ASSERT_TRUE(Store(2).ok());
+  EXPECT_EQ(Prefix({K(1), K(2)}), 2u);
+  r = store_->Recheck(std::vector{K(1), K(2)});
+  EXPECT_EQ(r.intact, 2u);
+  EXPECT_EQ(r.dropped, 0u);
+}
+
 TEST_F(BlockStoreTest, ReserveIsAllOrNothingAndReportsStoredBlocks) {
   MakeStore(2 * kSlot);
   ASSERT_TRUE(Store(1).ok());
