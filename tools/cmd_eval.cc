@@ -62,13 +62,8 @@ void RegisterEvalCommand(CLI::App& app, CommandResult& result) {
   cmd->add_option("--greedy-prompt-tokens", cfg->greedy_prompt_tokens, "Prompt tokens (512)");
   cmd->add_option("--greedy-new-tokens", cfg->greedy_new_tokens, "New tokens (128)");
   cmd->add_flag("--no-plots", *no_plots, "Skip the PNG plots");
-  // uint64: CLI11 would wrap a negative seed (and CLI::NonNegativeNumber prints DBL_MAX).
   cmd->add_option("--seed", cfg->seed, "Seed of window choice and bootstrap")
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            return s.starts_with('-') ? "must be >= 0, got " + s : std::string();
-          },
-          ""));
+      ->check(NotNegative());
   cmd->add_option("--threads", cfg->threads, "CPU threads (0 = OpenBLAS default)");
   cmd->add_option("--jobs", cfg->jobs,
                   "(window, codec) forwards run in parallel, one BLAS thread each (1); same "

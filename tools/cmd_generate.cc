@@ -206,13 +206,7 @@ void RegisterGenerateCommand(CLI::App& app, CommandResult& result) {
                   "OpenAI's presence penalty over the generated tokens, in [-2, 2]");
   cmd->add_option("--frequency-penalty", flags->frequency_penalty,
                   "OpenAI's frequency penalty over the generated tokens, in [-2, 2]");
-  // uint64: CLI11 would wrap a negative seed (and CLI::NonNegativeNumber prints DBL_MAX).
-  cmd->add_option("--seed", flags->seed, "Sampling seed")
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            return s.starts_with('-') ? "must be >= 0, got " + s : std::string();
-          },
-          ""));
+  cmd->add_option("--seed", flags->seed, "Sampling seed")->check(NotNegative());
   cmd->add_option("--threads", flags->threads, "CPU threads (0 = OpenBLAS default)");
   cmd->add_option("--codec", flags->codec,
                   "KV cache codec: bf16, oscar (default), oscar-hadamard, oscar-norot, oscar-gram");

@@ -13,6 +13,7 @@
 
 namespace CLI {
 class App;
+class Validator;
 }
 namespace oscarkv::model {
 class Model;
@@ -29,6 +30,10 @@ using CommandRegistrar = std::function<void(CLI::App&, CommandResult&)>;
 // kFailedPrecondition naming `command` when `m` has no tokenizer (a Hugging Face checkpoint
 // without tokenizer.json loads for token-id use only): commands that turn text into ids need one.
 absl::Status RequireTokenizer(const model::Model& m, std::string_view command);
+
+// For unsigned options (seeds): refuses a value typed negative, which CLI11 would otherwise wrap
+// to a huge number (and CLI::NonNegativeNumber would print DBL_MAX as its bound).
+CLI::Validator NotNegative();
 
 // All registered subcommands, in registration order.
 std::vector<CommandRegistrar>& CommandRegistry();

@@ -88,6 +88,9 @@ class Route {
   std::string prefill_id, decode_id;  // worker ids; the addresses in static mode
   int decode_matched_blocks = 0;
   bool packed_kv = false;  // both workers move the prompt's KV GPU to GPU (registry mode)
+  // False when the registry has seen the registered kvstore go silent: the prefill would spend
+  // its publish deadline on it before answering (its own prefix lookup still tries the store).
+  bool publish_to_store = true;
   // Registry mode: prompt blocks the prefill worker or the kvstore held, of request_blocks.
   int prefix_matched_blocks = 0;
   int request_blocks = 0;
@@ -215,6 +218,7 @@ struct WorkerCompletionBackend::Impl {
     route->prefill_id = p->prefill_id;
     route->decode_id = p->decode_id;
     route->packed_kv = PackedKvDirect(workers, p->prefill_id) && PackedKvDirect(workers, p->decode_id);
+    route->publish_to_store = KvStoreHealth(workers) != StoreHealth::kDown;
     route->prefix_matched_blocks = std::max(p->prefill_matched_blocks, p->store_matched_blocks);
     route->request_blocks = p->request_blocks;
     auto it = preq.matched.find(p->decode_id);
@@ -254,6 +258,7 @@ struct WorkerCompletionBackend::Impl {
       if (picked.ok()) {
         Route& route = **picked;
         preq.set_offer_packed_kv(route.packed_kv);
+        preq.set_publish_to_kvstore(options.use_kvstore && route.publish_to_store);
         Prefilled out;
         grpc::ClientContext ctx;
         SetDeadline(&ctx, request.deadline);
@@ -322,12 +327,11 @@ struct WorkerCompletionBackend::Impl {
     return false;
   }
 
-  // What the registry says of the kvstore (registry mode; static mode cannot tell: kUnknown).
+  // What a registry snapshot says of the kvstore.
   enum class StoreHealth { kUnknown, kHealthy, kDown };
-  StoreHealth KvStoreHealth() const {
-    if (!options.registry) return StoreHealth::kUnknown;
+  static StoreHealth KvStoreHealth(const std::vector<router::WorkerView>& workers) {
     StoreHealth health = StoreHealth::kUnknown;  // none registered: the workers may have one
-    for (const router::WorkerView& w : options.registry->workers->Snapshot()) {
+    for (const router::WorkerView& w : workers) {
       if (w.spec.role != router::WorkerRole::kKvStore) continue;
       if (w.health == router::WorkerHealth::kHealthy) return StoreHealth::kHealthy;
       health = StoreHealth::kDown;
@@ -344,7 +348,7 @@ struct WorkerCompletionBackend::Impl {
       if (k.lo() != 0 || k.hi() != 0) stored.push_back({k.lo(), k.hi()});
     }
     if (stored.empty()) return;
-    if (KvStoreHealth() == StoreHealth::kHealthy) {
+    if (KvStoreHealth(options.registry->workers->Snapshot()) == StoreHealth::kHealthy) {
       options.registry->prefix_index->Add(router::kStoreHolder, stored);
     }
   }
@@ -493,10 +497,6 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   preq.mutable_session_id()->set_value(request.session_id);
   preq.mutable_token_ids()->Add(request.prompt_token_ids.begin(), request.prompt_token_ids.end());
   preq.set_codec(request.codec);
-  // Not to a kvstore the registry has seen go silent: the prefill would spend its publish
-  // deadline on it before answering (its own prefix lookup still tries the store).
-  preq.set_publish_to_kvstore(impl_->options.use_kvstore &&
-                              impl_->KvStoreHealth() != Impl::StoreHealth::kDown);
   preq.mutable_sampling()->set_temperature(static_cast<float>(request.temperature));
   preq.mutable_sampling()->set_top_p(static_cast<float>(request.top_p));
   preq.mutable_sampling()->set_top_k(static_cast<uint32_t>(request.top_k));
@@ -632,6 +632,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     LOG(WARNING) << request.request_id << ": packed KV handoff to " << route.decode_id
                  << " failed (" << started << "), prefilling again with blocks";
     preq.set_offer_packed_kv(false);
+    preq.set_publish_to_kvstore(impl_->options.use_kvstore && route.publish_to_store);
     preq.set_prompt_logprobs(false);  // already delivered
     pv1::PrefillResponse again;
     grpc::ClientContext ctx;
