@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -12,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "lib/base/log.h"
 #include "lib/metrics/metrics.h"
+#include "services/router/client_connection.h"
 #include "services/router/request_tracker.h"
 #include "services/router/router_metrics.h"
 
@@ -19,6 +21,8 @@ namespace oscarkv::router {
 namespace {
 
 constexpr char kJson[] = "application/json";
+// How often a request that writes nothing yet looks whether its client is still connected.
+constexpr absl::Duration kPeerCheckInterval = absl::Milliseconds(200);
 
 void SendError(httplib::Response& res, const ApiError& error) {
   res.status = error.http_status;
@@ -579,10 +583,24 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   };
 
   // Wait for the first token (streaming) or the end (non-streaming); errors before any token
-  // get a proper HTTP status.
+  // get a proper HTTP status. Nothing is written meanwhile, so the client's connection is
+  // looked at every kPeerCheckInterval: a client that left cancels the generation.
+  const std::optional<ClientConnection> client = ClientConnection::Find(
+      {req.local_addr, req.local_port, req.remote_addr, req.remote_port});
+  absl::Time next_peer_check = absl::Now() + kPeerCheckInterval;
   while (!x.done() && (!api.stream || x.delivered == 0)) {
     News news;
-    if (!WaitForNews(*x.run, x.deadline, &news)) {
+    const bool news_came =
+        WaitForNews(*x.run, client ? std::min(x.deadline, next_peer_check) : x.deadline, &news);
+    if (client && absl::Now() >= next_peer_check) {
+      if (client->Closed()) {
+        finish(x, absl::CancelledError("client disconnected"), 499);
+        return;
+      }
+      next_peer_check = absl::Now() + kPeerCheckInterval;
+    }
+    if (!news_came) {
+      if (absl::Now() < x.deadline) continue;  // woke only to look at the client
       const absl::Status s = TimeoutStatus(options_.request_timeout);
       SendError(res, ApiErrorFromStatus(s));
       finish(x, s, 504);

@@ -1,10 +1,16 @@
 // HTTP-level tests: a real RouterServer on a loopback port with a FakeCompletionBackend, driven
 // by a real HTTP client.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -803,6 +809,55 @@ TEST_F(RouterHttpTest, SlowBackendTimesOutWith504) {
               504);
   EXPECT_EQ(server_->tracker().FinishedCount(RequestState::kTimedOut), 2);
   EXPECT_EQ(server_->tracker().InFlight(), 0u);
+}
+
+// Sends `body` to /v1/completions over a plain socket and closes it after `wait`, as a client
+// that gives up does.
+void PostThenHangUp(int port, const std::string& body, absl::Duration wait) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string request = absl::StrCat(
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: ", body.size(), "\r\n\r\n", body);
+  ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  absl::SleepFor(wait);
+  close(fd);
+}
+
+// A client that leaves cancels its generation, also when it is not streaming (the router then
+// writes nothing to it until the end, so it has to look at the connection).
+TEST_F(RouterHttpTest, AClientThatLeavesCancelsItsGeneration) {
+  FakeScript s;
+  s.pieces = std::vector<std::string>(100, "x");
+  s.token_delay = absl::Milliseconds(40);  // 4 s for all of them
+  s.context_length = 256;
+  RouterConfig c;
+  c.max_tokens_limit = 1000;
+  Start(s, c);
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streaming" : "non-streaming");
+    const int cancelled_before = server_->tracker().FinishedCount(RequestState::kCancelled);
+    const int cancellations_before = backend_->cancellations();
+    const absl::Time t0 = absl::Now();
+    const json body = {{"model", "fake-model"}, {"prompt", "x"}, {"max_tokens", 100},
+                       {"stream", stream}};
+    PostThenHangUp(server_->http_port(), body.dump(), absl::Milliseconds(300));
+    while ((server_->tracker().InFlight() > 0 ||
+            backend_->cancellations() == cancellations_before) &&
+           absl::Now() - t0 < absl::Seconds(3)) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_EQ(server_->tracker().InFlight(), 0u) << "the request should have ended";
+    EXPECT_EQ(server_->tracker().FinishedCount(RequestState::kCancelled), cancelled_before + 1);
+    ASSERT_EQ(backend_->cancellations(), cancellations_before + 1);
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(2)) << "not at the end of the generation (4 s)";
+    EXPECT_LT(backend_->cancelled_after_tokens(), 50) << "the backend should have stopped early";
+  }
 }
 
 TEST_F(RouterHttpTest, HealthReadinessDrainAndMetrics) {
