@@ -18,6 +18,7 @@
 #include "lib/base/status_macros.h"
 #include "lib/metrics/metrics.h"
 #include "lib/model/model.h"
+#include "lib/quant/codec_spec.h"
 #include "lib/rpc/shutdown_signal.h"
 #include "lib/rpc/worker_flags.h"
 #include "lib/transfer/local/local_backend.h"
@@ -225,7 +226,9 @@ void RegisterServeCommand(CLI::App& app, CommandResult& result) {
   cmd->add_option("--port", f->port, "HTTP port of the OpenAI API (0 = any)")->capture_default_str();
   cmd->add_option("--model", f->model, "GGUF path or 'default' (SmolLM2-135M-Instruct)")
       ->capture_default_str();
-  cmd->add_option("--codec", f->codec, "KV codec (oscar, bf16, kivi2, ...)")->capture_default_str();
+  cmd->add_option("--codec", f->codec, "KV codec")
+      ->check(CLI::IsMember(quant::ServableCodecNames()))
+      ->capture_default_str();
   cmd->add_option("--calibration", f->calibration,
                   "calibration file (default: data/calibration/smollm2-135m-<codec>.cal for oscar/oscar-gram)");
   cmd->add_option("--threads", f->threads, "CPU threads (0 = OpenBLAS default)")

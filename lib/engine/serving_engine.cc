@@ -1,7 +1,5 @@
 #include "lib/engine/serving_engine.h"
 
-#include <filesystem>
-
 #include <cblas.h>
 #include <xxhash.h>
 
@@ -11,6 +9,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "lib/base/status_macros.h"
 #include "lib/engine/calibrate.h"
 #include "lib/kvformat/block_key.h"
@@ -25,15 +24,6 @@ using kvformat::BlockKind;
 using kvformat::Int2Params;
 using kvformat::KvSide;
 using kvformat::SegmentKind;
-
-// Codecs the serving path supports: bf16, and per-token INT2 with BF16 sink/recent windows
-// (oscar and its ablations M3-M5). int2-naive/-hadamard (no windows) and the residual codecs
-// (kivi2, oscar-tns) remain evaluation-only until their history can be imported from blocks.
-bool ServingSupported(const quant::CodecSpec& spec) {
-  if (spec.id == kvformat::CodecId::kBf16) return true;
-  return spec.k_segment == SegmentKind::kInt2PerToken && spec.sink_tokens > 0 &&
-         spec.recent_tokens > 0;
-}
 
 // Counts appended tokens and stores nothing: the prefill's own copy of the KV lives in the
 // stored-prefix attention; the decode cache is rebuilt from the blocks.
@@ -240,11 +230,10 @@ absl::StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(
                                                   options.calibration_path,
                                                   ModelFingerprint(*model)));
   const quant::CodecSpec& spec = engine->factory_->spec();
-  if (!ServingSupported(spec)) {
-    return absl::UnimplementedError(absl::StrCat(
-        "codec ", std::string(spec.name),
-        " is evaluation-only; serving supports bf16, oscar, oscar-hadamard, oscar-norot, "
-        "oscar-gram"));
+  if (!quant::Servable(spec)) {
+    return absl::UnimplementedError(absl::StrCat("codec ", std::string(spec.name),
+                                                 " is evaluation-only; serving supports ",
+                                                 absl::StrJoin(quant::ServableCodecNames(), ", ")));
   }
   if (spec.sink_tokens % options.block_tokens != 0 && spec.sink_tokens != 0) {
     return absl::InvalidArgumentError("the codec's sink must be a whole number of blocks");

@@ -114,6 +114,20 @@ std::string CodecNames() {
   return out;
 }
 
+bool Servable(const CodecSpec& spec) {
+  if (spec.id == kvformat::CodecId::kBf16) return true;
+  return spec.k_segment == kvformat::SegmentKind::kInt2PerToken && spec.sink_tokens > 0 &&
+         spec.recent_tokens > 0;
+}
+
+std::vector<std::string> ServableCodecNames() {
+  std::vector<std::string> out;
+  for (const CodecSpec& s : kCodecs) {
+    if (Servable(s)) out.emplace_back(s.name);
+  }
+  return out;
+}
+
 absl::StatusOr<const CodecSpec*> FindCodec(std::string_view name) {
   for (const CodecSpec& s : kCodecs) {
     if (s.name == name) return &s;

@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "lib/kvformat/int2_block.h"
@@ -63,6 +64,13 @@ absl::StatusOr<const CodecSpec*> FindCodec(std::string_view name);
 absl::StatusOr<const CodecSpec*> FindCodecById(uint16_t id);
 // "bf16, int2-naive, ..." in id order.
 std::string CodecNames();
+// Whether the serving path (lib/engine, every worker) can run the codec: bf16, and per-token
+// INT2 with BF16 sink and recent windows (oscar and its ablations M3-M5). The codecs without
+// windows (int2-naive, int2-hadamard) and the residual ones (kivi2, oscar-tns) are
+// evaluation-only until their history can be imported from blocks.
+bool Servable(const CodecSpec& spec);
+// The servable codecs' names in id order.
+std::vector<std::string> ServableCodecNames();
 // The default codec (M6 "oscar").
 inline constexpr std::string_view kDefaultCodecName = "oscar";
 

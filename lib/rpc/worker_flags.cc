@@ -1,9 +1,9 @@
 #include "lib/rpc/worker_flags.h"
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "lib/rpc/service_flags.h"
 
 namespace oscarkv::rpc {
@@ -30,9 +30,11 @@ void AddWorkerEndpointFlags(CLI::App& app, std::string& grpc_address, std::strin
 }
 
 void AddWorkerModelFlags(CLI::App& app, std::string& model, std::string& codec,
-                         std::string& calibration) {
+                         std::string& calibration, const std::vector<std::string>& codecs) {
   app.add_option("--model", model, "GGUF path or 'default'")->capture_default_str();
-  app.add_option("--codec", codec, "KV codec (bf16, oscar, kivi2, ...)")->capture_default_str();
+  app.add_option("--codec", codec, "KV codec")
+      ->check(CLI::IsMember(codecs))
+      ->capture_default_str();
   app.add_option("--calibration", calibration,
                  "calibration file (default: data/calibration/smollm2-135m-<codec>.cal for "
                  "oscar/oscar-gram)")

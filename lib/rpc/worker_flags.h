@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -29,9 +30,10 @@ absl::Status ParseWorkerFlags(int argc, const char* const* argv, const std::stri
 void AddWorkerEndpointFlags(CLI::App& app, std::string& grpc_address, std::string& metrics_host,
                             int& metrics_port);
 
-// --model, --codec and --calibration (the workers that run the model: prefill and decode).
+// --model, --codec (one of `codecs`, which the help lists) and --calibration (the workers that
+// run the model: prefill and decode; they pass quant::ServableCodecNames()).
 void AddWorkerModelFlags(CLI::App& app, std::string& model, std::string& codec,
-                         std::string& calibration);
+                         std::string& calibration, const std::vector<std::string>& codecs);
 
 // kInvalidArgument, naming the first bad flag, unless --model and --codec are non-empty,
 // --chunk_tokens is a positive multiple of 64 and --threads >= 0.

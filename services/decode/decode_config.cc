@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "lib/base/status_macros.h"
+#include "lib/quant/codec_spec.h"
 #include "lib/rpc/service_flags.h"
 #include "lib/rpc/worker_flags.h"
 #include "lib/rpc/worker_registration.h"
@@ -13,7 +14,7 @@ namespace oscarkv::decode {
 void DecodeConfig::AddFlags(CLI::App& app, DecodeConfig& c) {
   rpc::AddWorkerEndpointFlags(app, c.grpc_address, c.metrics_host, c.metrics_port);
   app.add_option("--worker_id", c.worker_id, "worker id")->capture_default_str();
-  rpc::AddWorkerModelFlags(app, c.model, c.codec, c.calibration);
+  rpc::AddWorkerModelFlags(app, c.model, c.codec, c.calibration, quant::ServableCodecNames());
   app.add_option("--chunk_tokens", c.chunk_tokens, "prefill chunk the blocks were made with")
       ->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads (0 = OpenBLAS default)")

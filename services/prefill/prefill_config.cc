@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "lib/base/status_macros.h"
+#include "lib/quant/codec_spec.h"
 #include "lib/rpc/service_flags.h"
 #include "lib/rpc/worker_flags.h"
 #include "lib/rpc/worker_registration.h"
@@ -14,7 +15,7 @@ namespace oscarkv::prefill {
 void PrefillConfig::AddFlags(CLI::App& app, PrefillConfig& c) {
   rpc::AddWorkerEndpointFlags(app, c.grpc_address, c.metrics_host, c.metrics_port);
   app.add_option("--worker_id", c.worker_id, "worker id")->capture_default_str();
-  rpc::AddWorkerModelFlags(app, c.model, c.codec, c.calibration);
+  rpc::AddWorkerModelFlags(app, c.model, c.codec, c.calibration, quant::ServableCodecNames());
   app.add_option("--chunk_tokens", c.chunk_tokens, "prefill chunk (multiple of 64)")
       ->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads (0 = OpenBLAS default)")

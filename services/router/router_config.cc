@@ -100,10 +100,15 @@ absl::Status RouterConfig::Validate() const {
   if (!(request_timeout_s > 0)) return bad("request_timeout_s", request_timeout_s, "want > 0");
   if (allowed_codecs.empty()) return bad("allowed_codecs", "", "want at least one codec");
   // Names come from the codec table (lib/quant), so a typo fails here and not on first use.
+  const std::string servable = absl::StrJoin(quant::ServableCodecNames(), ", ");
   for (const std::string& codec : allowed_codecs) {
-    if (!quant::FindCodec(codec).ok()) {
-      return bad("allowed_codecs", codec, absl::StrCat("unknown codec; valid codecs: ",
-                                                       quant::CodecNames()));
+    const absl::StatusOr<const quant::CodecSpec*> spec = quant::FindCodec(codec);
+    if (!spec.ok()) {
+      return bad("allowed_codecs", codec, absl::StrCat("unknown codec; servable codecs: ", servable));
+    }
+    if (!quant::Servable(**spec)) {
+      return bad("allowed_codecs", codec,
+                 absl::StrCat("evaluation-only codec; servable codecs: ", servable));
     }
   }
   if (!quant::FindCodec(default_codec).ok()) {

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/quant/codec_spec.h"
 
 namespace CLI {
 class App;
@@ -36,8 +37,8 @@ struct RouterConfig {
   double request_timeout_s = 300;     // Default: 300 s from admission to the last token; 504 after
   std::string default_codec = "oscar";  // Default: oscar (M6)
   bool allow_codec_override = true;   // Default: true; requests may pick a codec below
-  std::vector<std::string> allowed_codecs = {"bf16", "int2-naive", "int2-hadamard", "oscar",
-                                             "kivi2", "oscar-tns"};  // Default: these six
+  // Default: every codec the workers can serve (quant::ServableCodecNames)
+  std::vector<std::string> allowed_codecs = quant::ServableCodecNames();
 
   // --- Worker health ---
   double heartbeat_interval_s = 2;    // Default: 2 s between worker heartbeats

@@ -45,6 +45,16 @@ TEST(CodecSpec, UnknownNameListsValidNames) {
   EXPECT_FALSE(FindCodecById(kvformat::kNumCodecs).ok());
 }
 
+// Serving needs BF16 windows around a per-token INT2 history (or no INT2 at all); the rest are
+// evaluation-only.
+TEST(CodecSpec, ServableCodecsAreBf16AndTheWindowedPerTokenOnes) {
+  EXPECT_EQ(ServableCodecNames(), (std::vector<std::string>{"bf16", "oscar-hadamard",
+                                                           "oscar-norot", "oscar-gram", "oscar"}));
+  for (const char* name : {"int2-naive", "int2-hadamard", "kivi2", "oscar-tns"}) {
+    EXPECT_FALSE(Servable(**FindCodec(name))) << name;
+  }
+}
+
 TEST(CodecSpec, PropertiesFollowQuantMd) {
   const CodecSpec& oscar = GetCodecSpec(CodecId::kOscar);
   EXPECT_EQ(oscar.rotation, RotationKind::kCalibratedAttention);

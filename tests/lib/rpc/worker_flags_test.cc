@@ -30,7 +30,7 @@ absl::Status Parse(std::vector<const char*> argv, Fields& f, std::string* help =
       static_cast<int>(argv.size()), argv.data(), "oscarkv_test: a worker", "oscarkv_test",
       [&](CLI::App& app) {
         AddWorkerEndpointFlags(app, f.grpc_address, f.metrics_host, f.metrics_port);
-        AddWorkerModelFlags(app, f.model, f.codec, f.calibration);
+        AddWorkerModelFlags(app, f.model, f.codec, f.calibration, {"bf16", "oscar"});
         AddTransferFlags(app, f.transfer_backend, f.ucx_transports, f.ucx_peer_failure_detection);
         if (help != nullptr) *help = app.help();
       });
@@ -97,6 +97,19 @@ TEST(WorkerFlags, HelpListsEveryFlagWithItsDefaultAndBadFlagsAreInvalid) {
   EXPECT_NE(help.find("tcp,self,sm"), std::string::npos) << help;
   EXPECT_TRUE(absl::IsInvalidArgument(Parse({"--no_such_flag", "1"}, f)));
   EXPECT_TRUE(absl::IsInvalidArgument(Parse({"--metrics_port", "many"}, f)));
+}
+
+TEST(WorkerFlags, CodecMustBeOneOfTheListedAndTheHelpListsThem) {
+  Fields f;
+  std::string help;
+  EXPECT_TRUE(absl::IsCancelled(Parse({"--help"}, f, &help)));
+  EXPECT_NE(help.find("{bf16,oscar}"), std::string::npos) << help;
+  const absl::Status s = Parse({"--codec", "kivi2"}, f);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("--codec"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("kivi2"), std::string::npos) << s;
+  ASSERT_TRUE(Parse({"--codec", "bf16"}, f).ok());
+  EXPECT_EQ(f.codec, "bf16");
 }
 
 TEST(WorkerFlags, ChecksNameTheFirstBadFlag) {

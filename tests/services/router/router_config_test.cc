@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace oscarkv::router {
@@ -95,6 +96,22 @@ TEST(RouterConfig, UnknownCodecNamesAreRejectedWhereTheyAppear) {
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("--codec=int3: unknown codec"), std::string::npos)
       << p.status();
+}
+
+// The defaults are what the workers can serve; a codec only `oscarkv eval` runs is refused.
+TEST(RouterConfig, AllowedCodecsAreTheServableOnes) {
+  auto p = Parse({});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->allowed_codecs, (std::vector<std::string>{"bf16", "oscar-hadamard", "oscar-norot",
+                                                         "oscar-gram", "oscar"}));
+  for (const char* codec : {"kivi2", "int2-naive", "int2-hadamard", "oscar-tns"}) {
+    p = Parse({"--allowed_codecs", absl::StrCat("oscar,", codec).c_str()});
+    ASSERT_FALSE(p.ok()) << codec;
+    EXPECT_NE(p.status().message().find(absl::StrCat("--allowed_codecs=", codec,
+                                                     ": evaluation-only codec")),
+              std::string::npos)
+        << p.status();
+  }
 }
 
 TEST(RouterConfig, HelpListsFlagsButHidesTheTestingBackend) {

@@ -560,7 +560,7 @@ TEST_F(RouterHttpTest, ChatStreamingFormatWithUsage) {
 TEST_F(RouterHttpTest, ExtensionFieldsReachTheBackend) {
   Start();
   auto res = Post("/v1/completions",
-                  {{"model", "fake-model"}, {"prompt", "x"}, {"codec", "kivi2"},
+                  {{"model", "fake-model"}, {"prompt", "x"}, {"codec", "oscar-gram"},
                    {"temperature", 0}, {"top_p", 0.9}, {"seed", 5}, {"stop", "\n"},
                    {"top_k", 40}, {"presence_penalty", 0.5}, {"frequency_penalty", -1.25},
                    {"logit_bias", {{"7", -100}, {"3", 2.5}}}, {"ignore_eos", true},
@@ -571,7 +571,7 @@ TEST_F(RouterHttpTest, ExtensionFieldsReachTheBackend) {
   EXPECT_EQ(json::parse(res->body)["session_id"], "agent-42");
   const CompletionRequest req = *backend_->last_request();
   EXPECT_EQ(req.session_id, "agent-42");
-  EXPECT_EQ(req.codec, "kivi2");
+  EXPECT_EQ(req.codec, "oscar-gram");
   EXPECT_EQ(req.temperature, 0);
   EXPECT_EQ(req.top_p, 0.9);
   EXPECT_EQ(req.seed, 5u);
