@@ -32,9 +32,7 @@ void AddWorkerEndpointFlags(CLI::App& app, std::string& grpc_address, std::strin
 void AddWorkerModelFlags(CLI::App& app, std::string& model, std::string& codec,
                          std::string& calibration, const std::vector<std::string>& codecs) {
   app.add_option("--model", model, "GGUF path or 'default'")->capture_default_str();
-  app.add_option("--codec", codec, "KV codec")
-      ->check(CLI::IsMember(codecs))
-      ->capture_default_str();
+  app.add_option("--codec", codec, "KV codec")->check(CLI::IsMember(codecs))->capture_default_str();
   app.add_option("--calibration", calibration,
                  "calibration file (default: data/calibration/smollm2-135m-<codec>.cal for "
                  "oscar/oscar-gram)")

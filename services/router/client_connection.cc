@@ -46,8 +46,7 @@ bool HasEnds(int fd, const ConnectionEnds& ends) {
   }
   len = sizeof(addr);
   return getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
-         HostAndPort(addr, len, &host, &port) && port == ends.local_port &&
-         host == ends.local_addr;
+         HostAndPort(addr, len, &host, &port) && port == ends.local_port && host == ends.local_addr;
 }
 
 }  // namespace

@@ -104,7 +104,8 @@ absl::Status RouterConfig::Validate() const {
   for (const std::string& codec : allowed_codecs) {
     const absl::StatusOr<const quant::CodecSpec*> spec = quant::FindCodec(codec);
     if (!spec.ok()) {
-      return bad("allowed_codecs", codec, absl::StrCat("unknown codec; servable codecs: ", servable));
+      return bad("allowed_codecs", codec,
+                 absl::StrCat("unknown codec; servable codecs: ", servable));
     }
     if (!quant::Servable(**spec)) {
       return bad("allowed_codecs", codec,
