@@ -9,13 +9,20 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace oscarkv::metrics {
 
-// Makes `server` bind its port alone: httplib's default sets SO_REUSEPORT, which lets a second
-// server silently share a port in use and split its clients. SO_REUSEADDR alone still allows a
-// quick restart after TIME_WAIT. Call before binding.
-void BindPortExclusively(httplib::Server& server);
+// Binds `server` to host:port (port 0: a free one) and returns the port. Unlike httplib's own
+// binding:
+//   - the port is this server's alone: httplib sets SO_REUSEPORT, which lets a second server
+//     silently share a port in use and split its clients (SO_REUSEADDR alone still allows a
+//     quick restart after TIME_WAIT);
+//   - the listen backlog is SOMAXCONN, not httplib's 5: with 5, a burst of a few more connects
+//     than the accept loop had taken waited for TCP's 1 s SYN retry.
+// @return kUnavailable naming `what`, host and port when the port cannot be bound.
+absl::StatusOr<int> BindHttpServer(httplib::Server& server, const std::string& host, int port,
+                                   const std::string& what);
 
 // Runs `server.listen_after_bind()` (the server is bound already) on `*thread` and returns once
 // the server is accepting. Why wait: httplib's stop() before listen_after_bind() marks the server

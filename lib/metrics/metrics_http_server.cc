@@ -3,11 +3,13 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
+#include "lib/metrics/connection_threads.h"
 #include "lib/metrics/http_listen.h"
 #include "lib/base/log.h"
 
@@ -52,8 +54,9 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   auto impl = std::make_unique<Impl>();
   httplib::Server& server = impl->server;
   const int threads = options.threads;
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  BindPortExclusively(server);
+  server.new_task_queue = [threads] {
+    return new ConnectionThreads(std::min(threads, 2), threads, absl::Seconds(10));
+  };
 
   server.Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
     res.status = 200;
@@ -78,17 +81,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     });
   }
 
-  int port = options.port;
-  if (port == 0) {
-    port = server.bind_to_any_port(options.host);
-    if (port < 0) {
-      return absl::UnavailableError(absl::StrCat("metrics server cannot bind ", options.host,
-                                                 ":<any port>"));
-    }
-  } else if (!server.bind_to_port(options.host, port)) {
-    return absl::UnavailableError(absl::StrCat("metrics server cannot bind ", options.host, ":",
-                                               port, " (address in use or bad host)"));
-  }
+  OSCARKV_ASSIGN_OR_RETURN(const int port,
+                           BindHttpServer(server, options.host, options.port, "metrics server"));
   OSCARKV_RETURN_IF_ERROR(ListenInBackground(server, &impl->thread, "metrics server"));
   LOG(INFO) << "metrics server listening on " << options.host << ":" << port;
   auto out = std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl)));

@@ -31,7 +31,9 @@ struct HttpResponse {
 struct MetricsHttpServerOptions {
   std::string host = "0.0.0.0";  // Default: all interfaces ("127.0.0.1" in tests)
   int port = 0;                  // Default: 0 = an ephemeral port (see port())
-  int threads = 2;               // Default: 2 worker threads (scrapes and probes are light)
+  // Default: at most 32 connection threads, one per open connection, started on demand (2 kept
+  // while idle): a keep-alive scraper cannot delay a probe.
+  int threads = 32;
   // Readiness probe for /readyz; OK = ready. Called on a server thread; must be thread-safe.
   // Default: null = always ready.
   std::function<absl::Status()> readiness;

@@ -15,7 +15,7 @@ void RouterConfig::AddFlags(CLI::App& app, RouterConfig& c) {
   app.add_option("--http_host", c.http_host, "HTTP listen host")->capture_default_str();
   app.add_option("--port,--http_port", c.http_port, "HTTP port (OpenAI API, /metrics); 0 = any")
       ->capture_default_str();
-  app.add_option("--http_threads", c.http_threads, "HTTP connection threads")->capture_default_str();
+  app.add_option("--http_threads", c.http_threads, "Most HTTP connection threads (one per open connection, started on demand)")->capture_default_str();
   app.add_option("--max_body_bytes", c.max_body_bytes, "Largest request body")->capture_default_str();
   app.add_option("--grpc_address", c.grpc_address,
                  "Worker registry gRPC listen address; empty disables it")

@@ -23,7 +23,8 @@ struct RouterConfig {
   // --- HTTP (OpenAI API, /healthz, /readyz, /metrics) ---
   std::string http_host = "0.0.0.0";  // Default: all interfaces
   int http_port = 8000;               // Default: 8000; 0 picks a free port (tests)
-  int http_threads = 64;              // Default: 64 connection threads; >= 2
+  int http_threads = 1024;            // Default: at most 1024 connection threads (one per open
+                                      // connection, started on demand); >= 2
   int64_t max_body_bytes = 8 << 20;   // Default: 8 MiB; larger bodies get 413
 
   // --- gRPC worker registry (workers register and heartbeat here) ---

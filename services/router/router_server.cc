@@ -1,9 +1,11 @@
 #include "services/router/router_server.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
+#include "lib/metrics/connection_threads.h"
 #include "lib/metrics/http_listen.h"
 #include "lib/base/log.h"
 #include "lib/base/status_macros.h"
@@ -15,6 +17,13 @@
 #include "services/router/testing_echo_backend.h"
 
 namespace oscarkv::router {
+namespace {
+
+// Connection threads kept while idle, and how long the others outlive their last connection.
+constexpr int kIdleConnectionThreads = 8;
+constexpr absl::Duration kConnectionThreadIdleExit = absl::Seconds(10);
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(
     const RouterConfig& config, std::shared_ptr<CompletionBackend> backend,
@@ -89,28 +98,19 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::CreateImpl(
                                                         r.metrics_.get(), r.registry_);
   r.http_ = std::make_unique<httplib::Server>();
   const int threads = config.http_threads;
-  r.http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  r.http_->new_task_queue = [threads] {
+    return new metrics::ConnectionThreads(std::min(threads, kIdleConnectionThreads), threads,
+                                 kConnectionThreadIdleExit);
+  };
   r.http_->set_payload_max_length(config.max_body_bytes);
   r.http_->set_read_timeout(30, 0);
   r.http_->set_write_timeout(30, 0);
-  // Each open connection holds one of the http_threads: an idle keep-alive client gives its
-  // thread back after 1 s instead of httplib's 5.
+  // Each open connection holds a thread: an idle keep-alive client gives it back after 1 s
+  // instead of httplib's 5.
   r.http_->set_keep_alive_timeout(1);
-  metrics::BindPortExclusively(*r.http_);
   r.http_service_->Register(*r.http_);
-  if (config.http_port == 0) {
-    r.http_port_ = r.http_->bind_to_any_port(config.http_host);
-    if (r.http_port_ < 0) {
-      return absl::UnavailableError(absl::StrCat("cannot bind HTTP on ", config.http_host));
-    }
-  } else {
-    if (!r.http_->bind_to_port(config.http_host, config.http_port)) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot bind HTTP on ", config.http_host, ":", config.http_port,
-                       " (port in use?)"));
-    }
-    r.http_port_ = config.http_port;
-  }
+  OSCARKV_ASSIGN_OR_RETURN(
+      r.http_port_, metrics::BindHttpServer(*r.http_, config.http_host, config.http_port, "router HTTP"));
   if (!config.grpc_address.empty()) {
     r.grpc_service_ = std::make_unique<RouterService>(r.workers_.get(), r.prefix_index_.get(),
                                                       config.heartbeat_interval_s);

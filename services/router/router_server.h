@@ -4,7 +4,8 @@
 // get 503, waits for in-flight requests up to drain_timeout_s, then stops; Wait() blocks until
 // stopped.
 //
-// Threads: one HTTP listener thread plus httplib's pool of `http_threads` connection threads;
+// Threads: one HTTP listener thread plus one thread per open HTTP connection, started on demand
+// up to `http_threads` (connection_threads.h);
 // one thread per running completion (router_http_service.h); gRPC's pool for the worker
 // registry (router_service.h). Thread-safe.
 #ifndef OSCARKV_SERVICES_ROUTER_ROUTER_SERVER_H_

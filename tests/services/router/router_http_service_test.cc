@@ -860,6 +860,42 @@ TEST_F(RouterHttpTest, AClientThatLeavesCancelsItsGeneration) {
   }
 }
 
+// Connections that hold a thread (streams, or clients stalled mid-request for the 30 s read
+// timeout) beyond the old fixed pool of 64 must not delay anyone else.
+TEST_F(RouterHttpTest, ManyStalledClientsDoNotDelayHealthChecksOrRequests) {
+  Start();
+  std::vector<int> stalled;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 100; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->http_port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const std::string head =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: 100\r\n\r\n{\"model\":";  // the rest of the body never comes
+    ASSERT_EQ(send(fd, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+    stalled.push_back(fd);
+  }
+  // With httplib's listen backlog of 5, every sixth connect here waited for a 1 s SYN retry.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3)) << "100 connects";
+  absl::SleepFor(absl::Milliseconds(200));  // every stalled request is being read
+  absl::Time t0 = absl::Now();
+  auto health = client_->Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+  t0 = absl::Now();
+  auto res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "x"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+  for (int fd : stalled) close(fd);
+}
+
 TEST_F(RouterHttpTest, HealthReadinessDrainAndMetrics) {
   Start();
   EXPECT_EQ(client_->Get("/healthz")->status, 200);
