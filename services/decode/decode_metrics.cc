@@ -55,7 +55,7 @@ DecodeMetrics::DecodeMetrics(metrics::Registry& r)
       kv_capacity_bytes(
           r.AddGauge("oscarkv_decode_kv_capacity_bytes", "KV pool capacity.").Get()),
       tokens_per_second(r.AddGauge("oscarkv_decode_tokens_per_second",
-                                   "Generated tokens per second since the previous scrape.")
+                                   "Generated tokens per second over the last 10 s.")
                             .Get()) {}
 
 }  // namespace oscarkv::decode

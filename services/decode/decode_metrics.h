@@ -27,7 +27,7 @@ struct DecodeMetrics {
   metrics::Gauge& kv_bytes;                     // KV bytes held (codec form)
   metrics::Gauge& kv_bf16_equivalent_bytes;     // the same tokens as BF16
   metrics::Gauge& kv_capacity_bytes;            // pool capacity
-  metrics::Gauge& tokens_per_second;            // tokens/s over the last scrape interval
+  metrics::Gauge& tokens_per_second;            // tokens/s over the last 10 s
 };
 
 }  // namespace oscarkv::decode

@@ -118,12 +118,7 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(const DecodeC
     m.kv_bf16_equivalent_bytes.Set(static_cast<double>(u.bf16_equivalent_bytes));
     m.kv_capacity_bytes.Set(static_cast<double>(u.capacity_bytes));
     m.active_sequences.Set(e.Load());
-    const BatcherStats b = e.batcher_stats();
-    const auto now = std::chrono::steady_clock::now();
-    const double dt = std::chrono::duration<double>(now - state->last_time).count();
-    if (dt > 0) m.tokens_per_second.Set(static_cast<double>(b.tokens - state->last_tokens) / dt);
-    state->last_tokens = b.tokens;
-    state->last_time = now;
+    m.tokens_per_second.Set(state->server->token_rate_.PerSecond());
   });
 
   OSCARKV_ASSIGN_OR_RETURN(s->runner_, rpc::ServerRunner::Start(
@@ -133,6 +128,7 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(const DecodeC
       s->http_, rpc::StartMetricsEndpoint(registry, config.metrics_host, config.metrics_port,
                                           &s->ready_, "draining"));
   s->sweep_ = std::make_unique<rpc::PeriodicThread>(absl::Seconds(1), [server = s.get()] {
+    server->token_rate_.Sample(server->engine_->batcher_stats().tokens, absl::Now());
     const int dropped = server->engine_->Sweep();
     if (dropped > 0) VLOG(1) << "decode: dropped " << dropped << " expired sequences";
   });

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "lib/engine/serving_engine.h"
 #include "lib/metrics/metrics.h"
+#include "lib/metrics/windowed_rate.h"
 #include "lib/model/model.h"
 #include "lib/transfer/transfer_backend.h"
 #include "services/decode/decode_config.h"
@@ -87,9 +88,9 @@ class DecodeServer {
   struct CollectState {
     std::mutex mu;
     DecodeServer* server = nullptr;  // guarded by mu; null after shutdown
-    uint64_t last_tokens = 0;
-    std::chrono::steady_clock::time_point last_time = std::chrono::steady_clock::now();
   };
+  // Generated tokens per second over the last 10 s, sampled by the sweep every second.
+  metrics::WindowedRate token_rate_{absl::Seconds(10)};
   std::shared_ptr<CollectState> collect_;
   std::atomic<bool> ready_{false};
   std::unique_ptr<rpc::PeriodicThread> sweep_;  // null until started
