@@ -167,7 +167,8 @@ bool WorkerRegistration::TryRegister() {
   if (!s.ok()) {
     VLOG(1) << options_.worker.worker_id() << ": Register: " << s.error_message();
     if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-        s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+        s.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
       LOG(ERROR) << options_.worker.worker_id() << ": router " << options_.router_address
                  << " refused the registration: " << s.error_message();
     }

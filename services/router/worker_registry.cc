@@ -75,6 +75,19 @@ absl::Status WorkerRegistry::Register(const WorkerSpec& spec) {
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = workers_.try_emplace(spec.id);
   WorkerView& w = it->second;
+  // A second worker started with the same id would take the first one's place silently (the
+  // first kept heartbeating and got no more requests). A worker that restarted elsewhere
+  // registers once the old entry has missed a heartbeat (its registration retries meanwhile).
+  const bool other_alive =
+      !inserted && w.spec.address != spec.address && !w.draining &&
+      options_.now() - w.last_heartbeat < options_.heartbeat_interval * 3 / 2;
+  if (other_alive) {
+    LOG(WARNING) << "refused registration of worker " << spec.id << " at " << spec.address
+                 << ": that id belongs to a live worker at " << w.spec.address;
+    return absl::AlreadyExistsError(absl::StrCat(
+        "worker id '", spec.id, "' is registered by a live worker at ", w.spec.address,
+        "; give each worker its own --worker_id"));
+  }
   w.spec = spec;
   w.health = WorkerHealth::kHealthy;
   w.draining = false;

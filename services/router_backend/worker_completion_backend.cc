@@ -83,6 +83,16 @@ class Route {
     workers_->RemovePlaced(prefill_id, prompt_tokens_, 0);
     prefill_held_ = false;
   }
+  // Takes `other`'s decode worker, and the load it holds there, in place of this route's.
+  void TakeDecodeFrom(Route& other) {
+    other.EndPrefill();
+    if (workers_ != nullptr) workers_->RemovePlaced(decode_id, 0, decode_blocks_);
+    decode = std::move(other.decode);
+    decode_id = std::move(other.decode_id);
+    decode_matched_blocks = other.decode_matched_blocks;
+    workers_ = other.workers_;
+    decode_blocks_ = std::exchange(other.decode_blocks_, 0);
+  }
 
   std::shared_ptr<WorkerStubs> prefill, decode;
   std::string prefill_id, decode_id;  // worker ids; the addresses in static mode
@@ -179,10 +189,12 @@ struct WorkerCompletionBackend::Impl {
   WorkerChannels channels;  // registry mode
 
   // The pair for `request`: the static one, or a placement over the registry that leaves out
-  // the prefill workers in `avoid` (they answered busy) unless that would leave none.
+  // the prefill workers in `avoid_prefill` (busy or unreachable) and the decode workers in
+  // `avoid_decode` (unreachable), each unless that would leave none of its role.
   // @return the policy's kUnavailable / kResourceExhausted, annotated.
   absl::StatusOr<std::unique_ptr<Route>> Pick(const router::CompletionRequest& request,
-                                              const std::set<std::string>& avoid) {
+                                              const std::set<std::string>& avoid_prefill,
+                                              const std::set<std::string>& avoid_decode = {}) {
     auto route = std::make_unique<Route>();
     if (!options.registry) {
       route->prefill = static_prefill;
@@ -193,14 +205,16 @@ struct WorkerCompletionBackend::Impl {
     }
     const RegistryPlacement& reg = *options.registry;
     std::vector<router::WorkerView> workers = reg.workers->Snapshot();
-    if (!avoid.empty()) {
-      auto avoided = [&avoid](const router::WorkerView& w) {
-        return w.spec.role == router::WorkerRole::kPrefill && avoid.count(w.spec.id) != 0;
+    for (const auto& [role, avoid] : {std::pair(router::WorkerRole::kPrefill, &avoid_prefill),
+                                      std::pair(router::WorkerRole::kDecode, &avoid_decode)}) {
+      if (avoid->empty()) continue;
+      auto avoided = [role, avoid](const router::WorkerView& w) {
+        return w.spec.role == role && avoid->count(w.spec.id) != 0;
       };
-      const bool other_prefill = std::any_of(workers.begin(), workers.end(), [&](const auto& w) {
-        return w.spec.role == router::WorkerRole::kPrefill && !avoided(w);
+      const bool other = std::any_of(workers.begin(), workers.end(), [&](const auto& w) {
+        return w.spec.role == role && !avoided(w);
       });
-      if (other_prefill) std::erase_if(workers, avoided);
+      if (other) std::erase_if(workers, avoided);
     }
     router::PlacementRequest preq;
     preq.prompt_tokens = static_cast<int64_t>(request.prompt_token_ids.size());
@@ -237,6 +251,9 @@ struct WorkerCompletionBackend::Impl {
   // every worker is) answers kResourceExhausted; the request then waits for a slot, placed again
   // at each try with the busy workers left out while another can take it, with a jittered
   // backoff of 2 ms doubling to 100 ms, for up to options.busy_wait_seconds or its deadline.
+  // A prefill worker that is unreachable (kUnavailable: gone before the registry noticed, or
+  // draining) is left out and the request placed again at once; a prefill streams nothing, so
+  // running it elsewhere is safe. Each worker gets one such chance.
   // @return the last status once that time is up; any other error at once.
   absl::StatusOr<Prefilled> PlaceAndPrefill(const router::CompletionRequest& request,
                                             pv1::PrefillRequest preq) {
@@ -244,7 +261,8 @@ struct WorkerCompletionBackend::Impl {
     const absl::Time give_up =
         std::min(request.deadline, start + absl::Seconds(options.busy_wait_seconds));
     absl::Duration backoff = absl::Milliseconds(2);
-    std::set<std::string> busy;
+    std::set<std::string> busy;         // answered kResourceExhausted
+    std::set<std::string> unreachable;  // answered kUnavailable
     // Reports the placement once per request (registry mode): ok when a pair took the prefill
     // call (whatever the call's outcome), else the last try's failure.
     auto report = [this](bool ok, const Route* route) {
@@ -254,7 +272,9 @@ struct WorkerCompletionBackend::Impl {
     };
     for (int attempt = 1;; ++attempt) {
       absl::Status s;
-      absl::StatusOr<std::unique_ptr<Route>> picked = Pick(request, busy);
+      std::set<std::string> avoid = busy;
+      avoid.insert(unreachable.begin(), unreachable.end());
+      absl::StatusOr<std::unique_ptr<Route>> picked = Pick(request, avoid);
       if (picked.ok()) {
         Route& route = **picked;
         preq.set_offer_packed_kv(route.packed_kv);
@@ -276,6 +296,10 @@ struct WorkerCompletionBackend::Impl {
         s = Annotate(s, absl::StrCat("prefill on ", route.prefill_id));
         if (absl::IsResourceExhausted(s)) {
           busy.insert(route.prefill_id);
+        } else if (absl::IsUnavailable(s) && options.registry &&
+                   unreachable.insert(route.prefill_id).second) {
+          LOG(WARNING) << request.request_id << ": " << s << "; placing it again";
+          continue;
         } else {
           report(true, &route);
           return s;
@@ -645,6 +669,19 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     trace.prompt_blocks = again.published_blocks_size();
     trace.prompt_block_bytes = 0;
     for (const auto& b : again.published_blocks()) trace.prompt_block_bytes += 128 + b.payload_bytes();
+    started = start_sequence();
+  }
+  // A decode worker that is unreachable (gone before the registry noticed, or draining) has
+  // started nothing: the blocks go to another one, each tried once.
+  std::set<std::string> unreachable_decode;
+  while (absl::IsUnavailable(started) && impl_->options.registry && !sreq.has_packed_kv() &&
+         unreachable_decode.insert(route.decode_id).second) {
+    absl::StatusOr<std::unique_ptr<Route>> other = impl_->Pick(request, {}, unreachable_decode);
+    if (!other.ok() || unreachable_decode.count((*other)->decode_id) != 0) break;
+    LOG(WARNING) << request.request_id << ": decode StartSequence on " << route.decode_id
+                 << ": " << started << "; starting it on " << (*other)->decode_id;
+    route.TakeDecodeFrom(**other);
+    trace.decode_worker = route.decode_id;
     started = start_sequence();
   }
   if (!started.ok()) {

@@ -9,6 +9,7 @@
 //     prefill reuses stored blocks (its counters and the kvstore's hit counters say so) and
 //     the answer still equals the no-reuse reference.
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -87,6 +88,7 @@ class FourProcessTest : public ::testing::Test {
     ASSERT_EQ(rt.size(), 2u) << router_->output();
     router_port_ = std::stoi(rt[0]);
     const std::string registry = "127.0.0.1:" + rt[1];
+    registry_ = registry;
 
     const std::string ready = "serving gRPC on port ([0-9]+), metrics on port ([0-9]+)";
     kvstore_ = new Process;
@@ -105,6 +107,8 @@ class FourProcessTest : public ::testing::Test {
       common.push_back("--calibration");
       common.push_back(calibration_);
     }
+    common_ = common;
+    kv_addr_ = kv_addr;
     std::vector<std::string> pargs = {OSCARKV_PREFILL_BINARY, "--grpc_address", "127.0.0.1:0",
                                       "--kvstore_address", kv_addr};
     pargs.insert(pargs.end(), common.begin(), common.end());
@@ -182,11 +186,59 @@ class FourProcessTest : public ::testing::Test {
 
   static inline model::Model* model_ = nullptr;
   static inline engine::ServingEngine* engine_ = nullptr;
-  static inline std::string codec_, calibration_, model_id_;
+  static inline std::string codec_, calibration_, model_id_, registry_, kv_addr_;
+  static inline std::vector<std::string> common_;  // the flags every model worker gets
   static inline Process *kvstore_ = nullptr, *prefill_ = nullptr, *decode_ = nullptr,
                         *router_ = nullptr;
   static inline int kv_metrics_ = 0, prefill_metrics_ = 0, decode_metrics_ = 0, router_port_ = 0;
 };
+
+// A prefill and a decode worker killed before the registry notices (heartbeats every 0.5 s
+// here) cost no request: the router places a prefill again on the other prefill worker, and
+// starts the sequence on the other decode worker, instead of failing with "connection refused".
+TEST_F(FourProcessTest, RequestsOnKilledWorkersArePlacedAgain) {
+  const std::string ready = "serving gRPC on port ([0-9]+), metrics on port ([0-9]+)";
+  std::vector<std::string> pargs = {OSCARKV_PREFILL_BINARY, "--grpc_address", "127.0.0.1:0",
+                                    "--kvstore_address", kv_addr_, "--worker_id", "prefill-extra"};
+  pargs.insert(pargs.end(), common_.begin(), common_.end());
+  auto prefill = std::make_unique<Process>();
+  ASSERT_EQ(prefill->Start(pargs, ready).size(), 2u) << prefill->output();
+  std::vector<std::string> dargs = {OSCARKV_DECODE_BINARY, "--grpc_address", "127.0.0.1:0",
+                                    "--worker_id", "decode-extra"};
+  dargs.insert(dargs.end(), common_.begin(), common_.end());
+  auto decode = std::make_unique<Process>();
+  ASSERT_EQ(decode->Start(dargs, ready).size(), 2u) << decode->output();
+  auto healthy = [](const std::string& role) {
+    return Sample(Get(router_port_, "/metrics"),
+                  "oscarkv_router_workers{role=\"" + role + "\",health=\"healthy\"}");
+  };
+  for (int i = 0; i < 200 && (healthy("prefill") < 2 || healthy("decode") < 2); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(healthy("prefill"), 2) << router_->output();
+  ASSERT_EQ(healthy("decode"), 2) << router_->output();
+
+  const std::string prompt = "The three primary colors are";
+  const std::string expected = Complete(prompt, 6)["choices"][0]["text"];
+  prefill.reset();  // SIGKILL
+  decode.reset();
+  // Concurrent requests spread over both pairs (the router counts what it placed), so some are
+  // placed on the dead workers before the registry marks them suspect.
+  std::vector<std::thread> clients;
+  std::vector<std::string> texts(4);
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back([&, i] {
+      const json r = Complete(prompt, 6);
+      if (r.contains("choices")) texts[i] = r["choices"][0]["text"];
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (const std::string& text : texts) EXPECT_EQ(text, expected);
+  const std::string log = router_->output();
+  EXPECT_NE(log.find("prefill on prefill-extra"), std::string::npos) << log;
+  EXPECT_NE(log.find("; placing it again"), std::string::npos) << log;
+  EXPECT_NE(log.find("; starting it on decode-"), std::string::npos) << log;
+}
 
 TEST_F(FourProcessTest, CompletionEqualsServingEngineTokenForToken) {
   const std::string prompt = "The capital of France is";

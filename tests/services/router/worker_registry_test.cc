@@ -35,6 +35,27 @@ TEST(WorkerRegistry, RegisterRejectsBadSpecs) {
   EXPECT_TRUE(reg.Snapshot().empty());
 }
 
+// Two workers started with one --worker_id: the second is refused while the first heartbeats,
+// and taken once the first has missed a heartbeat (a worker restarted at a new address).
+TEST(WorkerRegistry, AnIdHeldByALiveWorkerElsewhereIsRefused) {
+  FakeClock clock;
+  WorkerRegistry reg(Options(clock));
+  WorkerSpec first = Spec("prefill-0", WorkerRole::kPrefill);
+  WorkerSpec second = first;
+  second.address = "127.0.0.1:9999";
+  ASSERT_TRUE(reg.Register(first).ok());
+  ASSERT_TRUE(reg.Register(first).ok()) << "the same worker registering again";
+  const absl::Status s = reg.Register(second);
+  EXPECT_TRUE(absl::IsAlreadyExists(s)) << s;
+  EXPECT_NE(s.message().find("--worker_id"), std::string::npos) << s;
+  EXPECT_EQ(reg.Get("prefill-0")->spec.address, first.address);
+  clock.now += absl::Milliseconds(2999);  // still alive (a heartbeat is missed at 1.5 intervals)
+  EXPECT_TRUE(absl::IsAlreadyExists(reg.Register(second)));
+  clock.now += absl::Milliseconds(1);
+  ASSERT_TRUE(reg.Register(second).ok());
+  EXPECT_EQ(reg.Get("prefill-0")->spec.address, second.address);
+}
+
 TEST(WorkerRegistry, HealthFollowsMissedHeartbeats) {
   FakeClock clock;
   WorkerRegistry reg(Options(clock));

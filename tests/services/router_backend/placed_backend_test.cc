@@ -655,7 +655,9 @@ TEST_F(RegistryChannelsTest, ReRegisteredWorkerIsReachedOverAFreshChannel) {
   ASSERT_TRUE(Run().ok());
   EXPECT_EQ(old_decode->starts.load(), 1);
 
-  // The worker restarts on another port and registers again under the same id.
+  // The worker restarts on another port and registers again under the same id, once the old
+  // entry has missed a heartbeat (before that, the id belongs to a live worker).
+  Advance(kInterval * 3 / 2, {"prefill-0"});
   const std::string new_addr = Serve("decode-0", router::WorkerRole::kDecode, &new_decode);
   ASSERT_NE(new_addr, old_addr);
   ASSERT_TRUE(Run().ok());
