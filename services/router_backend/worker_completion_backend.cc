@@ -88,7 +88,7 @@ class Route {
     other.EndPrefill();
     if (workers_ != nullptr) workers_->RemovePlaced(decode_id, 0, decode_blocks_);
     decode = std::move(other.decode);
-    decode_id = std::move(other.decode_id);
+    decode_id = std::exchange(other.decode_id, std::string());
     decode_matched_blocks = other.decode_matched_blocks;
     workers_ = other.workers_;
     decode_blocks_ = std::exchange(other.decode_blocks_, 0);
