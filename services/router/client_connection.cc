@@ -13,23 +13,21 @@
 namespace oscarkv::router {
 namespace {
 
-// The numeric host and port of a socket address, as httplib writes them (getnameinfo with
-// NI_NUMERICHOST); false for a socket that is not TCP over IPv4/IPv6.
-bool HostAndPort(const sockaddr_storage& addr, socklen_t len, std::string* host, int* port) {
+// Whether a socket address is `host`:`port`, the host numeric as httplib writes it
+// (getnameinfo with NI_NUMERICHOST). The port is compared first: it rules out almost every
+// other socket without the name lookup.
+bool IsAddress(const sockaddr_storage& addr, socklen_t len, const std::string& host, int port) {
+  int p = -1;
   if (addr.ss_family == AF_INET) {
-    *port = ntohs(reinterpret_cast<const sockaddr_in&>(addr).sin_port);
+    p = ntohs(reinterpret_cast<const sockaddr_in&>(addr).sin_port);
   } else if (addr.ss_family == AF_INET6) {
-    *port = ntohs(reinterpret_cast<const sockaddr_in6&>(addr).sin6_port);
-  } else {
-    return false;
+    p = ntohs(reinterpret_cast<const sockaddr_in6&>(addr).sin6_port);
   }
+  if (p != port) return false;
   char buf[NI_MAXHOST];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, buf, sizeof(buf), nullptr, 0,
-                  NI_NUMERICHOST) != 0) {
-    return false;
-  }
-  *host = buf;
-  return true;
+  return getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, buf, sizeof(buf), nullptr, 0,
+                     NI_NUMERICHOST) == 0 &&
+         host == buf;
 }
 
 bool HasEnds(int fd, const ConnectionEnds& ends) {
@@ -37,16 +35,13 @@ bool HasEnds(int fd, const ConnectionEnds& ends) {
   if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
-  std::string host;
-  int port = -1;
   if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
-      !HostAndPort(addr, len, &host, &port) || port != ends.remote_port ||
-      host != ends.remote_addr) {
+      !IsAddress(addr, len, ends.remote_addr, ends.remote_port)) {
     return false;
   }
   len = sizeof(addr);
   return getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
-         HostAndPort(addr, len, &host, &port) && port == ends.local_port && host == ends.local_addr;
+         IsAddress(addr, len, ends.local_addr, ends.local_port);
 }
 
 }  // namespace

@@ -32,8 +32,6 @@ class ClientConnection {
   // HTTP/1.1 clients keep that side open while they wait for the response.
   bool Closed() const;
 
-  int fd() const { return fd_; }
-
  private:
   explicit ClientConnection(int fd) : fd_(fd) {}
   int fd_;  // owned by httplib, not closed here

@@ -584,16 +584,21 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
 
   // Wait for the first token (streaming) or the end (non-streaming); errors before any token
   // get a proper HTTP status. Nothing is written meanwhile, so the client's connection is
-  // looked at every kPeerCheckInterval: a client that left cancels the generation.
-  const std::optional<ClientConnection> client = ClientConnection::Find(
-      {req.local_addr, req.local_port, req.remote_addr, req.remote_port});
+  // looked at every kPeerCheckInterval: a client that left cancels the generation. Its socket
+  // is found at the first look, so requests that end sooner never search for it.
+  std::optional<ClientConnection> client;
+  bool client_searched = false;
   absl::Time next_peer_check = absl::Now() + kPeerCheckInterval;
   while (!x.done() && (!api.stream || x.delivered == 0)) {
     News news;
-    const bool news_came =
-        WaitForNews(*x.run, client ? std::min(x.deadline, next_peer_check) : x.deadline, &news);
-    if (client && absl::Now() >= next_peer_check) {
-      if (client->Closed()) {
+    const bool news_came = WaitForNews(*x.run, std::min(x.deadline, next_peer_check), &news);
+    if (absl::Now() >= next_peer_check) {
+      if (!client_searched) {
+        client = ClientConnection::Find(
+            {req.local_addr, req.local_port, req.remote_addr, req.remote_port});
+        client_searched = true;
+      }
+      if (client && client->Closed()) {
         finish(x, absl::CancelledError("client disconnected"), 499);
         return;
       }
