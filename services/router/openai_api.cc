@@ -73,6 +73,19 @@ std::optional<ApiError> ReadNumber(const json& body, const char* name, double lo
 
 // `echo`: 0 is allowed too (the prompt back, nothing generated); the error for 0 points to echo
 // only on the endpoint that has it.
+// An optional integer field in [lo, hi]; *out is left as is when absent or null.
+std::optional<ApiError> ReadInt(const json& body, const char* name, int lo, int hi, int* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer() || Int64Of(*it) < lo || Int64Of(*it) > hi) {
+    return Invalid(absl::StrCat("'", name, "' must be an integer in [", lo, ", ", hi, "], got ",
+                                Shown(*it)),
+                   name);
+  }
+  *out = static_cast<int>(Int64Of(*it));
+  return std::nullopt;
+}
+
 std::optional<ApiError> ReadMaxTokens(const json& body, const char* name, int limit,
                                       Endpoint endpoint, bool echo, std::optional<int>* out) {
   auto it = body.find(name);
@@ -574,15 +587,9 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     r.error = e;
     return r;
   }
-  if (auto it = body.find("n"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer() || Int64Of(*it) < 1 ||
-        Int64Of(*it) > kMaxChoices) {
-      r.error = Invalid(absl::StrCat("'n' must be an integer in [1, ", kMaxChoices, "], got ",
-                                     Shown(*it)),
-                        "n");
-      return r;
-    }
-    req.n = static_cast<int>(Int64Of(*it));
+  if (auto e = ReadInt(body, "n", 1, kMaxChoices, &req.n)) {
+    r.error = *e;
+    return r;
   }
   if (req.n * req.prompts.size() > static_cast<size_t>(kMaxTotalChoices)) {
     r.error = Invalid(absl::StrCat("prompts x n must be at most ", kMaxTotalChoices, ", got ",
@@ -610,15 +617,9 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     r.error = e;
     return r;
   }
-  if (auto it = body.find("prompt_logprobs"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer() || Int64Of(*it) < 0 ||
-        Int64Of(*it) > kMaxTopLogprobs) {
-      r.error = Invalid(absl::StrCat("'prompt_logprobs' must be an integer in [0, ",
-                                     kMaxTopLogprobs, "], got ", Shown(*it)),
-                        "prompt_logprobs");
-      return r;
-    }
-    req.prompt_logprobs = static_cast<int>(Int64Of(*it));
+  if (auto e = ReadInt(body, "prompt_logprobs", 0, kMaxTopLogprobs, &req.prompt_logprobs)) {
+    r.error = *e;
+    return r;
   }
   for (auto [name, out] : {std::pair{"return_tokens_as_token_ids", &req.return_tokens_as_token_ids},
                            {"ignore_eos", &req.ignore_eos}}) {
@@ -645,15 +646,9 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     }
     for (const json& t : *it) req.stop_token_ids.push_back(static_cast<int32_t>(Int64Of(t)));
   }
-  if (auto it = body.find("min_tokens"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer() || Int64Of(*it) < 0 ||
-        Int64Of(*it) > limits.max_tokens_limit) {
-      r.error = Invalid(absl::StrCat("'min_tokens' must be an integer in [0, ",
-                                     limits.max_tokens_limit, "], got ", Shown(*it)),
-                        "min_tokens");
-      return r;
-    }
-    req.min_tokens = static_cast<int>(Int64Of(*it));
+  if (auto e = ReadInt(body, "min_tokens", 0, limits.max_tokens_limit, &req.min_tokens)) {
+    r.error = *e;
+    return r;
   }
   if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer()) {
