@@ -52,6 +52,7 @@ struct ServeFlags {
   double heartbeat_interval_s = 2;  // --router_only: heartbeat interval; Default: 2
   double request_timeout_s = 300;   // Default: 300
   double prefill_busy_wait_s = 300;  // wait for a busy prefill worker before 429; Default: 300
+  int http_threads = 1024;          // most HTTP connection threads; Default: 1024
   int verbosity = 0;                // Default: 0
 };
 
@@ -66,6 +67,10 @@ absl::Status ValidateServeFlags(const ServeFlags& f) {
   if (!(f.prefill_busy_wait_s >= 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--prefill_busy_wait_s must be >= 0, got ", f.prefill_busy_wait_s));
+  }
+  if (f.http_threads < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http_threads must be >= 2, got ", f.http_threads));
   }
   if (!f.no_kvstore) {
     OSCARKV_RETURN_IF_ERROR(
@@ -164,6 +169,7 @@ absl::Status RunServe(const ServeFlags& f) {
   rc.default_codec = f.codec;
   rc.allowed_codecs = {f.codec};
   rc.request_timeout_s = f.request_timeout_s;
+  rc.http_threads = f.http_threads;
   std::unique_ptr<router::RouterServer> router;
   if (f.router_only) {
     rc.grpc_address = f.router_grpc_address;
@@ -255,6 +261,9 @@ void RegisterServeCommand(CLI::App& app, CommandResult& result) {
       ->capture_default_str();
   cmd->add_option("--prefill_busy_wait_s", f->prefill_busy_wait_s,
                   "how long a request waits for a busy prefill worker before HTTP 429 (>= 0)")
+      ->capture_default_str();
+  cmd->add_option("--http_threads", f->http_threads,
+                  "most HTTP connection threads (one per open connection, started on demand)")
       ->capture_default_str();
   cmd->add_option("--v", f->verbosity, "VLOG verbosity")->capture_default_str();
   cmd->callback([f, &result] { result.status = RunServe(*f); });

@@ -269,7 +269,8 @@ std::vector<kvformat::BlockKey> ServingEngine::ReusableKeys(
 absl::StatusOr<PrefillResult> ServingEngine::Prefill(std::span<const int32_t> prompt,
                                                      std::span<const kvformat::BlockView> reused,
                                                      bool build_sequence,
-                                                     const ChunkLogitsSink* on_chunk_logits) const {
+                                                     const ChunkLogitsSink* on_chunk_logits,
+                                                     const PrefillStopCheck* stop_check) const {
   const model::ModelConfig& c = model_->config();
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) return absl::InvalidArgumentError("prefill of an empty prompt");
@@ -340,6 +341,7 @@ absl::StatusOr<PrefillResult> ServingEngine::Prefill(std::span<const int32_t> pr
   const bool all_logits = on_chunk_logits != nullptr;
   for (int64_t c0 = start; c0 < n; c0 += options_.chunk_tokens) {
     const int64_t c1 = std::min<int64_t>(n, c0 + options_.chunk_tokens);
+    if (stop_check != nullptr && *stop_check) OSCARKV_RETURN_IF_ERROR((*stop_check)());
     OSCARKV_RETURN_IF_ERROR(model_->PrefillChunk(*sequence, prompt.subspan(c0, c1 - c0),
                                                  attention, all_logits, &logits));
     if (all_logits) OSCARKV_RETURN_IF_ERROR((*on_chunk_logits)(c0, logits));

@@ -87,6 +87,10 @@ struct PrefillResult {
 using ChunkLogitsSink =
     std::function<absl::Status(int64_t first_position, std::span<const float> logits)>;
 
+// Asked before each prefill chunk: a non-OK status ends the prefill with that status, so that a
+// prompt whose caller left (or whose deadline passed) is not computed to the end for nobody.
+using PrefillStopCheck = std::function<absl::Status()>;
+
 class ServingEngine {
  public:
   // `model` must outlive the engine. Errors of KvCacheFactory::Create; kInvalidArgument for
@@ -117,12 +121,14 @@ class ServingEngine {
   // the blocks (PrefillResult::sequence), as a decode worker would. `on_chunk_logits` (optional):
   // every position's logits go there, chunk by chunk (the model's lm head then runs on every
   // row, not only the last; reused positions have none); its error ends the prefill.
+  // `stop_check` (optional): asked before each chunk; its error ends the prefill.
   // @return kInvalidArgument for an empty prompt or bad tokens; kFailedPrecondition when a
-  //   reused block does not fit (codec, fingerprints, positions); model errors.
+  //   reused block does not fit (codec, fingerprints, positions); model errors; stop_check's.
   absl::StatusOr<PrefillResult> Prefill(std::span<const int32_t> prompt,
                                         std::span<const kvformat::BlockView> reused = {},
                                         bool build_sequence = true,
-                                        const ChunkLogitsSink* on_chunk_logits = nullptr) const;
+                                        const ChunkLogitsSink* on_chunk_logits = nullptr,
+                                        const PrefillStopCheck* stop_check = nullptr) const;
 
   // Rebuilds a sequence from ALL of a prompt's blocks (as Prefill produced them, in order):
   // the result decodes exactly like PrefillResult::sequence.

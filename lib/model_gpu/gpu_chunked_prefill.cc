@@ -60,7 +60,8 @@ absl::Status Grow(DeviceBuffer& buffer, size_t bytes, const char* what) {
 
 absl::StatusOr<ChunkedPrefillResult> GpuModel::PrefillChunked(
     std::span<const int32_t> prompt, const BlockCutSpec& cut, int chunk_tokens,
-    std::span<const kvformat::BlockView> reused, int prompt_logprobs) {
+    std::span<const kvformat::BlockView> reused, int prompt_logprobs,
+    const engine::PrefillStopCheck* stop_check) {
   const auto t_start = std::chrono::steady_clock::now();
   const model::ModelConfig& c = config_;
   const int d = c.head_dim, hq = c.num_heads, hkv = c.num_kv_heads, layers = c.num_layers;
@@ -227,6 +228,7 @@ absl::StatusOr<ChunkedPrefillResult> GpuModel::PrefillChunked(
   std::vector<int32_t> positions;
   for (int64_t c0 = reused_tokens; c0 < n; c0 += chunk_tokens) {
     const int64_t c1 = std::min<int64_t>(n, c0 + chunk_tokens), t = c1 - c0;
+    if (stop_check != nullptr && *stop_check) OSCARKV_RETURN_IF_ERROR((*stop_check)());
     meta_host_.assign(prompt.begin() + c0, prompt.begin() + c1);
     positions.resize(t);
     std::iota(positions.begin(), positions.end(), static_cast<int32_t>(c0));

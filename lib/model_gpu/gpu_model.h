@@ -124,14 +124,16 @@ class GpuModel {
   // engine::AppendPromptLogprobs does from ServingEngine::Prefill's logits, computed on the GPU
   // (TokenLogprobsRowsCuda) so that only the scores come back; needs `reused` empty (reused
   // positions have no logits). last_logits stays the one-row product either way.
+  // `stop_check` (optional) is asked before each chunk is queued; its error ends the prefill
+  // (chunks already queued on the stream still run).
   // @return kInvalidArgument for bad tokens, a prompt longer than max_prompt_tokens, a cut that
   //   does not fit the chunk or prompt_logprobs out of range / with reused blocks;
   //   kFailedPrecondition for a reused block of another prompt or engine (the caller retries
-  //   without); CUDA errors.
-  absl::StatusOr<ChunkedPrefillResult> PrefillChunked(std::span<const int32_t> prompt,
-                                                      const BlockCutSpec& cut, int chunk_tokens,
-                                                      std::span<const kvformat::BlockView> reused,
-                                                      int prompt_logprobs = -1);
+  //   without); CUDA errors; stop_check's.
+  absl::StatusOr<ChunkedPrefillResult> PrefillChunked(
+      std::span<const int32_t> prompt, const BlockCutSpec& cut, int chunk_tokens,
+      std::span<const kvformat::BlockView> reused, int prompt_logprobs = -1,
+      const engine::PrefillStopCheck* stop_check = nullptr);
 
   // Speed-only: admits `id` with `length` tokens of random KV (no forward pass), as if a prompt
   // of that length had been prefilled.

@@ -33,7 +33,8 @@ class CpuPrefillDevice final : public PrefillDevice {
     }
     OSCARKV_ASSIGN_OR_RETURN(
         engine::PrefillResult r,
-        engine_->Prefill(prompt, reused, /*build_sequence=*/false, top_n >= 0 ? &sink : nullptr));
+        engine_->Prefill(prompt, reused, /*build_sequence=*/false, top_n >= 0 ? &sink : nullptr,
+                         &options.stop_check));
     out.last_logits = std::move(r.last_logits);
     out.blocks = std::move(r.blocks);
     out.reused_tokens = r.reused_tokens;

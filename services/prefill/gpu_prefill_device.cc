@@ -70,10 +70,13 @@ class GpuPrefillDevice final : public PrefillDevice {
                                               const DevicePrefillOptions& options) override {
     // Scoring needs every row's logits, which the chunked prefill gives: it runs in one-pass
     // mode too (the blocks go to the decode worker as blocks; nothing reads the kvstore).
-    if (options.prompt_logprobs >= 0) return PrefillChunked(prompt, {}, options.prompt_logprobs);
-    if (!options_.one_pass) return PrefillChunked(prompt, reused);
-    return options.want_packed && offers_packed_kv() ? PrefillPacked(prompt)
-                                                     : PrefillOnePass(prompt);
+    const engine::PrefillStopCheck& stop = options.stop_check;
+    if (options.prompt_logprobs >= 0) {
+      return PrefillChunked(prompt, {}, stop, options.prompt_logprobs);
+    }
+    if (!options_.one_pass) return PrefillChunked(prompt, reused, stop);
+    return options.want_packed && offers_packed_kv() ? PrefillPacked(prompt, stop)
+                                                     : PrefillOnePass(prompt, stop);
   }
 
   int Sweep() override {
@@ -82,10 +85,16 @@ class GpuPrefillDevice final : public PrefillDevice {
   }
 
  private:
+  // Prefills run one at a time under mu_: one that waited there for a caller who has left
+  // since stops before it starts.
+  static absl::Status CheckStop(const engine::PrefillStopCheck& stop) {
+    return stop ? stop() : absl::OkStatus();
+  }
+
   // `prompt_logprobs` >= 0: DevicePrefillResult::prompt_logprobs with that many alternatives.
   absl::StatusOr<DevicePrefillResult> PrefillChunked(
       std::span<const int32_t> prompt, std::span<const kvformat::BlockView> reused,
-      int prompt_logprobs = -1) {
+      const engine::PrefillStopCheck& stop, int prompt_logprobs = -1) {
     const model_gpu::BlockCutSpec cut =
         model_gpu::CutSpecFor(*engine_, prompt, gpu_->numerics_tag());
     model_gpu::ChunkedPrefillResult r;
@@ -94,7 +103,7 @@ class GpuPrefillDevice final : public PrefillDevice {
       std::lock_guard<std::mutex> lock(mu_);
       OSCARKV_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
       OSCARKV_ASSIGN_OR_RETURN(r, gpu_->PrefillChunked(prompt, cut, engine_->options().chunk_tokens,
-                                                       reused, prompt_logprobs));
+                                                       reused, prompt_logprobs, &stop));
     }
     out.prompt_logprobs = std::move(r.prompt_logprobs);
     out.last_logits = std::move(r.last_logits);
@@ -117,7 +126,8 @@ class GpuPrefillDevice final : public PrefillDevice {
     return out;
   }
 
-  absl::StatusOr<DevicePrefillResult> PrefillOnePass(std::span<const int32_t> prompt) {
+  absl::StatusOr<DevicePrefillResult> PrefillOnePass(std::span<const int32_t> prompt,
+                                                     const engine::PrefillStopCheck& stop) {
     const model_gpu::BlockCutSpec cut =
         model_gpu::CutSpecFor(*engine_, prompt, gpu_->numerics_tag());
     const int64_t n = static_cast<int64_t>(prompt.size());
@@ -127,6 +137,7 @@ class GpuPrefillDevice final : public PrefillDevice {
     model_gpu::PackedKv packed;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      OSCARKV_RETURN_IF_ERROR(CheckStop(stop));
       OSCARKV_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
       constexpr int64_t kId = 1;  // one prompt at a time, freed before the lock is released
       OSCARKV_RETURN_IF_ERROR(
@@ -157,13 +168,15 @@ class GpuPrefillDevice final : public PrefillDevice {
   }
 
   // One-pass prefill whose pages stay on this GPU: packed into the outbox and checksummed there.
-  absl::StatusOr<DevicePrefillResult> PrefillPacked(std::span<const int32_t> prompt) {
+  absl::StatusOr<DevicePrefillResult> PrefillPacked(std::span<const int32_t> prompt,
+                                                    const engine::PrefillStopCheck& stop) {
     const int64_t n = static_cast<int64_t>(prompt.size());
     DevicePrefillResult out;
     PackedKvHandoff h;
     h.tokens = n;
     h.remote_descriptor = outbox_descriptor_;
     std::lock_guard<std::mutex> lock(mu_);
+    OSCARKV_RETURN_IF_ERROR(CheckStop(stop));
     OSCARKV_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
     constexpr int64_t kId = 1;  // one prompt at a time, freed before the lock is released
     OSCARKV_RETURN_IF_ERROR(gpu_->AddSequence(kId, prompt, n, nullptr, &out.last_logits));

@@ -40,6 +40,9 @@ struct DevicePrefillOptions {
   // >= 0: fill DevicePrefillResult::prompt_logprobs, with this many alternatives (<= 20); every
   // prompt token is then computed (`reused` blocks are not used). -1 = off.
   int prompt_logprobs = -1;
+  // Asked before the work starts and between prefill chunks; its error ends the prefill (the
+  // caller left or its deadline passed). Empty = never stops.
+  engine::PrefillStopCheck stop_check;
 };
 
 struct DevicePrefillResult {
@@ -74,7 +77,7 @@ class PrefillDevice {
   // Prefills `prompt`; `reused` as ServingEngine::Prefill takes it (ignored when
   // !shares_kvstore()). With options.want_packed and offers_packed_kv(), the result holds
   // `packed` instead of blocks; options.prompt_logprobs >= 0 scores the prompt (never packed).
-  // @return ServingEngine::Prefill's errors, device and transfer errors.
+  // @return ServingEngine::Prefill's errors, device and transfer errors, options.stop_check's.
   virtual absl::StatusOr<DevicePrefillResult> Prefill(std::span<const int32_t> prompt,
                                                       std::span<const kvformat::BlockView> reused,
                                                       const DevicePrefillOptions& options) = 0;

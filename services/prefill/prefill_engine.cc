@@ -152,6 +152,21 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   } release{&active_};
   metrics_->active_requests.Set(active_.load());
 
+  // A stop (the caller left) is counted apart from failures, and never retried.
+  bool stopped = false;
+  const engine::PrefillStopCheck stop_check = [&]() -> absl::Status {
+    if (!params.stop_check) return absl::OkStatus();
+    absl::Status s = params.stop_check();
+    stopped = stopped || !s.ok();
+    return s;
+  };
+  auto stop_error = [&](const absl::Status& s) {
+    LOG(INFO) << params.request_id << ": prefill stopped: " << s;
+    metrics_->cancelled_total.Increment();
+    return Annotate(s, "prefill stopped");
+  };
+  if (absl::Status s = stop_check(); !s.ok()) return stop_error(s);
+
   PrefillOutput out;
   // 1. Prefix lookup and fetch.
   auto t0 = std::chrono::steady_clock::now();
@@ -182,14 +197,17 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   DevicePrefillOptions device_options;
   device_options.want_packed = params.want_packed && params.push_to.empty();
   device_options.prompt_logprobs = params.prompt_logprobs;
+  device_options.stop_check = stop_check;
   absl::StatusOr<DevicePrefillResult> result =
       device_->Prefill(params.tokens, prefix.views, device_options);
+  if (!result.ok() && stopped) return stop_error(result.status());
   if (!result.ok() && !prefix.views.empty()) {
     LOG(WARNING) << params.request_id << ": reused blocks refused (" << result.status()
                  << "), computing in full";
     prefix.views.clear();
     result = device_->Prefill(params.tokens, {}, device_options);
   }
+  if (!result.ok() && stopped) return stop_error(result.status());
   if (!result.ok()) {
     metrics_->failures_total.Increment();
     return result.status();

@@ -53,6 +53,9 @@ struct PrefillParams {
   // The decode worker takes packed GPU KV: hand it over that way when the device offers it
   // (PrefillDevice::offers_packed_kv; ignored in push mode).
   bool want_packed = false;
+  // Asked before the prefix fetch and between prefill chunks; its error (e.g. kCancelled: the
+  // caller left, kDeadlineExceeded) ends the prefill with it. Empty = never stops.
+  engine::PrefillStopCheck stop_check;
 };
 
 struct PrefillTimings {
@@ -95,7 +98,7 @@ class PrefillEngine {
   // @return kInvalidArgument (empty prompt, bad token, codec mismatch, push_to of the wrong
   //   length or with too small slots), kFailedPrecondition
   //   (model identity mismatch), kResourceExhausted (too many concurrent prefills, outbox
-  //   full), model and transfer errors.
+  //   full), model and transfer errors, params.stop_check's error.
   absl::StatusOr<PrefillOutput> Prefill(const PrefillParams& params);
 
   int active() const { return active_.load(); }

@@ -5,6 +5,10 @@ namespace oscarkv::prefill {
 PrefillMetrics::PrefillMetrics(metrics::Registry& r)
     : requests_total(r.AddCounter("oscarkv_prefill_requests_total", "Prefills completed.").Get()),
       failures_total(r.AddCounter("oscarkv_prefill_failures_total", "Prefills failed.").Get()),
+      cancelled_total(r.AddCounter("oscarkv_prefill_cancelled_total",
+                                   "Prefills stopped before the end because their caller "
+                                   "cancelled or their deadline passed (not failures).")
+                          .Get()),
       tokens_computed_total(r.AddCounter("oscarkv_prefill_tokens_computed_total",
                                          "Prompt tokens run through the model.")
                                 .Get()),

@@ -11,6 +11,7 @@ struct PrefillMetrics {
 
   metrics::Counter& requests_total;            // prefills completed
   metrics::Counter& failures_total;            // prefills that failed
+  metrics::Counter& cancelled_total;           // prefills stopped: caller gone or deadline passed
   metrics::Counter& tokens_computed_total;     // prompt tokens run through the model
   metrics::Counter& tokens_reused_total;       // prompt tokens taken from stored blocks
   metrics::Counter& tokens_scored_total;       // prompt tokens given logprobs (prompt scoring)

@@ -17,7 +17,7 @@ void SetKey(const kvformat::BlockKey& k, oscarkv::common::v1::BlockKey* out) {
 
 }  // namespace
 
-grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequest* req,
+grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
                                      v1::PrefillResponse* resp) {
   const auto t0 = std::chrono::steady_clock::now();
   if (draining_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining");
@@ -45,6 +45,15 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
   p.model_fingerprint = req->model().model_fingerprint();
   p.calib_fingerprint = req->model().calib_fingerprint();
   p.want_packed = req->offer_packed_kv();
+  // gRPC marks the call cancelled when the caller cancels, its deadline passes or the server
+  // shuts down: the prefill then stops at its next chunk instead of computing for nobody.
+  p.stop_check = [ctx]() -> absl::Status {
+    if (!ctx->IsCancelled()) return absl::OkStatus();
+    if (ctx->deadline() <= std::chrono::system_clock::now()) {
+      return absl::DeadlineExceededError("the prefill's deadline passed");
+    }
+    return absl::CancelledError("the caller cancelled the prefill");
+  };
   if (req->logprobs()) {
     if (req->top_logprobs() > engine::kMaxTopLogprobs) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

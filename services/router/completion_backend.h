@@ -72,6 +72,10 @@ struct CompletionRequest {
   std::string session_id;            // Continuum program id ("" when none); see ARCHITECTURE §5
   std::string codec;                 // KV codec name (config default or an allowed override)
   absl::Time deadline = absl::InfiniteFuture();  // the backend returns kDeadlineExceeded after it
+  // True once the consumer is gone (client disconnected, another choice failed), the same news
+  // a TokenCallback gives by returning false, but answerable while no token flows (during the
+  // prefill): a backend may poll it to stop early. Empty = never. Cheap, thread-safe.
+  std::function<bool()> cancelled;
 };
 
 // Whether a backend delivers the prompt's tokens first (TokenEvent::prompt): with echo or

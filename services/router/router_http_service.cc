@@ -49,6 +49,7 @@ struct RunState {
 // touches.
 void StartChoice(std::shared_ptr<CompletionBackend> backend, CompletionRequest request,
                  int choice, std::shared_ptr<RunState> state) {
+  request.cancelled = [state] { return state->cancelled.load(); };
   std::thread([state = std::move(state), backend = std::move(backend),
                request = std::move(request), choice] {
     absl::StatusOr<CompletionOutcome> outcome =

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "lib/base/log.h"
 #include "lib/base/status_macros.h"
+#include "lib/rpc/cancellable_call.h"
 #include "lib/rpc/status_conversion.h"
 #include "oscarkv/decode/v1/decode.grpc.pb.h"
 #include "oscarkv/prefill/v1/prefill.grpc.pb.h"
@@ -247,6 +248,20 @@ struct WorkerCompletionBackend::Impl {
     return route;
   }
 
+  // The prefill RPC, cancelled when the request's consumer leaves (the prefill worker then stops
+  // at its next chunk; a long prompt would otherwise be computed for nobody).
+  static grpc::Status CallPrefill(const Route& route, const router::CompletionRequest& request,
+                                  const pv1::PrefillRequest& preq, pv1::PrefillResponse* resp) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, request.deadline);
+    return rpc::WaitCancellable(
+        &ctx,
+        [&](std::function<void(grpc::Status)> done) {
+          route.prefill->prefill->async()->Prefill(&ctx, &preq, resp, std::move(done));
+        },
+        request.cancelled);
+  }
+
   // Places the request and runs its prefill. A prefill worker at its limit (or the policy, when
   // every worker is) answers kResourceExhausted; the request then waits for a slot, placed again
   // at each try with the busy workers left out while another can take it, with a jittered
@@ -280,9 +295,7 @@ struct WorkerCompletionBackend::Impl {
         preq.set_offer_packed_kv(route.packed_kv);
         preq.set_publish_to_kvstore(options.use_kvstore && route.publish_to_store);
         Prefilled out;
-        grpc::ClientContext ctx;
-        SetDeadline(&ctx, request.deadline);
-        s = rpc::ToAbslStatus(route.prefill->prefill->Prefill(&ctx, preq, &out.response));
+        s = rpc::ToAbslStatus(CallPrefill(route, request, preq, &out.response));
         route.EndPrefill();
         if (s.ok()) {
           if (attempt > 1) {
@@ -659,9 +672,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     preq.set_publish_to_kvstore(impl_->options.use_kvstore && route.publish_to_store);
     preq.set_prompt_logprobs(false);  // already delivered
     pv1::PrefillResponse again;
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, request.deadline);
-    absl::Status s = rpc::ToAbslStatus(route.prefill->prefill->Prefill(&ctx, preq, &again));
+    absl::Status s = rpc::ToAbslStatus(impl_->CallPrefill(route, request, preq, &again));
     if (!s.ok()) return Annotate(s, absl::StrCat("prefill (block retry) on ", route.prefill_id));
     sreq.clear_packed_kv();
     *sreq.mutable_prompt_blocks() = again.published_blocks();

@@ -21,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "services/decode/decode_server.h"
 #include "tests/e2e/process.h"
+#include "tests/testing/hang_up_client.h"
 
 namespace oscarkv::e2e {
 namespace {
@@ -318,6 +319,37 @@ TEST_F(FourProcessTest, SharedLongPrefixHitsTheKvStoreWithIdenticalAnswers) {
   std::cout << "[measure] prefix reuse: prompt " << n2 << " tokens, reused " << boundary
             << ", computed " << (n2 - boundary) << "; request 1 (cold) " << dt1
             << " s, request 2 (hit) " << dt2 << " s\n";
+}
+
+// A client that leaves while its long prompt is being prefilled stops the prefill worker's
+// work within about a chunk: the router cancels the Prefill RPC, and the worker checks its
+// call before each chunk (oscarkv_prefill_cancelled_total; no prefill completes).
+TEST_F(FourProcessTest, AClientThatLeavesDuringThePrefillStopsIt) {
+  const std::string text = AustenText(40000, 20000);  // ~5k tokens: seconds of CPU prefill
+  if (text.empty()) GTEST_SKIP() << "data/text/austen absent (run scripts/setup.sh)";
+  auto metric = [](const std::string& name) {
+    return Sample(Get(prefill_metrics_, "/metrics"), name);
+  };
+  const double cancelled0 = metric("oscarkv_prefill_cancelled_total");
+  const double completed0 = metric("oscarkv_prefill_requests_total");
+  const double failed0 = metric("oscarkv_prefill_failures_total");
+  const json body = {{"model", model_id_}, {"prompt", text}, {"max_tokens", 4},
+                     {"temperature", 0}};
+  testing::PostThenHangUp(router_port_, body.dump(), absl::Milliseconds(500));
+  const auto left = std::chrono::steady_clock::now();
+  while (metric("oscarkv_prefill_cancelled_total") == cancelled0 &&
+         std::chrono::steady_clock::now() - left < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double stop_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - left).count();
+  EXPECT_EQ(metric("oscarkv_prefill_cancelled_total"), cancelled0 + 1) << prefill_->output();
+  EXPECT_EQ(metric("oscarkv_prefill_requests_total"), completed0) << "it never completed";
+  EXPECT_EQ(metric("oscarkv_prefill_failures_total"), failed0) << "a stop is not a failure";
+  // The worker is free again: a short request is served at once.
+  EXPECT_FALSE(Complete("The capital of France is", 2)["choices"].empty());
+  std::cout << "[measure] client left 0.5 s into a " << model_->tokenizer().Encode(text, true).size()
+            << "-token prefill; the prefill worker stopped " << stop_s << " s later\n";
 }
 
 }  // namespace

@@ -229,6 +229,40 @@ TEST_F(ServingEngineTest, ChunkLogitsSinkSeesEveryComputedPosition) {
             absl::StatusCode::kDataLoss);
 }
 
+// The stop check is asked before every chunk; its error ends the prefill there, so a caller
+// who has left stops the work within one chunk.
+TEST_F(ServingEngineTest, StopCheckEndsThePrefillBeforeTheNextChunk) {
+  auto engine = ServingEngine::Create(model_, {.codec = "oscar-hadamard"});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<int32_t> prompt = Text(12000, 700);  // chunks at 0, 256, 512
+  int asked = 0;
+  const PrefillStopCheck go_on = [&] {
+    ++asked;
+    return absl::OkStatus();
+  };
+  auto whole = (*engine)->Prefill(prompt, {}, /*build_sequence=*/false, nullptr, &go_on);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(asked, 3);
+  EXPECT_EQ(whole->computed_tokens, 700);
+  auto plain = (*engine)->Prefill(prompt, {}, /*build_sequence=*/false);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->last_logits, whole->last_logits) << "asking changes nothing";
+
+  asked = 0;
+  int64_t computed_before_stop = -1;
+  const ChunkLogitsSink chunks = [&](int64_t first, std::span<const float>) {
+    computed_before_stop = first;
+    return absl::OkStatus();
+  };
+  const PrefillStopCheck stop_at_second = [&] {
+    return ++asked == 2 ? absl::CancelledError("caller left") : absl::OkStatus();
+  };
+  auto stopped = (*engine)->Prefill(prompt, {}, false, &chunks, &stop_at_second);
+  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(asked, 2) << "not asked again after it said stop";
+  EXPECT_EQ(computed_before_stop, 0) << "only the first chunk ran";
+}
+
 TEST_F(ServingEngineTest, RejectsEvaluationOnlyCodecsAndForeignBlocks) {
   EXPECT_EQ(ServingEngine::Create(model_, {.codec = "kivi2"}).status().code(),
             absl::StatusCode::kUnimplemented);

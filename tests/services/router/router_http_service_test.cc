@@ -18,6 +18,7 @@
 #include "services/router/request_tracker.h"
 #include "services/router/router_server.h"
 #include "tests/services/router/fake_completion_backend.h"
+#include "tests/testing/hang_up_client.h"
 
 namespace oscarkv::router {
 namespace {
@@ -25,6 +26,7 @@ namespace {
 using nlohmann::json;
 using testing::FakeCompletionBackend;
 using testing::FakeScript;
+using ::oscarkv::testing::PostThenHangUp;
 
 class RouterHttpTest : public ::testing::Test {
  protected:
@@ -811,24 +813,6 @@ TEST_F(RouterHttpTest, SlowBackendTimesOutWith504) {
   EXPECT_EQ(server_->tracker().InFlight(), 0u);
 }
 
-// Sends `body` to /v1/completions over a plain socket and closes it after `wait`, as a client
-// that gives up does.
-void PostThenHangUp(int port, const std::string& body, absl::Duration wait) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  const std::string request = absl::StrCat(
-      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-      "Content-Length: ", body.size(), "\r\n\r\n", body);
-  ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
-  absl::SleepFor(wait);
-  close(fd);
-}
-
 // A client that leaves cancels its generation, also when it is not streaming (the router then
 // writes nothing to it until the end, so it has to look at the connection).
 TEST_F(RouterHttpTest, AClientThatLeavesCancelsItsGeneration) {
@@ -858,6 +842,30 @@ TEST_F(RouterHttpTest, AClientThatLeavesCancelsItsGeneration) {
     EXPECT_LT(absl::Now() - t0, absl::Seconds(2)) << "not at the end of the generation (4 s)";
     EXPECT_LT(backend_->cancelled_after_tokens(), 50) << "the backend should have stopped early";
   }
+}
+
+// A client that leaves while its prompt is still being prefilled (no token yet) stops the
+// prefill: the backend sees request.cancelled turn true.
+TEST_F(RouterHttpTest, AClientThatLeavesDuringThePrefillStopsIt) {
+  FakeScript s;
+  s.prefill_for = absl::Seconds(5);
+  Start(s);
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streaming" : "non-streaming");
+    const int before = backend_->prefill_cancellations();
+    const absl::Time t0 = absl::Now();
+    const json body = {{"model", "fake-model"}, {"prompt", "x"}, {"stream", stream}};
+    PostThenHangUp(server_->http_port(), body.dump(), absl::Milliseconds(300));
+    while (backend_->prefill_cancellations() == before && absl::Now() - t0 < absl::Seconds(4)) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_EQ(backend_->prefill_cancellations(), before + 1);
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(2)) << "not at the end of the prefill (5 s)";
+  }
+  for (int i = 0; i < 100 && server_->tracker().InFlight() > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(server_->tracker().InFlight(), 0u);
 }
 
 // Connections that hold a thread (streams, or clients stalled mid-request for the 30 s read
