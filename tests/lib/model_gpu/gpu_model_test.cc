@@ -772,6 +772,38 @@ TEST_F(GpuModelTest, ChunkedPrefillOverAStoredPrefixEqualsComputingItAll) {
   }
 }
 
+// The chunked prefill asks its stop check before each chunk and ends with its error (a prefill
+// worker whose caller left), as ServingEngine::Prefill does on the CPU.
+TEST_F(GpuModelTest, ChunkedPrefillEndsWhenItsStopCheckSaysSo) {
+  const std::vector<int32_t> ids = model_->tokenizer().Encode(ReadFixture(), true);
+  ASSERT_GT(ids.size(), 600u);
+  const std::span<const int32_t> prompt(ids.data(), 600);  // chunks at 0, 256, 512
+  auto engine = Engine("oscar");
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto gpu = Gpu(*Factory("oscar"));
+  ASSERT_NE(gpu, nullptr);
+  const BlockCutSpec cut = CutSpecFor(**engine, prompt, gpu->numerics_tag());
+  int asked = 0;
+  const engine::PrefillStopCheck stop_at_second = [&] {
+    return ++asked == 2 ? absl::CancelledError("caller left") : absl::OkStatus();
+  };
+  auto stopped = gpu->PrefillChunked(prompt, cut, 256, {}, -1, &stop_at_second);
+  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(asked, 2);
+  asked = 0;
+  const engine::PrefillStopCheck go_on = [&] {
+    ++asked;
+    return absl::OkStatus();
+  };
+  auto whole = gpu->PrefillChunked(prompt, cut, 256, {}, -1, &go_on);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(asked, 3);
+  auto plain = gpu->PrefillChunked(prompt, cut, 256, {});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(whole->blocks, plain->blocks) << "a stopped prefill before leaves nothing behind";
+  EXPECT_EQ(whole->last_logits, plain->last_logits);
+}
+
 // Prompt scoring on the GPU's chunked prefill (echo with logprobs, prompt_logprobs): the sink
 // sees every computed position chunk by chunk; asking for it changes neither the blocks nor the
 // last logits; and the prompt's logprobs stay close to the CPU engine's (bf16: the GPU/CPU
