@@ -22,6 +22,30 @@ std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 json NullIfEmpty(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
 
+// Whether `text`'s arrays and objects nest at most `max_depth` deep (brackets inside strings,
+// escaped quotes included, do not count). Scanned before parsing, which would recurse that deep.
+bool NestingWithin(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character, a quote included
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
 // A request value as an error message shows it: numbers, booleans and null as written, strings
 // cut to 40 bytes, arrays and objects by kind only. dump() of a client's array or object would
 // copy all of it into the message, and recurses: deeply nested input overflows the stack.
@@ -242,6 +266,8 @@ std::optional<ApiError> ReadMessages(const json& body, std::vector<PromptInput>*
                                       "only text is supported"),
                          param + ".content");
         }
+        // Parts join with a newline, as vLLM's chat parser does.
+        if (&part != &content->front()) msg.content += '\n';
         msg.content += part["text"].get<std::string>();
       }
     } else {
@@ -282,6 +308,7 @@ json Envelope(const ResponseMeta& meta, bool chunk) {
             {"created", meta.created},
             {"model", meta.model}};
   if (!meta.session_id.empty()) j["session_id"] = meta.session_id;
+  if (chunk && meta.stream_usage) j["usage"] = nullptr;
   return j;
 }
 
@@ -338,10 +365,12 @@ json LogprobsJson(Endpoint endpoint, const ResponseLogprobs& logprobs) {
         continue;
       }
       token_logprobs.push_back(FiniteLogprob(t.logprob));
+      // The legacy API always lists the chosen token too: up to logprobs + 1 entries.
       json alternatives = json::object();
       for (const TokenAlternative& a : t.top) {
         alternatives[name(a.piece, a.token_id)] = FiniteLogprob(a.logprob);
       }
+      alternatives[name(t.piece, t.token_id)] = FiniteLogprob(t.logprob);
       top.push_back(std::move(alternatives));
     }
     return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top},
@@ -386,8 +415,8 @@ std::optional<ApiError> RejectUnsupportedFeatures(const json& body) {
   auto tool_choice = body.find("tool_choice");
   const bool choice_none = tool_choice != body.end() && *tool_choice == "none";
   if (present("tool_choice") && !choice_none && *tool_choice != "auto") {
-    return Invalid("'tool_choice' other than \"none\" is not supported: the served model's chat "
-                   "template has no tool-call format",
+    return Invalid("'tool_choice' other than \"none\" or \"auto\" is not supported: the served "
+                   "model's chat template has no tool-call format",
                    "tool_choice", "unsupported_value");
   }
   for (const char* name : {"tools", "functions"}) {
@@ -546,6 +575,12 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     r.error = e;
     return r;
   }
+  if (!NestingWithin(body_text, kMaxJsonDepth)) {
+    r.error = Invalid(absl::StrCat("The JSON body nests arrays and objects more than ",
+                                   kMaxJsonDepth, " levels deep"),
+                      "", "invalid_json");
+    return r;
+  }
   json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
     r.error = Invalid("We could not parse the JSON body of your request: malformed JSON", "",
@@ -569,7 +604,8 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
     e = ReadMaxTokens(body, "max_tokens", limits.max_tokens_limit, endpoint, req.echo,
                       &req.max_tokens);
   }
-  if (!e && endpoint == Endpoint::kChatCompletions && !req.max_tokens) {
+  // Chat's max_completion_tokens replaces the deprecated max_tokens: it wins when both are set.
+  if (!e && endpoint == Endpoint::kChatCompletions) {
     e = ReadMaxTokens(body, "max_completion_tokens", limits.max_tokens_limit, endpoint, false,
                       &req.max_tokens);
   }
@@ -652,7 +688,7 @@ ParseResult ParseApiRequest(Endpoint endpoint, std::string_view content_type,
   }
   if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer()) {
-      r.error = Invalid("'seed' must be an integer", "seed");
+      r.error = Invalid(absl::StrCat("'seed' must be a 64-bit integer, got ", Shown(*it)), "seed");
       return r;
     }
     req.seed = it->is_number_unsigned() ? it->get<uint64_t>()
@@ -752,7 +788,7 @@ std::string CompletionBody(const ResponseMeta& meta, const std::vector<ChoiceBod
       choice["text"] = c.text;
       if (c.prompt_logprobs) choice["prompt_logprobs"] = PromptLogprobsJson(*c.prompt_logprobs);
     } else {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
     }
     j["choices"].push_back(std::move(choice));
   }

@@ -82,6 +82,10 @@ struct ApiRequest {
 inline constexpr int kMaxChoices = 16;
 // The most choices (prompts x n) one request may ask for in all.
 inline constexpr int kMaxTotalChoices = 64;
+// The deepest nesting of arrays and objects a request body may have (OpenAI's own bodies need
+// 4-5 levels). nlohmann::json copies and destroys nested values recursively, so a body of
+// ~100 KB nested 70,000 deep overflowed a handler thread's stack and took the process down.
+inline constexpr int kMaxJsonDepth = 64;
 
 struct ApiLimits {
   int max_tokens_limit = 4096;
@@ -110,6 +114,9 @@ struct ResponseMeta {
   int64_t created = 0;
   std::string model;
   std::string session_id;  // echoed in responses when non-empty (extension)
+  // Streaming with stream_options.include_usage: every chunk but the last carries "usage": null
+  // (OpenAI's shape); the last is StreamUsageEvent's.
+  bool stream_usage = false;
 };
 struct Usage {
   int prompt_tokens = 0;

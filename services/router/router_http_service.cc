@@ -245,7 +245,7 @@ void RouterHttpService::Register(httplib::Server& server) {
   });
   // Errors httplib produces itself (unknown route 404, wrong method 405, body too large 413)
   // get a body in OpenAI's shape too.
-  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     ApiError e;
     e.http_status = res.status;
@@ -269,7 +269,8 @@ void RouterHttpService::Register(httplib::Server& server) {
       e.message = absl::StrCat("Unknown path ", req.method, " ", req.path);
       e.code = "unknown_url";
     } else if (res.status == 413) {
-      e.message = "Request body too large (router --max_body_bytes)";
+      e.message = absl::StrCat("Request body too large: this server takes at most ",
+                               options_.max_body_bytes, " bytes");
     } else {
       e.message = absl::StrCat("HTTP ", res.status, " for ", req.method, " ", req.path);
     }
@@ -422,6 +423,7 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   x.meta.created = absl::ToUnixSeconds(received);
   x.meta.model = api.model;
   x.meta.session_id = api.session_id;
+  x.meta.stream_usage = api.stream && api.include_usage;
   metrics_->in_flight().Add(1);
 
   CompletionRequest base;

@@ -35,6 +35,7 @@ struct HttpServiceOptions {
   std::string default_codec = "oscar";
   ApiLimits limits;
   absl::Duration request_timeout = absl::Minutes(5);
+  int64_t max_body_bytes = 8 << 20;  // what the HTTP server takes (for the 413 message)
 };
 
 class RouterHttpService {

@@ -94,6 +94,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::CreateImpl(
   hopts.limits.allow_codec_override = config.allow_codec_override;
   hopts.limits.allowed_codecs = config.allowed_codecs;
   hopts.request_timeout = absl::Seconds(config.request_timeout_s);
+  hopts.max_body_bytes = config.max_body_bytes;
   r.http_service_ = std::make_unique<RouterHttpService>(hopts, r.backend_, r.tracker_.get(),
                                                         r.metrics_.get(), r.registry_);
   r.http_ = std::make_unique<httplib::Server>();

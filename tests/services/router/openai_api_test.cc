@@ -35,7 +35,7 @@ TEST(OpenAiApi, ParsesEveryPromptForm) {
                                                {{"type", "text"}, {"text", "b"}}}}}}}});
   ASSERT_FALSE(r.error) << r.error->message;
   ASSERT_EQ(r.request.prompts.at(0).messages->size(), 2u);
-  EXPECT_EQ((*r.request.prompts.at(0).messages)[1].content, "ab");
+  EXPECT_EQ((*r.request.prompts.at(0).messages)[1].content, "a\nb");  // vLLM joins by "\n"
   // Batched prompts: several strings, or several token-id lists.
   r = Parse(Endpoint::kCompletions, {{"model", "m"}, {"prompt", {"a", "b", "c"}}});
   ASSERT_FALSE(r.error) << r.error->message;
@@ -82,7 +82,7 @@ TEST(OpenAiApi, MaxTokensZeroSaysWhenItIsAllowed) {
 // Values a client can make large, deep or out of int64's range are named by kind or as written:
 // copying them (or recursing through them) into the message is not an option.
 TEST(OpenAiApi, ErrorsShowDeepLargeAndHugeValuesSafely) {
-  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string deep = std::string(60, '[') + std::string(60, ']');
   auto raw = [](const std::string& fields) {
     return ParseApiRequest(Endpoint::kCompletions, "application/json",
                            R"({"model": "m", "prompt": "x", )" + fields + "}", "", Limits());
@@ -93,6 +93,19 @@ TEST(OpenAiApi, ErrorsShowDeepLargeAndHugeValuesSafely) {
     EXPECT_EQ(r.error->param, field);
     EXPECT_LT(r.error->message.size(), 200u) << r.error->message;
   }
+  // Deeper than kMaxJsonDepth: refused before parsing. A deep value followed by another key
+  // made the parser's ordered map copy it recursively, which overflowed the stack (a crash).
+  for (const int depth : {kMaxJsonDepth + 1, 70000}) {
+    const std::string deeper = std::string(depth, '[') + std::string(depth, ']');
+    ParseResult r = raw(R"("x": )" + deeper + R"(, "max_tokens": 1)");
+    ASSERT_TRUE(r.error) << depth;
+    EXPECT_EQ(r.error->code, "invalid_json");
+    EXPECT_EQ(r.error->message, absl::StrCat("The JSON body nests arrays and objects more than ",
+                                             kMaxJsonDepth, " levels deep"));
+  }
+  // Brackets inside strings (escaped quotes too) are text, not nesting.
+  ParseResult text = raw(R"("stop": "\"[[[)" + std::string(1000, '{') + R"(", "max_tokens": 1)");
+  EXPECT_FALSE(text.error) << text.error->message;
   ParseResult r = raw(R"("logit_bias": {"5": )" + deep + "}");
   ASSERT_TRUE(r.error);
   EXPECT_EQ(r.error->message,
@@ -203,12 +216,19 @@ TEST(OpenAiApi, LogprobsBodiesInEachEndpointsShape) {
   EXPECT_EQ(c["text_offset"], json({0, 6}));
   EXPECT_EQ(c["top_logprobs"][0][" London"], -4.5);
   EXPECT_EQ(c["top_logprobs"][0]["\xef\xbf\xbd"], -9999.0);  // U+FFFD; no infinity in JSON
-  EXPECT_TRUE(c["top_logprobs"][1].empty());
+  // The chosen token is always listed, as the legacy API does (logprobs 0: it alone).
+  EXPECT_EQ(c["top_logprobs"][1], json({{".", -0.5}}));
+  EXPECT_EQ(c["top_logprobs"][0].size(), 3u) << "' Paris' is chosen and the most likely";
   // The alternatives keep their order (most likely first) in the text.
   const std::string body = CompletionBody(meta, " Paris.", FinishReason::kLength, {3, 2}, &lp);
   EXPECT_LT(body.find("\" Paris\":-0.25"), body.find("\" London\""));
   EXPECT_TRUE(json::parse(CompletionBody(meta, "x", FinishReason::kStop, {1, 1}))["choices"][0]
                   ["logprobs"].is_null());
+  lp.tokens[1].piece = "!";  // chosen, not among the alternatives: listed after them
+  lp.tokens[1].top = {{".", -0.5}};
+  lp.tokens[1].logprob = -2;
+  j = json::parse(CompletionBody(meta, " Paris!", FinishReason::kLength, {3, 2}, &lp));
+  EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][1], json({{".", -0.5}, {"!", -2}}));
 
   meta.endpoint = Endpoint::kChatCompletions;
   j = json::parse(StreamTextEvent(meta, " Paris", &lp).substr(6));
@@ -239,6 +259,38 @@ TEST(OpenAiApi, LogprobsBodiesInEachEndpointsShape) {
                                            {"return_tokens_as_token_ids", 1}})
                 .error->param,
             "return_tokens_as_token_ids");
+}
+
+// Chat's max_completion_tokens replaces the deprecated max_tokens; both are checked.
+TEST(OpenAiApi, MaxCompletionTokensWinsOverMaxTokens) {
+  const json user = {{{"role", "user"}, {"content", "hi"}}};
+  auto r = Parse(Endpoint::kChatCompletions, {{"model", "m"}, {"messages", user},
+                                              {"max_tokens", 3}, {"max_completion_tokens", 6}});
+  ASSERT_FALSE(r.error) << r.error->message;
+  EXPECT_EQ(r.request.max_tokens, 6);
+  r = Parse(Endpoint::kChatCompletions,
+            {{"model", "m"}, {"messages", user}, {"max_tokens", 2}, {"max_completion_tokens", "x"}});
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->param, "max_completion_tokens");
+}
+
+// OpenAI's shapes: a chat message carries "refusal": null; with include_usage every chunk but
+// the usage one carries "usage": null.
+TEST(OpenAiApi, ChatMessageRefusalAndStreamUsageNull) {
+  ResponseMeta meta{Endpoint::kChatCompletions, "chatcmpl-1", 1, "m", ""};
+  json j = json::parse(CompletionBody(meta, "hi", FinishReason::kStop, {1, 1}));
+  EXPECT_TRUE(j["choices"][0]["message"].contains("refusal"));
+  EXPECT_TRUE(j["choices"][0]["message"]["refusal"].is_null());
+  EXPECT_FALSE(json::parse(StreamTextEvent(meta, "hi", nullptr).substr(6)).contains("usage"));
+  meta.stream_usage = true;
+  for (const std::string& event : {StreamRoleEvent(meta), StreamTextEvent(meta, "hi", nullptr),
+                                    StreamFinishEvent(meta, FinishReason::kStop)}) {
+    j = json::parse(event.substr(6));
+    ASSERT_TRUE(j.contains("usage")) << event;
+    EXPECT_TRUE(j["usage"].is_null()) << event;
+  }
+  j = json::parse(StreamUsageEvent(meta, {3, 2}).substr(6));
+  EXPECT_EQ(j["usage"]["total_tokens"], 5);
 }
 
 TEST(OpenAiApi, ContentTypeWithCharsetIsAccepted) {

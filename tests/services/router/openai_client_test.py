@@ -197,7 +197,7 @@ DOC_EXPECT = {
                          '"session_id":"demo-session-1"', '"choices":[]', "data: [DONE]"],
     "curl-logprobs": ['"tokens":["Say"," this"]', '"token_logprobs":[0.0,0.0]',
                       '"top_logprobs":[{"Say":0.0},{" this":0.0}]', '"text_offset":[0,3]'],
-    "curl-echo": ['"text":"Hi there"', '"token_logprobs":[null,0.0,0.0,', '"top_logprobs":[null,{},',
+    "curl-echo": ['"text":"Hi there"', '"token_logprobs":[null,0.0,0.0,', '"top_logprobs":[null,{"i":0.0},',
                   '"completion_tokens":0', '"finish_reason":"length"'],
     "curl-error": ['"code":"model_not_found"', '"type":"invalid_request_error"'],
     "python-openai": ["Say this is length 3\nSay this is a test\nSay this is a test\n"],
