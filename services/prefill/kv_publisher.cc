@@ -18,9 +18,12 @@ KvPublisher::KvPublisher(transfer::TransferBackend* backend, KvStoreClient* stor
       ttl_(outbox_ttl),
       capacity_(outbox_capacity_bytes) {}
 
-KvPublisher::~KvPublisher() {
+KvPublisher::~KvPublisher() { Close(); }
+
+void KvPublisher::Close() {
   std::lock_guard<std::mutex> lock(mu_);
   while (!outbox_.empty()) DropLocked(outbox_.begin());
+  closed_ = true;
 }
 
 void KvPublisher::DropLocked(std::map<uint64_t, Entry>::iterator it) {
@@ -28,8 +31,16 @@ void KvPublisher::DropLocked(std::map<uint64_t, Entry>::iterator it) {
     LOG(WARNING) << "outbox deregistration failed: " << s;
   }
   bytes_ -= it->second.buffer.size();
+  retired_bytes_ += it->second.buffer.size();
+  retired_.push_back({std::move(it->second.buffer), absl::Now() + kRetiredFor});
   outbox_.erase(it);
+  // Retired memory is bounded by the outbox capacity (the oldest goes first).
+  while (retired_bytes_ > capacity_ && !retired_.empty()) {
+    retired_bytes_ -= retired_.front().buffer.size();
+    retired_.pop_front();
+  }
 }
+
 
 absl::StatusOr<StagedBlocks> KvPublisher::Stage(std::span<const engine::SequenceBlock> blocks) {
   if (blocks.empty()) return absl::InvalidArgumentError("no blocks to stage");
@@ -76,6 +87,10 @@ absl::StatusOr<StagedBlocks> KvPublisher::Stage(std::span<const engine::Sequence
   staged.handle = reg.handle;
   staged.bytes = total;
   std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) {
+    backend_->DeregisterMemory(reg.handle).IgnoreError();
+    return absl::FailedPreconditionError("the prefill worker is shutting down");
+  }
   while (!outbox_.empty() && bytes_ + total > capacity_) {
     LOG(WARNING) << "prefill outbox full: dropping entry " << outbox_.begin()->first
                  << " before its TTL";
@@ -140,6 +155,10 @@ int KvPublisher::Sweep() {
       ++dropped;
     }
     it = next;
+  }
+  while (!retired_.empty() && retired_.front().free_at <= now) {
+    retired_bytes_ -= retired_.front().buffer.size();
+    retired_.pop_front();
   }
   return dropped;
 }

@@ -3,11 +3,17 @@
 // the kvstore (Reserve → put → Commit; Abort on a failed put).
 //
 // Outbox entries live until `outbox_ttl` passes (Sweep) or the outbox needs room for a new
-// entry (oldest first). Thread-safe: one mutex guards the outbox map; transfers run unlocked.
+// entry (oldest first). A dropped entry's memory is deregistered at once but freed only
+// kRetiredFor later (Sweep), or when retired bytes pass the outbox capacity: a software
+// transport (UCX over TCP or shared memory) serves a peer's get from the address it was given,
+// so a late pull of a dropped entry must still find mapped memory, not crash the worker (it
+// reads the old, intact bytes, which the decode worker checks). Thread-safe: one mutex guards
+// the outbox map; transfers run unlocked.
 #ifndef OSCARKV_SERVICES_PREFILL_KV_PUBLISHER_H_
 #define OSCARKV_SERVICES_PREFILL_KV_PUBLISHER_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,9 +57,14 @@ class KvPublisher {
   // Writes the staged reusable blocks to the kvstore. @return kFailedPrecondition without a
   // store; kvstore / transfer errors (reservations are aborted on a failed put).
   absl::StatusOr<StorePublishStats> PublishToStore(const StagedBlocks& staged);
-  // Drops expired outbox entries; returns how many.
+  // Drops expired outbox entries (returns how many) and frees retired memory past its time.
   int Sweep();
   uint64_t outbox_bytes() const;
+  // Deregisters every entry, keeping the memory until this object is destroyed: called before
+  // the transfer backend goes, which may still be serving a pull from it.
+  void Close();
+
+  static constexpr absl::Duration kRetiredFor = absl::Seconds(30);
 
  private:
   struct Entry {
@@ -61,7 +72,12 @@ class KvPublisher {
     transfer::MemoryHandle handle = 0;
     absl::Time expires;
   };
+  // Deregisters the entry and retires its memory.
   void DropLocked(std::map<uint64_t, Entry>::iterator it);
+  struct Retired {
+    std::vector<std::byte> buffer;
+    absl::Time free_at;
+  };
 
   transfer::TransferBackend* backend_;
   KvStoreClient* store_;
@@ -72,6 +88,9 @@ class KvPublisher {
   std::map<uint64_t, Entry> outbox_;  // by id (= age order); guarded by mu_
   uint64_t next_id_ = 1;              // guarded by mu_
   uint64_t bytes_ = 0;                // guarded by mu_
+  std::deque<Retired> retired_;       // oldest first; guarded by mu_
+  uint64_t retired_bytes_ = 0;        // guarded by mu_
+  bool closed_ = false;               // guarded by mu_
 };
 
 }  // namespace oscarkv::prefill

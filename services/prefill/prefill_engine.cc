@@ -128,6 +128,11 @@ absl::Status PrefillEngine::Push(const StagedBlocks& staged,
   return absl::OkStatus();
 }
 
+absl::Time PrefillEngine::last_completed() const {
+  const int64_t ns = last_completed_unix_ns_.load();
+  return ns == std::numeric_limits<int64_t>::min() ? absl::InfinitePast() : absl::FromUnixNanos(ns);
+}
+
 absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params) {
   const auto t_start = std::chrono::steady_clock::now();
   if (params.tokens.empty()) return absl::InvalidArgumentError("empty prompt");
@@ -267,6 +272,7 @@ absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params
   }
   out.timings.total_seconds = Since(t_start);
 
+  last_completed_unix_ns_.store(absl::ToUnixNanos(absl::Now()));
   metrics_->requests_total.Increment();
   metrics_->tokens_computed_total.Increment(static_cast<double>(out.computed_tokens));
   metrics_->tokens_reused_total.Increment(static_cast<double>(out.reused_tokens));

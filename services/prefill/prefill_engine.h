@@ -17,11 +17,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "lib/engine/serving_engine.h"
 #include "lib/transfer/transfer_backend.h"
 #include "services/prefill/kv_publisher.h"
@@ -102,6 +104,9 @@ class PrefillEngine {
   absl::StatusOr<PrefillOutput> Prefill(const PrefillParams& params);
 
   int active() const { return active_.load(); }
+  // When the last prefill succeeded (InfinitePast before any): its decode worker pulls the KV
+  // after the call returns, so a draining worker keeps the outbox a moment longer.
+  absl::Time last_completed() const;
   // Where peers reach this worker's transfer backend, and its name (for PackedKvHandoff).
   std::string endpoint_address() const { return backend_->EndpointAddress(); }
   std::string backend_name() const { return backend_->capabilities().name; }
@@ -129,6 +134,7 @@ class PrefillEngine {
   PrefillMetrics* metrics_;
   PrefillEngineOptions options_;
   std::atomic<int> active_{0};
+  std::atomic<int64_t> last_completed_unix_ns_{std::numeric_limits<int64_t>::min()};
 };
 
 }  // namespace oscarkv::prefill

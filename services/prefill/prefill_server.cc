@@ -1,6 +1,9 @@
 #include "services/prefill/prefill_server.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "lib/base/log.h"
 #include "lib/base/status_macros.h"
 #include "lib/metrics/metrics_http_server.h"
@@ -162,7 +165,22 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(const Prefi
 
 PrefillServer::PrefillServer(const PrefillConfig& config) : config_(config) {}
 
-PrefillServer::~PrefillServer() { Shutdown(); }
+PrefillServer::~PrefillServer() {
+  Shutdown();
+  // The transfer backend's progress thread may still be serving a late pull from the outbox:
+  // stop what uses them, deregister the outboxes (their memory stays), let the backend go,
+  // and only then free the memory (the members left).
+  sweep_.reset();
+  http_.reset();
+  registration_.reset();
+  runner_.reset();
+  service_.reset();
+  engine_.reset();
+  if (publisher_) publisher_->Close();
+  device_.reset();
+  store_.reset();
+  own_backend_.reset();
+}
 
 int PrefillServer::grpc_port() const { return runner_ ? runner_->port() : -1; }
 std::string PrefillServer::grpc_dial_address() const {
@@ -180,6 +198,14 @@ void PrefillServer::Shutdown() {
       runner_->Shutdown(
           std::chrono::milliseconds(static_cast<int64_t>(config_.drain_seconds * 1000)));
       runner_->Wait();
+    }
+    // A decode worker pulls a prefill's KV from the outbox after the Prefill call has returned:
+    // the last ones get up to min(5 s, drain_seconds) before the outbox goes.
+    if (engine_) {
+      const absl::Time until =
+          engine_->last_completed() +
+          std::min(absl::Seconds(5), absl::Seconds(config_.drain_seconds));
+      while (absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
     }
     if (sweep_) sweep_->Stop();
     if (http_) http_->Stop();

@@ -286,6 +286,10 @@ struct WorkerCompletionBackend::Impl {
                                      ok ? route->request_blocks : 0);
     };
     for (int attempt = 1;; ++attempt) {
+      // A consumer that left while this waited for a slot is not placed any more.
+      if (request.cancelled && request.cancelled()) {
+        return absl::CancelledError("consumer gone while waiting for a prefill slot");
+      }
       absl::Status s;
       std::set<std::string> avoid = busy;
       avoid.insert(unreachable.begin(), unreachable.end());
@@ -747,11 +751,22 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     ereq.mutable_session_id()->set_value(request.session_id);
     ereq.set_keep(false);
     dv1::EndTurnResponse eresp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    // After a cancelled Generate the sequence may still be in the batch for one step; then this
-    // release fails and the decode worker's idle TTL reclaims the sequence.
-    grpc::Status es = route.decode->decode->EndTurn(&ctx, ereq, &eresp);
+    // After a cancelled Generate the sequence may still be in the batch for a step or so
+    // (FAILED_PRECONDITION "is generating"): asked again until it is out, for up to 5 s, so that
+    // its KV is not held until the decode worker's idle TTL (a full pool answers 429 meanwhile).
+    const absl::Time give_up = absl::Now() + absl::Seconds(5);
+    absl::Duration wait = absl::Milliseconds(5);
+    grpc::Status es;
+    for (;;) {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx, give_up);
+      es = route.decode->decode->EndTurn(&ctx, ereq, &eresp);
+      if (es.error_code() != grpc::StatusCode::FAILED_PRECONDITION || absl::Now() + wait > give_up) {
+        break;
+      }
+      absl::SleepFor(wait);
+      wait = std::min(wait * 2, absl::Milliseconds(100));
+    }
     if (!es.ok()) VLOG(1) << request.request_id << ": EndTurn: " << es.error_message();
   }
   if (!stopped_early && gen_status.ok()) finish_pending();

@@ -114,8 +114,17 @@ class FakeDecode final : public dv1::DecodeService::Service {
   }
   grpc::Status EndTurn(grpc::ServerContext*, const dv1::EndTurnRequest*,
                        dv1::EndTurnResponse*) override {
+    end_turns.fetch_add(1);
+    if (still_generating.load() > 0) {
+      still_generating.fetch_sub(1);
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "sequence 1 is generating");
+    }
+    released.fetch_add(1);
     return grpc::Status::OK;
   }
+  std::atomic<int> end_turns{0};
+  std::atomic<int> released{0};
+  std::atomic<int> still_generating{0};  // EndTurn answers "is generating" this many more times
   std::atomic<int> starts{0};
   std::atomic<uint64_t> packed_checksum{0};  // of the last StartSequence's packed_kv; 0 = none
   std::atomic<int> prompt_blocks{0};        // of the last StartSequence
@@ -509,6 +518,38 @@ TEST_F(PlacedBackendTest, PrefillBusyForLongerThanTheWaitIsResourceExhaustedAndH
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429) << r->body;
   EXPECT_NE(r->body.find("prefill worker busy"), std::string::npos) << r->body;
+}
+
+// A sequence still in the decode batch right after its generation ended (a cancelled Generate)
+// is released as soon as it is out, not left to the decode worker's idle TTL.
+TEST_F(PlacedBackendTest, EndTurnIsAskedAgainWhileTheSequenceIsStillGenerating) {
+  AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
+  FakeDecode* d = AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
+  d->still_generating.store(3);
+  auto out = backend_->Complete(Request(Prompt(5)), [](const router::TokenEvent&) { return true; });
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(d->end_turns.load(), 4);
+  EXPECT_EQ(d->released.load(), 1);
+}
+
+// A consumer that leaves while its request waits for a prefill slot ends the wait: the request
+// is not sent later, when a slot frees, to compute for nobody.
+TEST_F(PlacedBackendTest, AConsumerThatLeavesEndsTheWaitForABusyPrefillWorker) {
+  FakePrefill* p = AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
+  FakeDecode* d = AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
+  p->busy.store(-1);
+  router::CompletionRequest r = Request(Prompt(5));
+  const absl::Time t0 = absl::Now();
+  const absl::Time gone = t0 + absl::Milliseconds(150);
+  r.cancelled = [gone] { return absl::Now() >= gone; };
+  auto out = backend_->Complete(r, [](const router::TokenEvent&) { return true; });
+  EXPECT_TRUE(absl::IsCancelled(out.status())) << out.status();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(kBusyWaitSeconds) / 2) << "not the whole wait";
+  const int calls = p->calls.load();
+  p->busy.store(0);
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(p->calls.load(), calls) << "no try after the consumer left";
+  EXPECT_EQ(d->starts.load(), 0);
 }
 
 TEST_F(PlacedBackendTest, TheDeadlineCapsTheWaitForABusyPrefillWorker) {
