@@ -91,6 +91,11 @@ uint64_t ChoiceSeed(uint64_t seed, int choice) {
   return z ^ (z >> 31);
 }
 
+absl::Status CutOffStatus() {
+  return absl::UnavailableError(
+      "the router is shutting down and this request ran past its drain limit");
+}
+
 absl::Status TimeoutStatus(absl::Duration timeout) {
   return absl::DeadlineExceededError(
       absl::StrCat("request timed out after ", absl::FormatDuration(timeout),
@@ -595,6 +600,11 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
   while (!x.done() && (!api.stream || x.delivered == 0)) {
     News news;
     const bool news_came = WaitForNews(*x.run, std::min(x.deadline, next_peer_check), &news);
+    if (cut_off_.load()) {
+      SendError(res, ApiErrorFromStatus(CutOffStatus()));
+      finish(x, CutOffStatus(), 503);
+      return;
+    }
     if (absl::Now() >= next_peer_check) {
       if (!client_searched) {
         client = ClientConnection::Find(
@@ -664,7 +674,17 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
         if (!flush()) return client_gone();
         while (!x.done()) {
           News news;
-          if (!WaitForNews(*x.run, x.deadline, &news)) {
+          const bool news_came =
+              WaitForNews(*x.run, std::min(x.deadline, absl::Now() + kPeerCheckInterval), &news);
+          if (cut_off_.load()) {
+            write(StreamErrorEvent(ApiErrorFromStatus(CutOffStatus())));
+            write(std::string(kStreamDoneEvent));
+            sink.done();
+            finish(x, CutOffStatus(), 503);
+            return true;
+          }
+          if (!news_came) {
+            if (absl::Now() < x.deadline) continue;  // woke only to look at the cut-off
             const absl::Status s = TimeoutStatus(options_.request_timeout);
             write(StreamErrorEvent(ApiErrorFromStatus(s)));
             write(std::string(kStreamDoneEvent));

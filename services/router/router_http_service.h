@@ -52,6 +52,9 @@ class RouterHttpService {
   //! While draining, new completions get 503 and /readyz fails; running ones finish.
   void SetDraining(bool draining) { draining_.store(draining); }
   bool draining() const { return draining_.load(); }
+  //! At the drain limit: every running request ends now with 503 (a stream, with an error
+  //! event and [DONE]) and its backend work is cancelled, so that the HTTP server can stop.
+  void CutOff() { cut_off_.store(true); }
 
   //! Models as clients see them (served_model_name applied).
   std::vector<ModelInfo> Models() const;
@@ -65,6 +68,7 @@ class RouterHttpService {
   RouterMetrics* const metrics_;
   metrics::Registry* const metrics_registry_;
   std::atomic<bool> draining_{false};
+  std::atomic<bool> cut_off_{false};
 };
 
 }  // namespace oscarkv::router

@@ -157,6 +157,9 @@ void RouterServer::Drain() {
   if (!tracker_->WaitForIdle(absl::Seconds(config_.drain_timeout_s))) {
     LOG(WARNING) << "drain timeout: " << tracker_->InFlight()
                  << " requests still in flight are cut off";
+    // Each ends with a 503 within a check interval; httplib's stop waits for their handlers.
+    http_service_->CutOff();
+    tracker_->WaitForIdle(absl::Seconds(2));
   }
   http_->stop();
   if (grpc_server_) grpc_server_->Shutdown(std::chrono::milliseconds(100));

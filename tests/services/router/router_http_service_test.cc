@@ -36,7 +36,7 @@ class RouterHttpTest : public ::testing::Test {
     config.grpc_address = "127.0.0.1:0";
     config.max_tokens_limit = 100;
     config.default_max_tokens = 16;
-    config.drain_timeout_s = 5;
+    if (config.drain_timeout_s == RouterConfig{}.drain_timeout_s) config.drain_timeout_s = 5;
     backend_ = std::make_shared<FakeCompletionBackend>(std::move(script));
     auto server = RouterServer::Create(config, backend_);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -961,6 +961,87 @@ TEST_F(RouterHttpTest, DrainWaitsForInFlightThenRejectsNewRequests) {
   slow.join();
   drain.join();
   EXPECT_EQ(server_->tracker().FinishedCount(RequestState::kDone), 1);
+}
+
+// Requests still running at the drain limit end then, each with a reason (503; a stream with
+// an error event and [DONE], also one still waiting for its first token), their backend work is
+// cancelled, and the drain does not wait for them to finish.
+TEST_F(RouterHttpTest, DrainCutsOffRequestsAtItsLimit) {
+  FakeScript s;
+  s.prefill_for = absl::Seconds(20);
+  RouterConfig c;
+  c.drain_timeout_s = 0.3;
+  Start(s, c);
+  struct Got {
+    int status = 0;
+    std::string body;
+  };
+  std::vector<std::thread> clients;
+  std::vector<Got> results(2);
+  for (int i = 0; i < 2; ++i) {
+    clients.emplace_back([&, i] {
+      httplib::Client c2("127.0.0.1", server_->http_port());
+      c2.set_read_timeout(30, 0);
+      auto r = c2.Post("/v1/completions",
+                       json({{"model", "fake-model"}, {"prompt", "x"}, {"stream", i == 1}}).dump(),
+                       "application/json");
+      if (r) results[i] = {r->status, r->body};
+    });
+  }
+  for (int i = 0; i < 1000 && server_->tracker().InFlight() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_EQ(server_->tracker().InFlight(), 2u);
+  const absl::Time t0 = absl::Now();
+  server_->Drain();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(3)) << "not the backend's 20 s";
+  for (std::thread& t : clients) t.join();
+  for (const Got& r : results) {
+    EXPECT_EQ(r.status, 503) << r.body;  // neither had a token yet
+    EXPECT_NE(r.body.find("drain limit"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(server_->tracker().InFlight(), 0u);
+  for (int i = 0; i < 100 && backend_->prefill_cancellations() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(backend_->prefill_cancellations(), 2) << "the backend work stops too";
+}
+
+// A stream already delivering tokens at the drain limit ends with an error event and [DONE].
+TEST_F(RouterHttpTest, DrainCutsOffARunningStreamWithAnErrorEvent) {
+  FakeScript s;
+  s.pieces = std::vector<std::string>(100, "x");
+  s.token_delay = absl::Milliseconds(100);  // 10 s in all
+  s.context_length = 256;
+  RouterConfig c;
+  c.drain_timeout_s = 0.5;
+  Start(s, c);
+  int status = 0;
+  std::string body;
+  std::thread client([&] {
+    httplib::Client c2("127.0.0.1", server_->http_port());
+    c2.set_read_timeout(30, 0);
+    auto r = c2.Post("/v1/completions",
+                     json({{"model", "fake-model"}, {"prompt", "x"}, {"max_tokens", 100},
+                           {"stream", true}}).dump(),
+                     "application/json");
+    if (r) {
+      status = r->status;
+      body = r->body;
+    }
+  });
+  for (int i = 0; i < 1000 && server_->tracker().InFlight() < 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time t0 = absl::Now();
+  server_->Drain();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(3));
+  client.join();
+  EXPECT_EQ(status, 200);
+  EXPECT_NE(body.find("drain limit"), std::string::npos) << body;
+  EXPECT_NE(body.find("data: [DONE]"), std::string::npos) << body;
+  EXPECT_LT(std::count(body.begin(), body.end(), 'x'), 60) << "cut off, not finished";
 }
 
 }  // namespace
