@@ -41,7 +41,6 @@ void KvPublisher::DropLocked(std::map<uint64_t, Entry>::iterator it) {
   }
 }
 
-
 absl::StatusOr<StagedBlocks> KvPublisher::Stage(std::span<const engine::SequenceBlock> blocks) {
   if (blocks.empty()) return absl::InvalidArgumentError("no blocks to stage");
   uint64_t total = 0;

@@ -47,10 +47,14 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const v1::Prefill
   p.want_packed = req->offer_packed_kv();
   // gRPC marks the call cancelled when the caller cancels, its deadline passes or the server
   // shuts down: the prefill then stops at its next chunk instead of computing for nobody.
-  p.stop_check = [ctx]() -> absl::Status {
+  p.stop_check = [ctx, this]() -> absl::Status {
     if (!ctx->IsCancelled()) return absl::OkStatus();
     if (ctx->deadline() <= std::chrono::system_clock::now()) {
       return absl::DeadlineExceededError("the prefill's deadline passed");
+    }
+    if (draining_.load()) {
+      return absl::CancelledError(
+          "cancelled while the prefill worker drains (its drain time ran out, or the caller left)");
     }
     return absl::CancelledError("the caller cancelled the prefill");
   };
