@@ -129,8 +129,7 @@ absl::Status PrefillEngine::Push(const StagedBlocks& staged,
 }
 
 absl::Time PrefillEngine::last_completed() const {
-  const int64_t ns = last_completed_unix_ns_.load();
-  return ns == std::numeric_limits<int64_t>::min() ? absl::InfinitePast() : absl::FromUnixNanos(ns);
+  return absl::FromUnixNanos(last_completed_unix_ns_.load());
 }
 
 absl::StatusOr<PrefillOutput> PrefillEngine::Prefill(const PrefillParams& params) {

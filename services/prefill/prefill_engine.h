@@ -17,7 +17,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -104,7 +103,7 @@ class PrefillEngine {
   absl::StatusOr<PrefillOutput> Prefill(const PrefillParams& params);
 
   int active() const { return active_.load(); }
-  // When the last prefill succeeded (InfinitePast before any): its decode worker pulls the KV
+  // When the last prefill succeeded (long ago before any): its decode worker pulls the KV
   // after the call returns, so a draining worker keeps the outbox a moment longer.
   absl::Time last_completed() const;
   // Where peers reach this worker's transfer backend, and its name (for PackedKvHandoff).
@@ -134,7 +133,7 @@ class PrefillEngine {
   PrefillMetrics* metrics_;
   PrefillEngineOptions options_;
   std::atomic<int> active_{0};
-  std::atomic<int64_t> last_completed_unix_ns_{std::numeric_limits<int64_t>::min()};
+  std::atomic<int64_t> last_completed_unix_ns_{0};  // 1970 before the first
 };
 
 }  // namespace oscarkv::prefill

@@ -84,7 +84,7 @@ inline constexpr int kMaxChoices = 16;
 inline constexpr int kMaxTotalChoices = 64;
 // The deepest nesting of arrays and objects a request body may have (OpenAI's own bodies need
 // 4-5 levels). nlohmann::json copies and destroys nested values recursively, so a body of
-// ~100 KB nested 70,000 deep overflowed a handler thread's stack and took the process down.
+// 140 KB nested 70,000 deep overflowed a handler thread's stack and took the process down.
 inline constexpr int kMaxJsonDepth = 64;
 
 struct ApiLimits {

@@ -963,6 +963,18 @@ TEST_F(RouterHttpTest, DrainWaitsForInFlightThenRejectsNewRequests) {
   EXPECT_EQ(server_->tracker().FinishedCount(RequestState::kDone), 1);
 }
 
+// What a client got for a completion posted from another thread (status 0: no response).
+struct Reply {
+  int status = 0;
+  std::string body;
+};
+Reply PostCompletion(int port, const json& body) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(30, 0);
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  return r ? Reply{r->status, r->body} : Reply{};
+}
+
 // Requests still running at the drain limit end then, each with a reason (503; a stream with
 // an error event and [DONE], also one still waiting for its first token), their backend work is
 // cancelled, and the drain does not wait for them to finish.
@@ -972,20 +984,12 @@ TEST_F(RouterHttpTest, DrainCutsOffRequestsAtItsLimit) {
   RouterConfig c;
   c.drain_timeout_s = 0.3;
   Start(s, c);
-  struct Got {
-    int status = 0;
-    std::string body;
-  };
   std::vector<std::thread> clients;
-  std::vector<Got> results(2);
+  std::vector<Reply> results(2);
   for (int i = 0; i < 2; ++i) {
     clients.emplace_back([&, i] {
-      httplib::Client c2("127.0.0.1", server_->http_port());
-      c2.set_read_timeout(30, 0);
-      auto r = c2.Post("/v1/completions",
-                       json({{"model", "fake-model"}, {"prompt", "x"}, {"stream", i == 1}}).dump(),
-                       "application/json");
-      if (r) results[i] = {r->status, r->body};
+      results[i] = PostCompletion(server_->http_port(),
+                                  {{"model", "fake-model"}, {"prompt", "x"}, {"stream", i == 1}});
     });
   }
   for (int i = 0; i < 1000 && server_->tracker().InFlight() < 2; ++i) {
@@ -996,7 +1000,7 @@ TEST_F(RouterHttpTest, DrainCutsOffRequestsAtItsLimit) {
   server_->Drain();
   EXPECT_LT(absl::Now() - t0, absl::Seconds(3)) << "not the backend's 20 s";
   for (std::thread& t : clients) t.join();
-  for (const Got& r : results) {
+  for (const Reply& r : results) {
     EXPECT_EQ(r.status, 503) << r.body;  // neither had a token yet
     EXPECT_NE(r.body.find("drain limit"), std::string::npos) << r.body;
   }
@@ -1016,19 +1020,12 @@ TEST_F(RouterHttpTest, DrainCutsOffARunningStreamWithAnErrorEvent) {
   RouterConfig c;
   c.drain_timeout_s = 0.5;
   Start(s, c);
-  int status = 0;
-  std::string body;
+  Reply reply;
   std::thread client([&] {
-    httplib::Client c2("127.0.0.1", server_->http_port());
-    c2.set_read_timeout(30, 0);
-    auto r = c2.Post("/v1/completions",
-                     json({{"model", "fake-model"}, {"prompt", "x"}, {"max_tokens", 100},
-                           {"stream", true}}).dump(),
-                     "application/json");
-    if (r) {
-      status = r->status;
-      body = r->body;
-    }
+    reply = PostCompletion(server_->http_port(), {{"model", "fake-model"},
+                                                  {"prompt", "x"},
+                                                  {"max_tokens", 100},
+                                                  {"stream", true}});
   });
   for (int i = 0; i < 1000 && server_->tracker().InFlight() < 1; ++i) {
     absl::SleepFor(absl::Milliseconds(2));
@@ -1038,7 +1035,8 @@ TEST_F(RouterHttpTest, DrainCutsOffARunningStreamWithAnErrorEvent) {
   server_->Drain();
   EXPECT_LT(absl::Now() - t0, absl::Seconds(3));
   client.join();
-  EXPECT_EQ(status, 200);
+  EXPECT_EQ(reply.status, 200);
+  const std::string& body = reply.body;
   EXPECT_NE(body.find("drain limit"), std::string::npos) << body;
   EXPECT_NE(body.find("data: [DONE]"), std::string::npos) << body;
   EXPECT_LT(std::count(body.begin(), body.end(), 'x'), 60) << "cut off, not finished";
