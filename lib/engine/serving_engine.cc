@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/base/log.h"
 #include "lib/base/status_macros.h"
 #include "lib/engine/calibrate.h"
 #include "lib/kvformat/block_key.h"
@@ -501,6 +502,15 @@ absl::Status ServingEngine::DecodeStep(std::span<model::Sequence* const> seqs,
 
 int64_t ServingEngine::SequenceKvBytes(model::Sequence& seq) const {
   return static_cast<QuantKvCache&>(seq.cache()).tiers().BytesInUse();
+}
+
+int64_t ServingEngine::KvBytesAt(int64_t tokens) const {
+  const model::ModelConfig& c = model_->config();
+  absl::StatusOr<int64_t> bytes =
+      quant::BytesInUseAt(codec(), c.num_layers, c.num_kv_heads, c.head_dim, tokens);
+  // Create() refuses every codec it is not computed for (Servable), and lengths are >= 0.
+  CHECK(bytes.ok()) << bytes.status();
+  return *bytes;
 }
 
 }  // namespace oscarkv::engine

@@ -143,6 +143,9 @@ class ServingEngine {
 
   // Bytes the sequence's KV occupies in its cache (for memory accounting and metrics).
   int64_t SequenceKvBytes(model::Sequence& seq) const;
+  // What SequenceKvBytes reports for a sequence of `tokens` tokens (quant::BytesInUseAt), without
+  // one: a decode worker admits a sequence by its bytes at the longest it may grow to.
+  int64_t KvBytesAt(int64_t tokens) const;
 
  private:
   ServingEngine() = default;

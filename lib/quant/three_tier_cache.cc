@@ -70,6 +70,39 @@ TierWindows WindowsAt(const CodecSpec& spec, int n) {
   return w;
 }
 
+absl::StatusOr<int64_t> BytesInUseAt(const CodecSpec& spec, int num_layers, int num_kv_heads,
+                                     int head_dim, int64_t tokens) {
+  if (num_layers <= 0 || num_kv_heads <= 0 || head_dim <= 0 || tokens < 0) {
+    return absl::InvalidArgumentError("BytesInUseAt: shapes must be > 0 and tokens >= 0");
+  }
+  const int64_t bf16_page = kernels::Bf16PageUnitBytes(head_dim) * num_kv_heads;
+  const int64_t int2_page = kernels::Int2PageUnitBytes(head_dim) * num_kv_heads;
+  auto pages = [](int64_t t) { return (t + kPageTokens - 1) / kPageTokens; };
+  int64_t per_layer = 0;
+  switch (FamilyOf(spec)) {
+    case Family::kAllBf16:
+      per_layer = pages(tokens) * bf16_page;
+      break;
+    case Family::kPerTokenNoWindow:
+      per_layer = pages(tokens) * int2_page;
+      break;
+    case Family::kPerTokenWindowed: {
+      // As WindowsAt, in 64 bits: sink, then whole INT2 pages, then the recent rows.
+      const int64_t sink = std::min<int64_t>(tokens, spec.sink_tokens);
+      const int64_t over = std::max<int64_t>(0, tokens - spec.sink_tokens - spec.recent_tokens);
+      const int64_t history = over / kPageTokens * kPageTokens;
+      per_layer = (pages(sink) + pages(tokens - sink - history)) * bf16_page +
+                  history / kPageTokens * int2_page;
+      break;
+    }
+    case Family::kKiviResidual:
+    case Family::kTileResidual:
+      return absl::UnimplementedError(absl::StrCat(
+          "BytesInUseAt: not computed for the residual codec ", std::string(spec.name)));
+  }
+  return per_layer * num_layers;
+}
+
 void RotateRowToBf16(const float* x, const float* rotation, int head_dim, float* out) {
   if (rotation == nullptr) {
     for (int j = 0; j < head_dim; ++j) out[j] = kvformat::RoundToBf16(x[j]);

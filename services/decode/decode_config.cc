@@ -24,7 +24,8 @@ void DecodeConfig::AddFlags(CLI::App& app, DecodeConfig& c) {
   rpc::AddTransferFlags(app, c.transfer_backend, c.ucx_transports, c.ucx_peer_failure_detection);
   app.add_option("--max_batch", c.max_batch, "largest decode batch")->capture_default_str();
   app.add_option("--kv_capacity_bytes", c.kv_capacity_bytes,
-                 "KV bytes held across sequences (on a GPU: its KV pages)")
+                 "KV bytes across sequences, each counted at prompt + max_new_tokens (on a "
+                 "GPU: its KV pages)")
       ->capture_default_str();
   app.add_option("--default_max_new_tokens", c.default_max_new_tokens,
                  "tokens reserved for generation when a request does not say")

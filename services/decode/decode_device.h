@@ -6,7 +6,6 @@
 #define OSCARKV_SERVICES_DECODE_DECODE_DEVICE_H_
 
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,11 +23,14 @@ class HeldSequence {
   virtual ~HeldSequence() = default;
   // Tokens it holds.
   virtual int64_t length() const = 0;
-  // Bytes its KV occupies now (for the pool's capacity and the metrics).
+  // Bytes its KV occupies now (metrics). Safe to call while a step appends to it.
   virtual int64_t kv_bytes() const = 0;
-  // Tokens it may still grow by (a GPU sequence reserves pages for a final length at admission);
-  // unlimited on the CPU.
-  virtual int64_t remaining_tokens() const { return std::numeric_limits<int64_t>::max(); }
+  // Bytes its KV will occupy at the longest it may grow to (its length at admission plus the
+  // max_new_tokens it was built with): the pool admits sequences by these, so that generation
+  // never takes it past its capacity.
+  virtual int64_t reserved_kv_bytes() const = 0;
+  // Tokens it may still grow by (the room it was built with, less what it has generated).
+  virtual int64_t remaining_tokens() const = 0;
 };
 
 // Where a prompt's KV in the GPU paged cache's packed form can be read (proto PackedKvDescriptor).

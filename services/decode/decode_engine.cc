@@ -16,7 +16,8 @@ DecodeEngine::DecodeEngine(const engine::ServingEngine* engine, DecodeDevice* de
       metrics_(metrics),
       options_(options),
       fetcher_(backend),
-      pool_(options.kv_capacity_bytes, absl::Seconds(options.idle_ttl_seconds)),
+      pool_(options.kv_capacity_bytes, absl::Seconds(options.idle_ttl_seconds),
+            engine->model().config().KvBytesPerTokenBf16()),
       batcher_(
           [device, metrics](std::span<HeldSequence* const> seqs, std::span<const int32_t> tokens,
                             std::vector<float>* logits, std::vector<int32_t>* argmax) {
@@ -151,8 +152,6 @@ absl::StatusOr<uint64_t> DecodeEngine::Pool(absl::StatusOr<std::unique_ptr<HeldS
   entry->id = entry_id;
   entry->request_id = params.request_id;
   entry->session_id = params.session_id;
-  entry->kv_bytes = (*seq)->kv_bytes();
-  entry->bf16_equivalent_bytes = Bf16Bytes((*seq)->length());
   entry->sequence = *std::move(seq);
   absl::StatusOr<uint64_t> id = pool_.Insert(std::move(entry), absl::Now());
   if (!id.ok()) {
@@ -161,10 +160,6 @@ absl::StatusOr<uint64_t> DecodeEngine::Pool(absl::StatusOr<std::unique_ptr<HeldS
   }
   metrics_->sequences_started_total.Increment();
   return *id;
-}
-
-int64_t DecodeEngine::Bf16Bytes(int64_t tokens) const {
-  return tokens * engine_->model().config().KvBytesPerTokenBf16();
 }
 
 absl::StatusOr<StartResult> DecodeEngine::StartSequence(const StartParams& p) {
@@ -242,7 +237,7 @@ absl::Status DecodeEngine::Generate(uint64_t id, const GenerateParams& params,
   OSCARKV_ASSIGN_OR_RETURN(HeldSequence * seq, pool_.BeginGenerate(id));
   // Each step appends its input token: first_token, then all sampled tokens but the last.
   if (seq->remaining_tokens() < params.max_new_tokens) {
-    pool_.FinishGenerate(id, seq->kv_bytes(), Bf16Bytes(seq->length()), absl::Now());
+    pool_.FinishGenerate(id, absl::Now());
     return absl::InvalidArgumentError(absl::StrCat(
         "max_new_tokens ", params.max_new_tokens, " exceeds the room reserved for sequence ", id,
         " on ", device_->name(), " (", seq->remaining_tokens(),
@@ -276,7 +271,7 @@ absl::Status DecodeEngine::Generate(uint64_t id, const GenerateParams& params,
   };
   r.on_done = [this, id, seq, on_done = std::move(on_done)](FinishReason reason,
                                                             const absl::Status& s) {
-    pool_.FinishGenerate(id, seq->kv_bytes(), Bf16Bytes(seq->length()), absl::Now());
+    pool_.FinishGenerate(id, absl::Now());
     on_done(reason, s);
   };
   const uint64_t batch_id = batcher_.Submit(std::move(r));

@@ -133,7 +133,6 @@ class DecodeEngine {
   void Stop() { batcher_.Stop(); }
 
  private:
-  int64_t Bf16Bytes(int64_t tokens) const;
   struct Receive;
   // Builds and pools a pushed sequence whose blocks have arrived. kNotFound when `id` is not
   // a pending receive (then nothing is done).

@@ -52,6 +52,10 @@ DecodeMetrics::DecodeMetrics(metrics::Registry& r)
       kv_bf16_equivalent_bytes(r.AddGauge("oscarkv_decode_kv_bf16_equivalent_bytes",
                                           "The held tokens' KV as BF16.")
                                    .Get()),
+      kv_reserved_bytes(r.AddGauge("oscarkv_decode_kv_reserved_bytes",
+                                   "KV bytes the held sequences may grow to (prompt and "
+                                   "max_new_tokens each); admission keeps it within capacity.")
+                            .Get()),
       kv_capacity_bytes(
           r.AddGauge("oscarkv_decode_kv_capacity_bytes", "KV pool capacity.").Get()),
       tokens_per_second(r.AddGauge("oscarkv_decode_tokens_per_second",

@@ -26,6 +26,7 @@ struct DecodeMetrics {
   metrics::Gauge& pooled_sequences;             // sequences held in the token pool
   metrics::Gauge& kv_bytes;                     // KV bytes held (codec form)
   metrics::Gauge& kv_bf16_equivalent_bytes;     // the same tokens as BF16
+  metrics::Gauge& kv_reserved_bytes;            // what the held sequences may grow to
   metrics::Gauge& kv_capacity_bytes;            // pool capacity
   metrics::Gauge& tokens_per_second;            // tokens/s over the last 10 s
 };

@@ -116,6 +116,7 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(const DecodeC
     m.pooled_sequences.Set(static_cast<double>(u.sequences));
     m.kv_bytes.Set(static_cast<double>(u.kv_bytes));
     m.kv_bf16_equivalent_bytes.Set(static_cast<double>(u.bf16_equivalent_bytes));
+    m.kv_reserved_bytes.Set(static_cast<double>(u.reserved_bytes));
     m.kv_capacity_bytes.Set(static_cast<double>(u.capacity_bytes));
     m.active_sequences.Set(e.Load());
     m.tokens_per_second.Set(state->server->token_rate_.PerSecond());

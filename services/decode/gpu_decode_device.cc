@@ -28,6 +28,7 @@ class GpuHeldSequence final : public HeldSequence {
   ~GpuHeldSequence() override;
   int64_t length() const override { return length_.load(); }
   int64_t kv_bytes() const override;
+  int64_t reserved_kv_bytes() const override;
   int64_t remaining_tokens() const override { return max_length_ - length_.load(); }
   int64_t id() const { return id_; }
   void Appended() { length_.fetch_add(1); }
@@ -212,6 +213,7 @@ class GpuDecodeDevice final : public DecodeDevice {
 GpuHeldSequence::~GpuHeldSequence() { device_->Remove(id_); }
 
 int64_t GpuHeldSequence::kv_bytes() const { return device_->KvBytes(length_.load()); }
+int64_t GpuHeldSequence::reserved_kv_bytes() const { return device_->KvBytes(max_length_); }
 
 }  // namespace
 

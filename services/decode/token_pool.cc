@@ -6,10 +6,12 @@ namespace oscarkv::decode {
 
 absl::StatusOr<uint64_t> TokenPool::Insert(std::unique_ptr<PooledSequence> entry, absl::Time now) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (kv_bytes_ + entry->kv_bytes > capacity_bytes_) {
+  const int64_t reserved = entry->sequence->reserved_kv_bytes();
+  if (reserved_bytes_ + reserved > capacity_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "decode KV pool full: ", kv_bytes_, " + ", entry->kv_bytes, " > ", capacity_bytes_,
-        " bytes"));
+        "decode KV pool full: the sequences held may grow to ", reserved_bytes_,
+        " bytes and this one (its prompt and max_new_tokens) to ", reserved, ", more than the ",
+        capacity_bytes_, " of --kv_capacity_bytes"));
   }
   const uint64_t id = entry->id != 0 ? entry->id : next_id_++;
   if (entries_.count(id) != 0) {
@@ -17,8 +19,7 @@ absl::StatusOr<uint64_t> TokenPool::Insert(std::unique_ptr<PooledSequence> entry
   }
   entry->id = id;
   entry->expires = now + idle_ttl_;
-  kv_bytes_ += entry->kv_bytes;
-  bf16_bytes_ += entry->bf16_equivalent_bytes;
+  reserved_bytes_ += reserved;
   entries_[id] = std::move(entry);
   return id;
 }
@@ -41,16 +42,11 @@ absl::StatusOr<HeldSequence*> TokenPool::BeginGenerate(uint64_t id) {
   return it->second->sequence.get();
 }
 
-void TokenPool::FinishGenerate(uint64_t id, int64_t kv_bytes, int64_t bf16_equivalent_bytes,
-                               absl::Time now) {
+void TokenPool::FinishGenerate(uint64_t id, absl::Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
   PooledSequence& e = *it->second;
-  kv_bytes_ += kv_bytes - e.kv_bytes;
-  bf16_bytes_ += bf16_equivalent_bytes - e.bf16_equivalent_bytes;
-  e.kv_bytes = kv_bytes;
-  e.bf16_equivalent_bytes = bf16_equivalent_bytes;
   e.generating = false;
   e.expires = now + idle_ttl_;
 }
@@ -61,7 +57,7 @@ absl::StatusOr<int64_t> TokenPool::Keep(uint64_t id, absl::Duration ttl, absl::T
   if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", id));
   it->second->kept = true;
   it->second->expires = now + ttl;
-  return it->second->kv_bytes;
+  return it->second->sequence->kv_bytes();
 }
 
 absl::StatusOr<int64_t> TokenPool::Release(uint64_t id) {
@@ -71,9 +67,8 @@ absl::StatusOr<int64_t> TokenPool::Release(uint64_t id) {
   if (it->second->generating) {
     return absl::FailedPreconditionError(absl::StrCat("sequence ", id, " is generating"));
   }
-  const int64_t bytes = it->second->kv_bytes;
-  kv_bytes_ -= bytes;
-  bf16_bytes_ -= it->second->bf16_equivalent_bytes;
+  const int64_t bytes = it->second->sequence->kv_bytes();
+  reserved_bytes_ -= it->second->sequence->reserved_kv_bytes();
   entries_.erase(it);
   return bytes;
 }
@@ -83,8 +78,7 @@ int TokenPool::Sweep(absl::Time now) {
   int dropped = 0;
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (!it->second->generating && it->second->expires <= now) {
-      kv_bytes_ -= it->second->kv_bytes;
-      bf16_bytes_ -= it->second->bf16_equivalent_bytes;
+      reserved_bytes_ -= it->second->sequence->reserved_kv_bytes();
       it = entries_.erase(it);
       ++dropped;
     } else {
@@ -96,7 +90,15 @@ int TokenPool::Sweep(absl::Time now) {
 
 PoolUsage TokenPool::Usage() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return {static_cast<int64_t>(entries_.size()), kv_bytes_, bf16_bytes_, capacity_bytes_};
+  PoolUsage u;
+  u.sequences = static_cast<int64_t>(entries_.size());
+  for (const auto& [id, e] : entries_) {
+    u.kv_bytes += e->sequence->kv_bytes();
+    u.bf16_equivalent_bytes += e->sequence->length() * bf16_bytes_per_token_;
+  }
+  u.reserved_bytes = reserved_bytes_;
+  u.capacity_bytes = capacity_bytes_;
+  return u;
 }
 
 }  // namespace oscarkv::decode

@@ -217,6 +217,71 @@ TEST(PushPull, BothTransferModesStreamTheReferenceTokens) {
     EXPECT_EQ(prefill->Prefill(ctx().get(), bad, &presp).error_code(),
               grpc::StatusCode::INVALID_ARGUMENT);
   }
+  // A sequence is admitted by its bytes at prompt + max_new_tokens. On a worker with room for one
+  // prompt that may grow by 2000 tokens and half a prompt more, a second such sequence is refused
+  // though the two prompts alone would fit (the pool counted only the bytes held, so generation
+  // could grow past --kv_capacity_bytes); a Generate beyond the room reserved is refused; a short
+  // one streams the reference tokens; releasing the first sequence makes room.
+  {
+    const int64_t grow = 2000;
+    const int64_t held = (*engine)->KvBytesAt(static_cast<int64_t>(prompt.size()));
+    const int64_t grown = (*engine)->KvBytesAt(static_cast<int64_t>(prompt.size()) + grow);
+    auto backend = transfer::LocalBackend::Create();
+    decode::DecodeConfig c = dc;
+    c.kv_capacity_bytes = grown + held / 2;
+    ASSERT_GT(c.kv_capacity_bytes, 2 * held);
+    auto server =
+        decode::DecodeServer::Create(c, {.backend = backend->get(), .engine = engine->get()});
+    ASSERT_TRUE(server.ok()) << server.status();
+    auto stub = dv1::DecodeService::NewStub(rpc::MakeChannel((*server)->grpc_dial_address()));
+    pv1::PrefillResponse presp;
+    ASSERT_TRUE(prefill->Prefill(ctx().get(), preq, &presp).ok());
+    auto start = [&](dv1::StartSequenceResponse* sr) {
+      dv1::StartSequenceRequest s;
+      s.set_codec(codec);
+      s.set_prompt_tokens(prompt.size());
+      s.set_max_new_tokens(grow);
+      *s.mutable_prompt_blocks() = presp.published_blocks();
+      return stub->StartSequence(ctx().get(), s, sr);
+    };
+    auto generate_on = [&](uint64_t seq, uint32_t max_new_tokens, std::vector<uint32_t>* out) {
+      dv1::GenerateRequest g;
+      g.set_sequence_id(seq);
+      g.set_first_token(presp.first_token());
+      g.set_max_new_tokens(max_new_tokens);
+      auto gc = ctx();
+      auto reader = stub->Generate(gc.get(), g);
+      out->assign({presp.first_token()});
+      dv1::GenerateResponse msg;
+      while (reader->Read(&msg)) {
+        out->insert(out->end(), msg.token_ids().begin(), msg.token_ids().end());
+      }
+      return reader->Finish();
+    };
+    dv1::StartSequenceResponse a, b;
+    ASSERT_TRUE(start(&a).ok());
+    grpc::Status st = start(&b);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    EXPECT_NE(st.error_message().find("--kv_capacity_bytes"), std::string::npos)
+        << st.error_message();
+    std::vector<uint32_t> tokens;
+    st = generate_on(a.sequence_id(), grow + 1, &tokens);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("exceeds the room reserved"), std::string::npos)
+        << st.error_message();
+    st = generate_on(a.sequence_id(), max_new, &tokens);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(tokens, ref);
+    dv1::EndTurnRequest e;
+    e.set_sequence_id(a.sequence_id());
+    dv1::EndTurnResponse er;
+    ASSERT_TRUE(stub->EndTurn(ctx().get(), e, &er).ok());
+    EXPECT_EQ(static_cast<int64_t>(er.released_bytes()),
+              (*engine)->KvBytesAt(static_cast<int64_t>(prompt.size()) + max_new));
+    st = start(&b);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    (*server)->Shutdown();
+  }
   (*pf)->Shutdown();
   (*ds)->Shutdown();
 }

@@ -132,7 +132,11 @@ TEST_F(ServingEngineTest, DecodeFromBlocksEqualsDecodeAfterPrefill) {
   PrefillResult remote;
   remote.sequence = std::move(*rebuilt);
   remote.last_logits = prefill->last_logits;
+  // The bytes a decode worker admits by (KvBytesAt) are those of the cache, rebuilt or grown.
+  EXPECT_EQ((*engine)->SequenceKvBytes(*remote.sequence), (*engine)->KvBytesAt(700));
   EXPECT_EQ(Greedy(**engine, *prefill, 10), Greedy(**engine, remote, 10));
+  EXPECT_EQ((*engine)->SequenceKvBytes(*remote.sequence), (*engine)->KvBytesAt(710));
+  EXPECT_EQ((*engine)->SequenceKvBytes(*prefill->sequence), (*engine)->KvBytesAt(710));
 }
 
 TEST_F(ServingEngineTest, Bf16CodecMatchesTheModelsPromptForward) {

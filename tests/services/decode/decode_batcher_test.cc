@@ -20,6 +20,8 @@ constexpr int kVocab = 64;
 struct FakeSequence final : HeldSequence {
   int64_t length() const override { return 0; }
   int64_t kv_bytes() const override { return 0; }
+  int64_t reserved_kv_bytes() const override { return 0; }
+  int64_t remaining_tokens() const override { return 1 << 20; }
 };
 
 struct FakeStep {

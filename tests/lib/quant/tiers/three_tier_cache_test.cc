@@ -142,6 +142,35 @@ TEST(ThreeTierCache, OscarDemotionBoundariesSink64Ring256To263Demote8) {
   EXPECT_GE(cache->BytesAllocated(), cache->BytesInUse());
 }
 
+// BytesInUseAt (admission's bytes at a final length) equals what a cache appended token by token
+// reports, for every codec it computes; the residual codecs say it is not computed.
+TEST(ThreeTierCache, BytesInUseAtEqualsTheCacheAtEveryLength) {
+  const int hkv = 2, layers = 2;
+  for (int d : {64, 128}) {
+    for (const CodecSpec& spec : AllCodecs()) {
+      if (spec.residual_tokens > 0) {
+        EXPECT_TRUE(absl::IsUnimplemented(BytesInUseAt(spec, layers, hkv, d, 10).status()))
+            << spec.name;
+        continue;
+      }
+      auto cache = MakeCache(spec.id, d, hkv, layers, /*rotate=*/false);
+      const int n_max = 64 + 256 + 40;
+      const std::vector<float> k = RandomKv(n_max, hkv, d, 5), v = RandomKv(n_max, hkv, d, 6);
+      EXPECT_EQ(*BytesInUseAt(spec, layers, hkv, d, 0), 0) << spec.name;
+      for (int n = 1; n <= n_max; ++n) {
+        for (int l = 0; l < layers; ++l) {
+          ASSERT_TRUE(cache->Append(l, &k[(n - 1) * hkv * d], &v[(n - 1) * hkv * d], 1).ok());
+        }
+        absl::StatusOr<int64_t> at = BytesInUseAt(spec, layers, hkv, d, n);
+        ASSERT_TRUE(at.ok()) << at.status();
+        ASSERT_EQ(*at, cache->BytesInUse()) << spec.name << " d=" << d << " n=" << n;
+      }
+    }
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      BytesInUseAt(GetCodecSpec(CodecId::kOscar), 1, 1, 64, -1).status()));
+}
+
 TEST(ThreeTierCache, NoWindowCodecsQuantiseEveryTokenAtOnce) {
   const int d = 64, hkv = 1;
   for (CodecId id : {CodecId::kInt2Naive, CodecId::kInt2Hadamard}) {
