@@ -5,14 +5,23 @@
 // VerifyBlockOnArrival. Prints a markdown table.
 //
 //   transfer_bench [--seconds_per_point S] [--transports "tcp,self,sm/nopeer;tcp,self,sm"]
+//   transfer_bench --after_idle_ms MS [--transports ...]
+// The second form measures the UCX progress thread's idle back-off instead: the CPU a process
+// with two idle backends uses, and the latency of one 64 KiB get from a target that has been
+// idle MS milliseconds, unannounced and announced (TransferBackend::ExpectPeerTraffic just
+// before), against back-to-back gets (medians of 20).
 // A transports entry ending in "/nopeer" turns UcxOptions::peer_failure_detection off. --help
 // lists the flags; an unknown flag or a bad value is an error (CLI11's non-zero exit; exit 2 for a
 // bad --transports entry), not a silent default.
+#include <time.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -41,6 +50,69 @@ double Measure(double seconds, uint64_t bytes, const std::function<void()>& op) 
   return static_cast<double>(bytes) * iterations / elapsed / 1e9;
 }
 
+double CpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// See the file comment (--after_idle_ms).
+int RunAfterIdle(double idle_ms, const std::vector<std::string>& transports) {
+  std::printf("| transports | idle CPU (%% of a core) | hot get us | after %.0f ms idle, "
+              "unannounced us | announced us |\n|---|---:|---:|---:|---:|\n",
+              idle_ms);
+  for (const std::string& spec : transports) {
+    UcxOptions options;
+    options.transports = spec.substr(0, spec.find('/'));
+    options.peer_failure_detection = spec.find("/nopeer") == std::string::npos;
+    auto client = UcxBackend::Create(options);
+    auto server = UcxBackend::Create(options);
+    if (!client.ok() || !server.ok()) {
+      std::fprintf(stderr, "transfer_bench: --transports '%s': %s\n", spec.c_str(),
+                   (client.ok() ? server.status() : client.status()).ToString().c_str());
+      return 2;
+    }
+    std::vector<std::byte> block = oscarkv::testing::MakeTestBlockOfSize(64 << 10, 7);
+    std::vector<std::byte> readback(block.size());
+    auto dst = (*client)->RegisterMemory(readback);
+    auto remote = (*server)->RegisterMemory(block);
+    CHECK(dst.ok() && remote.ok());
+    const TransferBatch batch{(*server)->EndpointAddress(),
+                              {{dst->handle, 0, remote->remote_descriptor, 0, block.size(),
+                                Direction::kGet}}};
+    auto get_us = [&] {
+      const auto t0 = Clock::now();
+      CHECK_OK(TransferAndWait(**client, batch));
+      return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    };
+    get_us();  // connection set-up
+    std::vector<double> hot, cold, announced;
+    for (int i = 0; i < 20; ++i) hot.push_back(get_us());
+    const double cpu0 = CpuSeconds();
+    const auto wall0 = Clock::now();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const double idle_cpu = (CpuSeconds() - cpu0) /
+                            std::chrono::duration<double>(Clock::now() - wall0).count() * 100;
+    const auto idle = std::chrono::duration<double, std::milli>(idle_ms);
+    for (int i = 0; i < 20; ++i) {
+      std::this_thread::sleep_for(idle);
+      cold.push_back(get_us());
+      std::this_thread::sleep_for(idle);
+      (*server)->ExpectPeerTraffic();
+      announced.push_back(get_us());
+    }
+    CHECK_OK(VerifyBlockOnArrival(readback).status());
+    std::printf("| %s | %.2f | %.1f | %.1f | %.1f |\n", spec.c_str(), idle_cpu, Median(hot),
+                Median(cold), Median(announced));
+  }
+  return 0;
+}
+
 struct Row {
   size_t bytes;
   double memcpy_gbps;
@@ -58,6 +130,10 @@ int Run(int argc, char** argv) {
                  "UCX transport lists, one column each, separated by ';' (an entry ending in "
                  "\"/nopeer\" turns peer failure detection off)")
       ->capture_default_str();
+  double after_idle_ms = 0;
+  app.add_option("--after_idle_ms", after_idle_ms,
+                 "instead of throughput: idle CPU and get latency after this long idle (ms)")
+      ->check(CLI::Range(1.0, 10000.0));
   CLI11_PARSE(app, argc, argv);
   const std::vector<std::string> transports = absl::StrSplit(transports_flag, ';');
   // Bad transport lists are usage errors (exit 2), checked before any measurement.
@@ -72,6 +148,7 @@ int Run(int argc, char** argv) {
       return 2;
     }
   }
+  if (after_idle_ms > 0) return RunAfterIdle(after_idle_ms, transports);
   const std::vector<size_t> sizes = {64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20};
 
   struct Column {

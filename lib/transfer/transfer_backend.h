@@ -106,6 +106,11 @@ class TransferBackend {
 
   //! Counters so far.
   virtual TransferCounters counters() const = 0;
+
+  //! Says that a peer is about to read or write this backend's registered memory (an outbox was
+  //! just filled, a slot reserved, a lookup answered). A backend whose own thread serves peers
+  //! (UCX's over TCP) keeps that thread quick for a while instead of backing off.
+  virtual void ExpectPeerTraffic() {}
 };
 
 // Polls `id` until kDone, an error, or `timeout` (then kDeadlineExceeded; the id stays live).

@@ -86,6 +86,7 @@ absl::StatusOr<ReceiveSlots> DecodeEngine::PrepareReceive(const StartParams& p,
   out.backend = backend_->capabilities().name;
   out.remote_descriptor = reg.remote_descriptor;
   out.slots = r->slots;
+  backend_->ExpectPeerTraffic();  // the prefill worker puts the blocks next
   std::lock_guard<std::mutex> lock(ids_mu_);
   receives_[out.sequence_id] = std::move(r);
   return out;

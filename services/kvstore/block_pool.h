@@ -47,6 +47,11 @@ class BlockPool {
   uint64_t largest_free_bytes() const;
   // The registration (empty descriptor when no backend).
   const transfer::RegisteredMemory& registration() const { return registration_; }
+  // Tells the backend that a peer is about to read or write the pool (a lookup or reservation
+  // was answered; TransferBackend::ExpectPeerTraffic).
+  void ExpectPeerTraffic() const {
+    if (backend_ != nullptr) backend_->ExpectPeerTraffic();
+  }
 
  private:
   BlockPool(std::byte* base, uint64_t capacity, transfer::TransferBackend* backend);

@@ -115,6 +115,7 @@ absl::StatusOr<std::vector<ReserveResult>> BlockStore::Reserve(std::span<const B
     return failure;
   }
   if (metrics_) metrics_->blocks_reserved_total.Increment(static_cast<double>(made.size()));
+  if (!made.empty()) pool_->ExpectPeerTraffic();
   return results;
 }
 
@@ -259,6 +260,7 @@ absl::StatusOr<LookupResult> BlockStore::LookupPrefix(std::span<const kvformat::
   VLOG(1) << "LookupPrefix: " << matched << " of " << chain.size() << " blocks";
   LookupResult result = LeaseLocked(std::move(blocks), lease, now);
   result.matched = matched;
+  if (matched > 0) pool_->ExpectPeerTraffic();
   return result;
 }
 
@@ -283,6 +285,7 @@ LookupResult BlockStore::GetLocations(std::span<const kvformat::BlockKey> keys,
   }
   LookupResult result = LeaseLocked(std::move(blocks), lease, now);
   result.matched = result.blocks.size();
+  if (result.matched > 0) pool_->ExpectPeerTraffic();
   return result;
 }
 

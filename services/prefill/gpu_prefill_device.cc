@@ -206,6 +206,7 @@ class GpuPrefillDevice final : public PrefillDevice {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     out.packed = std::move(h);
     out.computed_tokens = n;
+    backend_->ExpectPeerTraffic();  // the decode worker reads the packed KV next
     return out;
   }
 

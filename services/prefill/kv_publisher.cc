@@ -98,6 +98,7 @@ absl::StatusOr<StagedBlocks> KvPublisher::Stage(std::span<const engine::Sequence
   staged.outbox_id = next_id_++;
   bytes_ += total;
   outbox_.emplace(staged.outbox_id, std::move(e));
+  backend_->ExpectPeerTraffic();  // the decode worker pulls them next
   return staged;
 }
 

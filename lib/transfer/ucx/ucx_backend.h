@@ -61,6 +61,7 @@ class UcxBackend final : public TransferBackend {
   absl::StatusOr<TransferId> Post(const TransferBatch& batch) override;
   absl::StatusOr<TransferState> Poll(TransferId id) override;
   TransferCounters counters() const override;
+  void ExpectPeerTraffic() override;
 
  private:
   struct Peer;
@@ -83,6 +84,8 @@ class UcxBackend final : public TransferBackend {
   TransferId next_id_ = 1;                                                      // guarded by mu_
 
   std::atomic<bool> stop_{false};
+  // ExpectPeerTraffic's deadline (steady clock, ns): the progress thread stays quick until then.
+  std::atomic<int64_t> quick_until_ns_{0};
   std::thread progress_thread_;
   std::atomic<uint64_t> bytes_put_{0}, bytes_got_{0}, batches_done_{0}, batches_failed_{0};
 };
