@@ -55,6 +55,7 @@ DecodeBatcher::~DecodeBatcher() { Stop(); }
 uint64_t DecodeBatcher::Submit(BatchRequest request) {
   auto e = std::make_unique<Entry>();
   e->sampler = std::make_unique<engine::Sampler>(request.sampling);
+  for (int32_t t : request.earlier_tokens) e->sampler->Observe(t);
   e->sampler->Observe(request.first_token);  // generated too, for the penalties
   e->next_input = request.first_token;
   e->request = std::move(request);
@@ -62,8 +63,11 @@ uint64_t DecodeBatcher::Submit(BatchRequest request) {
   e->id = next_id_++;
   const uint64_t id = e->id;
   if (stopping_) {
+    const absl::Status status = stop_status_;
     lock.unlock();
-    if (e->request.on_done) e->request.on_done(FinishReason::kCancelled, absl::OkStatus());
+    if (e->request.on_done) {
+      e->request.on_done(status.ok() ? FinishReason::kCancelled : FinishReason::kError, status);
+    }
     return id;
   }
   waiting_.push_back(std::move(e));
@@ -87,10 +91,11 @@ BatcherStats DecodeBatcher::stats() const {
   return stats_;
 }
 
-void DecodeBatcher::Stop() {
+void DecodeBatcher::Stop(absl::Status unfinished) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_ && !thread_.joinable()) return;
+    if (!stopping_) stop_status_ = std::move(unfinished);
     stopping_ = true;
     cv_.notify_all();
   }
@@ -117,8 +122,11 @@ void DecodeBatcher::Loop() {
         for (auto& e : waiting_) active.push_back(std::move(e));
         waiting_.clear();
         active_count_ = 0;
+        const absl::Status status = stop_status_;
         lock.unlock();
-        for (auto& e : active) finish(*e, FinishReason::kCancelled, absl::OkStatus());
+        for (auto& e : active) {
+          finish(*e, status.ok() ? FinishReason::kCancelled : FinishReason::kError, status);
+        }
         return;
       }
       // Join: oldest first, up to max_batch.

@@ -46,6 +46,9 @@ const char* FinishReasonName(FinishReason reason);  // "stop", "length", "cancel
 struct BatchRequest {
   HeldSequence* sequence = nullptr;     // not owned; valid until on_done returns
   int32_t first_token = 0;              // fed first (already produced by prefill)
+  // Tokens of the completion before first_token (a generation resumed from another worker),
+  // observed by the sampler first: its penalties and min_tokens count them.
+  std::vector<int32_t> earlier_tokens;
   int max_new_tokens = 1;               // tokens to generate after first_token; >= 1
   std::vector<int32_t> stop_token_ids;  // end generation (not delivered); e.g. EOS
   engine::SamplingParams sampling;
@@ -75,15 +78,17 @@ class DecodeBatcher {
   DecodeBatcher& operator=(const DecodeBatcher&) = delete;
 
   // Queues a request; it joins the batch before the next step. Returns its id (for Cancel).
-  // After Stop, the request finishes at once with kCancelled.
+  // After Stop, the request finishes at once, as Stop says.
   uint64_t Submit(BatchRequest request);
   // Marks a request cancelled; it leaves before the next step (on_done with kCancelled).
   void Cancel(uint64_t id);
   // Sequences waiting + active (the active count is refreshed after each step's callbacks).
   int Load() const;
   BatcherStats stats() const;
-  // Finishes every request with kCancelled and joins the loop thread. Idempotent.
-  void Stop();
+  // Finishes every request and joins the loop thread: with kCancelled, or with kError and
+  // `unfinished` when that is not OK (a worker shutting down says so to its callers). Idempotent;
+  // the first call's status holds.
+  void Stop(absl::Status unfinished = absl::OkStatus());
 
  private:
   struct Entry;
@@ -99,6 +104,7 @@ class DecodeBatcher {
   std::vector<uint64_t> cancelled_;               // guarded by mu_
   uint64_t next_id_ = 1;                          // guarded by mu_
   bool stopping_ = false;                         // guarded by mu_
+  absl::Status stop_status_;                      // Stop's `unfinished`; guarded by mu_
   int active_count_ = 0;                          // guarded by mu_
   BatcherStats stats_;                            // guarded by mu_
   std::thread thread_;

@@ -247,6 +247,7 @@ absl::Status DecodeEngine::Generate(uint64_t id, const GenerateParams& params,
   BatchRequest r;
   r.sequence = seq;
   r.first_token = params.first_token;
+  r.earlier_tokens = params.earlier_tokens;
   r.max_new_tokens = params.max_new_tokens;
   r.stop_token_ids = params.stop_token_ids;
   const model::Tokenizer& tok = engine_->model().tokenizer();

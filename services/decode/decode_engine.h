@@ -59,6 +59,8 @@ struct ReceiveSlots {
 
 struct GenerateParams {
   int32_t first_token = 0;             // produced by prefill; fed first, not streamed again
+  // The completion's tokens before first_token when it resumes here (BatchRequest).
+  std::vector<int32_t> earlier_tokens;
   int max_new_tokens = 1;              // tokens to stream after first_token; >= 1
   std::vector<int32_t> stop_token_ids; // with the model's end-of-generation ones (unless ignore_eos)
   engine::SamplingParams sampling;
@@ -129,8 +131,9 @@ class DecodeEngine {
   BatcherStats batcher_stats() const { return batcher_.stats(); }
   const engine::ServingEngine& serving_engine() const { return *engine_; }
   const DecodeDevice& device() const { return *device_; }
-  // Stops the batcher (running requests end with kCancelled).
-  void Stop() { batcher_.Stop(); }
+  // Stops the batcher: running requests end with kCancelled, or fail with `unfinished` when it
+  // is not OK (DecodeBatcher::Stop).
+  void Stop(absl::Status unfinished = absl::OkStatus()) { batcher_.Stop(std::move(unfinished)); }
 
  private:
   struct Receive;

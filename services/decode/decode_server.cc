@@ -1,6 +1,7 @@
 #include "services/decode/decode_server.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "lib/base/log.h"
 #include "lib/base/status_macros.h"
 #include "lib/metrics/metrics_http_server.h"
@@ -181,12 +182,28 @@ void DecodeServer::Shutdown() {
     // Leave the router first, so it places nothing new here while in-flight calls drain.
     if (registration_) registration_->Stop(/*deregister=*/true);
     if (service_) service_->SetDraining();
+    // Generations running or queued get up to --drain_seconds to end (gRPC keeps taking calls
+    // meanwhile: a Generate for a sequence already started, EndTurn). What is still generating
+    // then fails with kUnavailable and says why, so that the router resumes it on another
+    // worker; before, the gRPC shutdown cut it off as "Cancelling all calls".
+    if (engine_) {
+      const absl::Time until = absl::Now() + absl::Seconds(config_.drain_seconds);
+      while (engine_->Load() > 0 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+      const int unfinished = engine_->Load();
+      if (unfinished > 0) {
+        LOG(WARNING) << "decode " << config_.worker_id << ": " << unfinished
+                     << " generations still running after the " << config_.drain_seconds
+                     << " s drain end with UNAVAILABLE";
+      }
+      engine_->Stop(absl::UnavailableError(absl::StrCat(
+          "decode worker ", config_.worker_id, " shut down (drain of ", config_.drain_seconds,
+          " s over) before this generation ended")));
+    }
     if (runner_) {
-      runner_->Shutdown(
-          std::chrono::milliseconds(static_cast<int64_t>(config_.drain_seconds * 1000)));
+      // The streams just ended write their status; EndTurn calls finish.
+      runner_->Shutdown(std::chrono::seconds(2));
       runner_->Wait();
     }
-    if (engine_) engine_->Stop();
     if (sweep_) sweep_->Stop();
     if (http_) http_->Stop();
     if (collect_) {

@@ -104,6 +104,13 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* ctx, const v1::Generat
   auto ch = std::make_shared<Channel>();
   GenerateParams g;
   g.first_token = static_cast<int32_t>(req->first_token());
+  for (uint32_t t : req->earlier_output_token_ids()) {
+    if (t >= static_cast<uint32_t>(engine_->serving_engine().model().tokenizer().vocab_size())) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "earlier_output_token_ids outside the vocabulary");
+    }
+    g.earlier_tokens.push_back(static_cast<int32_t>(t));
+  }
   g.max_new_tokens = static_cast<int>(req->max_new_tokens());
   for (uint32_t t : req->stop_token_ids()) g.stop_token_ids.push_back(static_cast<int32_t>(t));
   g.sampling.temperature = req->temperature();

@@ -646,128 +646,204 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     return outcome;
   }
 
-  // 2. Decode: start (the decode worker pulls the blocks), generate, end the turn.
+  // 2. Decode: start (the decode worker pulls the blocks), generate, end the turn. A generation
+  // that its decode worker cuts off (kUnavailable: the worker drained past its limit, or died)
+  // resumes on another one in registry mode, up to kMaxResumes times: the prompt and the tokens
+  // delivered so far but the last are prefilled again (their stored blocks come from the
+  // kvstore), and the last is the new sequence's first token, the earlier ones counted by its
+  // sampler's penalties and min_tokens. The client sees one completion; at temperature > 0 the
+  // tokens after the cut come from a new random stream.
+  constexpr int kMaxResumes = 2;
   t0 = std::chrono::steady_clock::now();
-  dv1::StartSequenceRequest sreq;
-  sreq.set_request_id(request.request_id);
-  sreq.mutable_session_id()->set_value(request.session_id);
-  sreq.set_prompt_tokens(static_cast<uint32_t>(request.prompt_token_ids.size()));
-  sreq.set_max_new_tokens(static_cast<uint32_t>(request.max_tokens - 1));
-  sreq.set_codec(request.codec);
-  if (presp.has_packed_kv()) {
-    *sreq.mutable_packed_kv() = presp.packed_kv();
-  } else {
-    *sreq.mutable_prompt_blocks() = presp.published_blocks();
-  }
-  dv1::StartSequenceResponse sresp;
-  auto start_sequence = [&] {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, request.deadline);
-    return rpc::ToAbslStatus(route.decode->decode->StartSequence(&ctx, sreq, &sresp));
-  };
-  absl::Status started = start_sequence();
-  if (!started.ok() && sreq.has_packed_kv() && !absl::IsDeadlineExceeded(started) &&
-      !absl::IsCancelled(started)) {
-    // The GPU handoff failed (e.g. DATA_LOSS: the prefill's outbox reused the room): the prompt
-    // is prefilled again and moves as blocks. Same seed, so the same first token.
-    LOG(WARNING) << request.request_id << ": packed KV handoff to " << route.decode_id
-                 << " failed (" << started << "), prefilling again with blocks";
-    preq.set_offer_packed_kv(false);
-    preq.set_publish_to_kvstore(impl_->options.use_kvstore && route.publish_to_store);
-    preq.set_prompt_logprobs(false);  // already delivered
-    pv1::PrefillResponse again;
-    absl::Status s = rpc::ToAbslStatus(impl_->CallPrefill(route, request, preq, &again));
-    if (!s.ok()) return Annotate(s, absl::StrCat("prefill (block retry) on ", route.prefill_id));
-    sreq.clear_packed_kv();
-    *sreq.mutable_prompt_blocks() = again.published_blocks();
-    trace.packed_kv = false;
-    trace.prompt_blocks = again.published_blocks_size();
-    trace.prompt_block_bytes = 0;
-    for (const auto& b : again.published_blocks()) trace.prompt_block_bytes += 128 + b.payload_bytes();
-    started = start_sequence();
-  }
-  // A decode worker that is unreachable (gone before the registry noticed, or draining) has
-  // started nothing: the blocks go to another one, each tried once.
-  std::set<std::string> unreachable_decode;
-  while (absl::IsUnavailable(started) && impl_->options.registry && !sreq.has_packed_kv() &&
-         unreachable_decode.insert(route.decode_id).second) {
-    absl::StatusOr<std::unique_ptr<Route>> other = impl_->Pick(request, {}, unreachable_decode);
-    if (!other.ok() || unreachable_decode.count((*other)->decode_id) != 0) break;
-    LOG(WARNING) << request.request_id << ": decode StartSequence on " << route.decode_id
-                 << ": " << started << "; starting it on " << (*other)->decode_id;
-    route.TakeDecodeFrom(**other);
-    trace.decode_worker = route.decode_id;
-    started = start_sequence();
-  }
-  if (!started.ok()) {
-    return Annotate(started, absl::StrCat("decode StartSequence on ", route.decode_id));
-  }
-  dv1::GenerateRequest greq;
-  greq.set_sequence_id(sresp.sequence_id());
-  greq.set_first_token(static_cast<uint32_t>(first));
-  greq.set_max_new_tokens(static_cast<uint32_t>(request.max_tokens - 1));
-  greq.set_temperature(static_cast<float>(request.temperature));
-  greq.set_top_p(static_cast<float>(request.top_p));
-  greq.set_top_k(static_cast<uint32_t>(request.top_k));
-  greq.set_presence_penalty(static_cast<float>(request.presence_penalty));
-  greq.set_frequency_penalty(static_cast<float>(request.frequency_penalty));
-  greq.set_ignore_eos(request.ignore_eos);
-  for (int32_t t : request.stop_token_ids) greq.add_stop_token_ids(static_cast<uint32_t>(t));
-  greq.set_min_tokens(static_cast<uint32_t>(request.min_tokens));
-  greq.mutable_logit_bias()->insert(preq.sampling().logit_bias().begin(),
-                                    preq.sampling().logit_bias().end());
-  if (request.logprobs >= 0) {
-    greq.set_logprobs(true);
-    greq.set_top_logprobs(static_cast<uint32_t>(request.logprobs));
-  }
-  greq.set_seed(seed + 1);  // the first token used `seed` in the prefill
+  std::vector<int32_t> delivered = {first};  // the completion's tokens so far
+  std::set<std::string> unreachable_decode;  // decode workers that refused or cut off this one
   absl::Status gen_status;
   bool stopped_early = false;
   std::string finish_reason;
-  {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, request.deadline);
-    std::unique_ptr<grpc::ClientReader<dv1::GenerateResponse>> reader =
-        route.decode->decode->Generate(&ctx, greq);
-    dv1::GenerateResponse msg;
-    while (!stopped_early && reader->Read(&msg)) {
-      for (int i = 0; i < msg.token_ids_size(); ++i) {
-        const bool has_logprobs = i < msg.token_logprobs_size();
-        if (!deliver(static_cast<int32_t>(msg.token_ids(i)),
-                     has_logprobs ? &msg.token_logprobs(i) : nullptr)) {
-          stopped_early = true;
+  // The pair, prefill response, prefill request and request (prompt) of the current try: the
+  // first placement's, then a resume's.
+  Route* at = &route;
+  const pv1::PrefillResponse* at_presp = &presp;
+  router::CompletionRequest resumed;
+  const router::CompletionRequest* at_request = &request;
+  std::unique_ptr<Route> resumed_route;
+  pv1::PrefillResponse resumed_presp;
+  for (int resumes = 0;; ++resumes) {
+    const int64_t prompt_tokens = static_cast<int64_t>(at_request->prompt_token_ids.size());
+    // Tokens to generate after the one it is fed (delivered.back(), delivered already).
+    const int max_new = request.max_tokens - static_cast<int>(delivered.size());
+    dv1::StartSequenceRequest sreq;
+    sreq.set_request_id(request.request_id);
+    sreq.mutable_session_id()->set_value(request.session_id);
+    sreq.set_prompt_tokens(static_cast<uint32_t>(prompt_tokens));
+    sreq.set_max_new_tokens(static_cast<uint32_t>(max_new));
+    sreq.set_codec(request.codec);
+    if (at_presp->has_packed_kv()) {
+      *sreq.mutable_packed_kv() = at_presp->packed_kv();
+    } else {
+      *sreq.mutable_prompt_blocks() = at_presp->published_blocks();
+    }
+    dv1::StartSequenceResponse sresp;
+    auto start_sequence = [&] {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx, request.deadline);
+      return rpc::ToAbslStatus(at->decode->decode->StartSequence(&ctx, sreq, &sresp));
+    };
+    // Moves the pair's decode part to a worker not in unreachable_decode; false when none.
+    auto other_decode = [&] {
+      absl::StatusOr<std::unique_ptr<Route>> other =
+          impl_->Pick(*at_request, {}, unreachable_decode);
+      if (!other.ok() || unreachable_decode.count((*other)->decode_id) != 0) return false;
+      at->TakeDecodeFrom(**other);
+      trace.decode_worker = at->decode_id;
+      return true;
+    };
+    if (unreachable_decode.count(at->decode_id) != 0 && !sreq.has_packed_kv()) other_decode();
+    absl::Status started = start_sequence();
+    if (!started.ok() && sreq.has_packed_kv() && !absl::IsDeadlineExceeded(started) &&
+        !absl::IsCancelled(started)) {
+      // The GPU handoff failed (e.g. DATA_LOSS: the prefill's outbox reused the room): the prompt
+      // is prefilled again and moves as blocks. Same seed, so the same first token.
+      LOG(WARNING) << request.request_id << ": packed KV handoff to " << at->decode_id
+                   << " failed (" << started << "), prefilling again with blocks";
+      pv1::PrefillRequest blocks_preq = preq;
+      blocks_preq.mutable_token_ids()->Assign(at_request->prompt_token_ids.begin(),
+                                              at_request->prompt_token_ids.end());
+      blocks_preq.set_offer_packed_kv(false);
+      blocks_preq.set_publish_to_kvstore(impl_->options.use_kvstore && at->publish_to_store);
+      blocks_preq.set_prompt_logprobs(false);  // already delivered
+      pv1::PrefillResponse again;
+      absl::Status s =
+          rpc::ToAbslStatus(impl_->CallPrefill(*at, *at_request, blocks_preq, &again));
+      if (!s.ok()) return Annotate(s, absl::StrCat("prefill (block retry) on ", at->prefill_id));
+      sreq.clear_packed_kv();
+      *sreq.mutable_prompt_blocks() = again.published_blocks();
+      trace.packed_kv = false;
+      trace.prompt_blocks = again.published_blocks_size();
+      trace.prompt_block_bytes = 0;
+      for (const auto& b : again.published_blocks()) {
+        trace.prompt_block_bytes += 128 + b.payload_bytes();
+      }
+      started = start_sequence();
+    }
+    // A decode worker that is unreachable (gone before the registry noticed, or draining) has
+    // started nothing: the blocks go to another one, each tried once.
+    while (absl::IsUnavailable(started) && impl_->options.registry && !sreq.has_packed_kv() &&
+           unreachable_decode.insert(at->decode_id).second && other_decode()) {
+      LOG(WARNING) << request.request_id << ": decode StartSequence: " << started
+                   << "; starting it on " << at->decode_id;
+      started = start_sequence();
+    }
+    if (!started.ok()) {
+      return Annotate(started, absl::StrCat("decode StartSequence on ", at->decode_id));
+    }
+    dv1::GenerateRequest greq;
+    greq.set_sequence_id(sresp.sequence_id());
+    greq.set_first_token(static_cast<uint32_t>(delivered.back()));
+    for (size_t i = 0; i + 1 < delivered.size(); ++i) {
+      greq.add_earlier_output_token_ids(static_cast<uint32_t>(delivered[i]));
+    }
+    greq.set_max_new_tokens(static_cast<uint32_t>(max_new));
+    greq.set_temperature(static_cast<float>(request.temperature));
+    greq.set_top_p(static_cast<float>(request.top_p));
+    greq.set_top_k(static_cast<uint32_t>(request.top_k));
+    greq.set_presence_penalty(static_cast<float>(request.presence_penalty));
+    greq.set_frequency_penalty(static_cast<float>(request.frequency_penalty));
+    greq.set_ignore_eos(request.ignore_eos);
+    for (int32_t t : request.stop_token_ids) greq.add_stop_token_ids(static_cast<uint32_t>(t));
+    greq.set_min_tokens(static_cast<uint32_t>(request.min_tokens));
+    greq.mutable_logit_bias()->insert(preq.sampling().logit_bias().begin(),
+                                      preq.sampling().logit_bias().end());
+    if (request.logprobs >= 0) {
+      greq.set_logprobs(true);
+      greq.set_top_logprobs(static_cast<uint32_t>(request.logprobs));
+    }
+    // The first token used `seed` in the prefill; a resume draws from another stream.
+    greq.set_seed(seed + 1 + static_cast<uint64_t>(resumes) * 0x9E3779B97F4A7C15ull);
+    {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx, request.deadline);
+      std::unique_ptr<grpc::ClientReader<dv1::GenerateResponse>> reader =
+          at->decode->decode->Generate(&ctx, greq);
+      dv1::GenerateResponse msg;
+      while (!stopped_early && reader->Read(&msg)) {
+        for (int i = 0; i < msg.token_ids_size(); ++i) {
+          const bool has_logprobs = i < msg.token_logprobs_size();
+          delivered.push_back(static_cast<int32_t>(msg.token_ids(i)));
+          if (!deliver(delivered.back(), has_logprobs ? &msg.token_logprobs(i) : nullptr)) {
+            stopped_early = true;
+            break;
+          }
+        }
+        if (msg.finished()) finish_reason = msg.finish_reason();
+      }
+      if (stopped_early) ctx.TryCancel();
+      grpc::Status fs = reader->Finish();
+      gen_status = stopped_early ? absl::OkStatus() : rpc::ToAbslStatus(fs);
+    }
+    {
+      dv1::EndTurnRequest ereq;
+      ereq.set_sequence_id(sresp.sequence_id());
+      ereq.mutable_session_id()->set_value(request.session_id);
+      ereq.set_keep(false);
+      dv1::EndTurnResponse eresp;
+      // After a cancelled Generate the sequence may still be in the batch for a step or so
+      // (FAILED_PRECONDITION "is generating"): asked again until it is out, for up to 5 s, so
+      // that its KV is not held until the decode worker's idle TTL (a full pool answers 429
+      // meanwhile). A worker that cut the generation off is not asked.
+      const absl::Time give_up =
+          absl::IsUnavailable(gen_status) ? absl::Now() : absl::Now() + absl::Seconds(5);
+      absl::Duration wait = absl::Milliseconds(5);
+      grpc::Status es;
+      for (;;) {
+        grpc::ClientContext ctx;
+        SetDeadline(&ctx, std::max(give_up, absl::Now() + absl::Seconds(1)));
+        es = at->decode->decode->EndTurn(&ctx, ereq, &eresp);
+        if (es.error_code() != grpc::StatusCode::FAILED_PRECONDITION ||
+            absl::Now() + wait > give_up) {
           break;
         }
+        absl::SleepFor(wait);
+        wait = std::min(wait * 2, absl::Milliseconds(100));
       }
-      if (msg.finished()) finish_reason = msg.finish_reason();
+      if (!es.ok()) VLOG(1) << request.request_id << ": EndTurn: " << es.error_message();
     }
-    if (stopped_early) ctx.TryCancel();
-    grpc::Status fs = reader->Finish();
-    if (!stopped_early) gen_status = rpc::ToAbslStatus(fs);
-  }
-  {
-    dv1::EndTurnRequest ereq;
-    ereq.set_sequence_id(sresp.sequence_id());
-    ereq.mutable_session_id()->set_value(request.session_id);
-    ereq.set_keep(false);
-    dv1::EndTurnResponse eresp;
-    // After a cancelled Generate the sequence may still be in the batch for a step or so
-    // (FAILED_PRECONDITION "is generating"): asked again until it is out, for up to 5 s, so that
-    // its KV is not held until the decode worker's idle TTL (a full pool answers 429 meanwhile).
-    const absl::Time give_up = absl::Now() + absl::Seconds(5);
-    absl::Duration wait = absl::Milliseconds(5);
-    grpc::Status es;
-    for (;;) {
-      grpc::ClientContext ctx;
-      SetDeadline(&ctx, give_up);
-      es = route.decode->decode->EndTurn(&ctx, ereq, &eresp);
-      if (es.error_code() != grpc::StatusCode::FAILED_PRECONDITION || absl::Now() + wait > give_up) {
-        break;
-      }
-      absl::SleepFor(wait);
-      wait = std::min(wait * 2, absl::Milliseconds(100));
+    if (absl::IsUnavailable(gen_status) &&
+        static_cast<int>(delivered.size()) >= request.max_tokens) {
+      gen_status = absl::OkStatus();  // cut off after its last token: nothing is missing
+      finish_reason = "length";
     }
-    if (!es.ok()) VLOG(1) << request.request_id << ": EndTurn: " << es.error_message();
+    if (!absl::IsUnavailable(gen_status) || !impl_->options.registry || consumer_gone ||
+        resumes == kMaxResumes || (request.cancelled && request.cancelled())) {
+      break;
+    }
+    // Resume: the prompt and the tokens delivered but the last, prefilled on a new pair.
+    unreachable_decode.insert(at->decode_id);
+    LOG(WARNING) << request.request_id << ": decode Generate on " << at->decode_id
+                 << " ended after " << delivered.size() << " tokens: " << gen_status
+                 << "; resuming it on another decode worker";
+    resumed = request;
+    resumed.prompt_token_ids.insert(resumed.prompt_token_ids.end(), delivered.begin(),
+                                    delivered.end() - 1);
+    resumed.max_tokens = request.max_tokens - static_cast<int>(delivered.size()) + 1;
+    pv1::PrefillRequest resume_preq = preq;
+    resume_preq.mutable_token_ids()->Assign(resumed.prompt_token_ids.begin(),
+                                            resumed.prompt_token_ids.end());
+    resume_preq.set_logprobs(false);  // its sampled token is not used: the last one is fed
+    resume_preq.set_prompt_logprobs(false);
+    absl::StatusOr<Prefilled> again = impl_->PlaceAndPrefill(resumed, resume_preq);
+    if (!again.ok()) {
+      gen_status = Annotate(again.status(), absl::StrCat("resuming after ", gen_status.message()));
+      break;
+    }
+    resumed_route = std::move(again->route);
+    resumed_presp = std::move(again->response);
+    impl_->RecordStored(resumed_presp);
+    at = resumed_route.get();
+    at_presp = &resumed_presp;
+    at_request = &resumed;
+    trace.prefill_worker = at->prefill_id;
+    trace.decode_worker = at->decode_id;
   }
   if (!stopped_early && gen_status.ok()) finish_pending();
   trace.decode_seconds =
@@ -775,7 +851,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   record();
   if (consumer_gone) return absl::CancelledError("consumer gone");
   if (!gen_status.ok()) {
-    return Annotate(gen_status, absl::StrCat("decode Generate on ", route.decode_id));
+    return Annotate(gen_status, absl::StrCat("decode Generate on ", at->decode_id));
   }
   outcome.finish_reason = (stopped_early || finish_reason == "stop") ? router::FinishReason::kStop
                                                                        : router::FinishReason::kLength;

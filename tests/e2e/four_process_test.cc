@@ -241,6 +241,131 @@ TEST_F(FourProcessTest, RequestsOnKilledWorkersArePlacedAgain) {
   EXPECT_NE(log.find("; starting it on decode-"), std::string::npos) << log;
 }
 
+// A generation that its decode worker cuts off resumes on another one, and the client gets one
+// whole completion: once when the worker drains past --drain_seconds (SIGTERM: the cut-off
+// generation fails with UNAVAILABLE instead of gRPC's "Cancelling all calls"), once when it
+// is killed. Two extra decode workers whose ids sort first take the requests (placement breaks
+// ties by id). The continuation after the cut equals, token for token, this process's greedy
+// run of the same resume: the prompt and the tokens before the cut but the last prefilled, the
+// last fed to the decode step.
+TEST_F(FourProcessTest, AGenerationCutOffByItsDecodeWorkerResumesOnAnother) {
+  const std::string ready = "serving gRPC on port ([0-9]+), metrics on port ([0-9]+)";
+  auto start_decode = [&](const std::string& id, int* metrics_port) {
+    std::vector<std::string> dargs = {OSCARKV_DECODE_BINARY, "--grpc_address", "127.0.0.1:0",
+                                      "--worker_id", id};
+    dargs.insert(dargs.end(), common_.begin(), common_.end());
+    auto p = std::make_unique<Process>();
+    auto got = p->Start(dargs, ready);
+    EXPECT_EQ(got.size(), 2u) << p->output();
+    if (got.size() == 2) *metrics_port = std::stoi(got[1]);
+    return p;
+  };
+  int first_metrics = 0, second_metrics = 0;
+  std::unique_ptr<Process> first = start_decode("aa-decode-1", &first_metrics);
+  std::unique_ptr<Process> second = start_decode("aa-decode-2", &second_metrics);
+  auto healthy_decode = [] {
+    return Sample(Get(router_port_, "/metrics"),
+                  "oscarkv_router_workers{role=\"decode\",health=\"healthy\"}");
+  };
+  for (int i = 0; i < 200 && healthy_decode() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(healthy_decode(), 3) << router_->output();
+
+  const std::string prompt = "Once upon a time, in a small village by the sea,";
+  const int max_tokens = 160;
+  const auto& tok = model_->tokenizer();
+  const std::vector<int32_t> ids = tok.Encode(prompt, true);
+  // Greedy from `prompt` + done[0..n-1) prefilled, done[n-1] fed, to max_tokens in all.
+  auto resumed_reference = [&](const std::vector<int32_t>& done) {
+    std::vector<int32_t> prefix = ids;
+    prefix.insert(prefix.end(), done.begin(), done.end() - 1);
+    auto r = engine_->Prefill(prefix);
+    EXPECT_TRUE(r.ok()) << r.status();
+    std::vector<int32_t> out = done;
+    int32_t t = done.back();
+    std::vector<float> logits;
+    while (static_cast<int>(out.size()) < max_tokens) {
+      model::Sequence* seq = r->sequence.get();
+      EXPECT_TRUE(engine_->DecodeStep(std::span(&seq, 1), std::span(&t, 1), &logits).ok());
+      t = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      out.push_back(t);
+    }
+    return out;
+  };
+  // The uninterrupted greedy completion: the prompt prefilled, its argmax fed.
+  std::vector<int32_t> whole;
+  {
+    auto r = engine_->Prefill(ids);
+    ASSERT_TRUE(r.ok()) << r.status();
+    whole = resumed_reference({static_cast<int32_t>(
+        std::max_element(r->last_logits.begin(), r->last_logits.end()) -
+        r->last_logits.begin())});
+  }
+  // Runs one greedy completion (end-of-generation ignored: a fixed length) and cuts its decode
+  // worker off with `cut` once that has generated a few tokens.
+  auto run_and_cut = [&](int metrics_port, const std::function<void()>& cut) {
+    json result;
+    auto generated = [&] {
+      return std::max(0.0, Sample(Get(metrics_port, "/metrics"),
+                                  "oscarkv_decode_tokens_generated_total"));
+    };
+    const double before = generated();
+    std::thread client([&] {
+      httplib::Client c("127.0.0.1", router_port_);
+      c.set_read_timeout(120, 0);
+      json body = {{"model", model_id_}, {"prompt", prompt}, {"max_tokens", max_tokens},
+                   {"temperature", 0}, {"ignore_eos", true}};
+      auto r = c.Post("/v1/completions", body.dump(), "application/json");
+      if (r) result = json::parse(r->body, nullptr, false);
+    });
+    double now = before;
+    for (int i = 0; i < 1000 && now < before + 8; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      now = generated();
+    }
+    EXPECT_GE(now, before + 8) << "the completion never reached this decode worker";
+    cut();
+    client.join();
+    return result;
+  };
+  // How many tokens the router's log says were delivered before the `nth` resume.
+  auto delivered_before_resume = [&](int nth) {
+    const std::string log = router_->output();
+    const std::string marker = "; resuming it on another decode worker";
+    size_t at = std::string::npos, from = 0;
+    for (int i = 0; i < nth; ++i) {
+      at = log.find(marker, from);
+      if (at == std::string::npos) return -1;
+      from = at + 1;
+    }
+    const size_t after = log.rfind(" ended after ", at);
+    return after == std::string::npos ? -1 : std::atoi(log.c_str() + after + 13);
+  };
+  struct Case {
+    const char* how;
+    int metrics_port;
+    std::function<void()> cut;
+  };
+  const Case cases[] = {
+      {"drained past --drain_seconds", first_metrics, [&] { EXPECT_EQ(first->Stop(), 0); }},
+      {"killed", second_metrics, [&] { second.reset(); }},
+  };
+  for (int c = 0; c < 2; ++c) {
+    SCOPED_TRACE(cases[c].how);
+    const json r = run_and_cut(cases[c].metrics_port, cases[c].cut);
+    ASSERT_TRUE(r.contains("choices")) << r.dump() << router_->output();
+    EXPECT_EQ(r["usage"]["completion_tokens"].get<int>(), max_tokens);
+    const int n = delivered_before_resume(c + 1);
+    ASSERT_GT(n, 0) << router_->output();
+    ASSERT_LT(n, max_tokens);
+    // The tokens up to the cut are the uninterrupted greedy ones; the rest the resume's.
+    const std::vector<int32_t> done(whole.begin(), whole.begin() + n);
+    EXPECT_EQ(r["choices"][0]["text"].get<std::string>(),
+              tok.Decode(resumed_reference(done), /*skip_special=*/true));
+  }
+}
+
 TEST_F(FourProcessTest, CompletionEqualsServingEngineTokenForToken) {
   const std::string prompt = "The capital of France is";
   const int max_tokens = 12;

@@ -137,6 +137,21 @@ TEST(DecodeBatcher, PenaltiesCountTheFirstToken) {
   EXPECT_EQ(plain.tokens, (std::vector<int32_t>{5, 5, 5}));
 }
 
+// A generation resumed from another worker: the tokens before its first count as generated.
+TEST(DecodeBatcher, PenaltiesCountTheEarlierTokensOfAResumedGeneration) {
+  FakeStep step;
+  step.always = 5;
+  DecodeBatcher batcher(step.Fn(), kVocab, 4);
+  FakeSequence a;
+  Result resumed;
+  BatchRequest q = Make(&a, 5, 7, &resumed);
+  q.earlier_tokens = {0, 1};
+  q.sampling.presence_penalty = 2.0f;
+  batcher.Submit(std::move(q));
+  EXPECT_EQ(resumed.done.get_future().get(), FinishReason::kLength);
+  EXPECT_EQ(resumed.tokens, (std::vector<int32_t>{2, 3, 4, 6, 7, 8, 9}));
+}
+
 // Logprobs come from the same logits row the token was sampled from: one-hot logit 1 among 63
 // zeros gives log p = 1 - log(e + 63), and the best alternative after it is id 0 at -log(e + 63).
 TEST(DecodeBatcher, LogprobsAreThoseOfTheSampledRow) {
@@ -328,6 +343,35 @@ TEST(DecodeBatcher, StepErrorFailsTheBatchAndStopCancelsTheRest) {
   FakeSequence c;
   batcher.Submit(Make(&c, 0, 3, &rc));  // after Stop: finishes at once
   EXPECT_EQ(rc.done.get_future().get(), FinishReason::kCancelled);
+}
+
+// A worker shutting down stops its batcher with a reason: what still runs, and what is submitted
+// after, fails with it (the router resumes such generations elsewhere).
+TEST(DecodeBatcher, StopWithAReasonFailsWhatStillRunsWithIt) {
+  FakeStep step;
+  DecodeBatcher batcher(step.Fn(), kVocab, 4);
+  FakeSequence a, b;
+  Result ra, rb;
+  absl::Status sa, sb;
+  BatchRequest qa = Make(&a, 0, 1000000, &ra);
+  qa.on_done = [&](FinishReason reason, const absl::Status& s) {
+    sa = s;
+    ra.done.set_value(reason);
+  };
+  batcher.Submit(std::move(qa));
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  batcher.Stop(absl::UnavailableError("shutting down"));
+  EXPECT_EQ(ra.done.get_future().get(), FinishReason::kError);
+  EXPECT_TRUE(absl::IsUnavailable(sa)) << sa;
+  EXPECT_FALSE(ra.tokens.empty());
+  BatchRequest qb = Make(&b, 0, 3, &rb);
+  qb.on_done = [&](FinishReason reason, const absl::Status& s) {
+    sb = s;
+    rb.done.set_value(reason);
+  };
+  batcher.Submit(std::move(qb));
+  EXPECT_EQ(rb.done.get_future().get(), FinishReason::kError);
+  EXPECT_EQ(sb.message(), "shutting down");
 }
 
 TEST(DecodeBatcher, MaxBatchIsRespected) {
