@@ -14,6 +14,7 @@ ConnectionThreads::~ConnectionThreads() { shutdown(); }
 
 void ConnectionThreads::StartThread() {
   const int id = next_id_++;
+  ++starting_;
   threads_.emplace(id, std::thread([this, id] { Work(id); }));
 }
 
@@ -22,8 +23,9 @@ void ConnectionThreads::enqueue(std::function<void()> fn) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
   jobs_.push_back(std::move(fn));
-  // Each idle thread takes one queued job; a job beyond them gets a new thread if allowed.
-  if (static_cast<int>(jobs_.size()) > idle_ &&
+  // Each idle thread (or one still starting) takes one queued job; a job beyond them gets a new
+  // thread if allowed.
+  if (static_cast<int>(jobs_.size()) > idle_ + starting_ &&
       static_cast<int>(threads_.size()) < max_threads_) {
     StartThread();
   }
@@ -32,6 +34,7 @@ void ConnectionThreads::enqueue(std::function<void()> fn) {
 
 void ConnectionThreads::Work(int id) {
   absl::MutexLock lock(&mu_);
+  --starting_;
   while (true) {
     ++idle_;
     absl::Time idle_since = absl::Now();
@@ -90,7 +93,7 @@ int ConnectionThreads::threads() const {
 
 int ConnectionThreads::busy() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(threads_.size()) - idle_;
+  return static_cast<int>(threads_.size()) - idle_ - starting_;
 }
 
 }  // namespace oscarkv::metrics

@@ -50,6 +50,7 @@ class ConnectionThreads final : public httplib::TaskQueue {
   std::vector<std::thread> exited_ ABSL_GUARDED_BY(mu_);     // ended on idleness, to join
   int next_id_ ABSL_GUARDED_BY(mu_) = 0;
   int idle_ ABSL_GUARDED_BY(mu_) = 0;
+  int starting_ ABSL_GUARDED_BY(mu_) = 0;  // started, not yet in Work (neither idle nor busy)
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 

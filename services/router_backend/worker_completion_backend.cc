@@ -790,7 +790,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
       // After a cancelled Generate the sequence may still be in the batch for a step or so
       // (FAILED_PRECONDITION "is generating"): asked again until it is out, for up to 5 s, so
       // that its KV is not held until the decode worker's idle TTL (a full pool answers 429
-      // meanwhile). A worker that cut the generation off is not asked.
+      // meanwhile). A worker that cut the generation off is asked once (it may be gone).
       const absl::Time give_up =
           absl::IsUnavailable(gen_status) ? absl::Now() : absl::Now() + absl::Seconds(5);
       absl::Duration wait = absl::Milliseconds(5);
