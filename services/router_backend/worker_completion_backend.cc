@@ -654,6 +654,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   // sampler's penalties and min_tokens. The client sees one completion; at temperature > 0 the
   // tokens after the cut come from a new random stream.
   constexpr int kMaxResumes = 2;
+  constexpr absl::Duration kDecodeRoomWait = absl::Seconds(30);
   t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> delivered = {first};  // the completion's tokens so far
   std::set<std::string> unreachable_decode;  // decode workers that refused or cut off this one
@@ -689,16 +690,17 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
       SetDeadline(&ctx, request.deadline);
       return rpc::ToAbslStatus(at->decode->decode->StartSequence(&ctx, sreq, &sresp));
     };
-    // Moves the pair's decode part to a worker not in unreachable_decode; false when none.
-    auto other_decode = [&] {
-      absl::StatusOr<std::unique_ptr<Route>> other =
-          impl_->Pick(*at_request, {}, unreachable_decode);
-      if (!other.ok() || unreachable_decode.count((*other)->decode_id) != 0) return false;
+    // Moves the pair's decode part to the best worker not in `avoid`; false when none.
+    auto other_decode = [&](const std::set<std::string>& avoid) {
+      absl::StatusOr<std::unique_ptr<Route>> other = impl_->Pick(*at_request, {}, avoid);
+      if (!other.ok() || avoid.count((*other)->decode_id) != 0) return false;
       at->TakeDecodeFrom(**other);
       trace.decode_worker = at->decode_id;
       return true;
     };
-    if (unreachable_decode.count(at->decode_id) != 0 && !sreq.has_packed_kv()) other_decode();
+    if (unreachable_decode.count(at->decode_id) != 0 && !sreq.has_packed_kv()) {
+      other_decode(unreachable_decode);
+    }
     absl::Status started = start_sequence();
     if (!started.ok() && sreq.has_packed_kv() && !absl::IsDeadlineExceeded(started) &&
         !absl::IsCancelled(started)) {
@@ -727,11 +729,49 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
       started = start_sequence();
     }
     // A decode worker that is unreachable (gone before the registry noticed, or draining) has
-    // started nothing: the blocks go to another one, each tried once.
-    while (absl::IsUnavailable(started) && impl_->options.registry && !sreq.has_packed_kv() &&
-           unreachable_decode.insert(at->decode_id).second && other_decode()) {
-      LOG(WARNING) << request.request_id << ": decode StartSequence: " << started
-                   << "; starting it on " << at->decode_id;
+    // started nothing: the blocks go to another one, each tried once. One whose pool is full
+    // (kResourceExhausted: the sequences it holds may grow to its capacity) hands the sequence to
+    // another with room; when none has, the request waits for generations to end and free theirs,
+    // placed again at each try, with a jittered backoff of 2 ms doubling to 100 ms, for up to
+    // busy_wait_seconds but at most kDecodeRoomWait (the blocks wait in the prefill worker's
+    // outbox, 60 s by default) or its deadline.
+    const bool movable = impl_->options.registry && !sreq.has_packed_kv();
+    const absl::Time room_until = std::min(
+        request.deadline,
+        absl::Now() + std::min(absl::Seconds(impl_->options.busy_wait_seconds), kDecodeRoomWait));
+    absl::Duration backoff = absl::Milliseconds(2);
+    std::set<std::string> full_decode;
+    int room_tries = 0;
+    for (;;) {
+      if (absl::IsUnavailable(started) && movable &&
+          unreachable_decode.insert(at->decode_id).second) {
+        std::set<std::string> avoid = unreachable_decode;
+        avoid.insert(full_decode.begin(), full_decode.end());
+        if (!other_decode(avoid) && !other_decode(unreachable_decode)) break;
+        LOG(WARNING) << request.request_id << ": decode StartSequence: " << started
+                     << "; starting it on " << at->decode_id;
+        started = start_sequence();
+        continue;
+      }
+      if (!absl::IsResourceExhausted(started) || (request.cancelled && request.cancelled())) {
+        break;
+      }
+      ++room_tries;
+      full_decode.insert(at->decode_id);
+      std::set<std::string> avoid = unreachable_decode;
+      avoid.insert(full_decode.begin(), full_decode.end());
+      if (!movable || !other_decode(avoid)) {
+        // Every decode worker is full: wait, then start with the best placement again.
+        if (absl::Now() + backoff > room_until) {
+          started = Annotate(started, absl::StrCat("no decode worker had room in ", room_tries,
+                                                   " tries"));
+          break;
+        }
+        absl::SleepFor(backoff * Jitter());
+        backoff = std::min(backoff * 2, absl::Milliseconds(100));
+        full_decode.clear();
+        if (movable) other_decode(unreachable_decode);
+      }
       started = start_sequence();
     }
     if (!started.ok()) {

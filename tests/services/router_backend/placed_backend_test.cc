@@ -91,6 +91,10 @@ class FakeDecode final : public dv1::DecodeService::Service {
   grpc::Status StartSequence(grpc::ServerContext*, const dv1::StartSequenceRequest* req,
                              dv1::StartSequenceResponse* resp) override {
     starts.fetch_add(1);
+    if (full.load() != 0) {
+      if (full.load() > 0) full.fetch_sub(1);
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "decode KV pool full");
+    }
     packed_checksum.store(req->has_packed_kv() ? req->packed_kv().checksum() : 0);
     prompt_blocks.store(req->prompt_blocks_size());
     if (req->has_packed_kv() && refuse_packed.load()) {
@@ -126,6 +130,7 @@ class FakeDecode final : public dv1::DecodeService::Service {
   std::atomic<int> released{0};
   std::atomic<int> still_generating{0};  // EndTurn answers "is generating" this many more times
   std::atomic<int> starts{0};
+  std::atomic<int> full{0};  // StartSequence answers "pool full" this many more times; -1: always
   std::atomic<uint64_t> packed_checksum{0};  // of the last StartSequence's packed_kv; 0 = none
   std::atomic<int> prompt_blocks{0};        // of the last StartSequence
   std::atomic<bool> refuse_packed{false};   // answer packed KV with DATA_LOSS
@@ -518,6 +523,49 @@ TEST_F(PlacedBackendTest, PrefillBusyForLongerThanTheWaitIsResourceExhaustedAndH
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429) << r->body;
   EXPECT_NE(r->body.find("prefill worker busy"), std::string::npos) << r->body;
+}
+
+// A decode worker whose KV pool is full (the sequences it holds may grow to its capacity) is
+// asked again until generations there end and free room, instead of the request failing with
+// 429 after its prefill; with another decode worker that has room, that one takes the sequence.
+TEST_F(PlacedBackendTest, AFullDecodeWorkerIsWaitedForOrLeftOutForOneWithRoom) {
+  AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
+  FakeDecode* d = AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
+  d->full.store(3);
+  auto out = backend_->Complete(Request(Prompt(5)), [](const router::TokenEvent&) { return true; });
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->completion_tokens, 3);
+  EXPECT_EQ(d->starts.load(), 4);
+
+  FakeDecode* roomy = AddWorker<FakeDecode>("decode-1", cv1::WORKER_ROLE_DECODE);
+  d->full.store(-1);
+  d->starts.store(0);
+  for (int i = 0; i < 3; ++i) {
+    out = backend_->Complete(Request(Prompt(5, 50 + 10 * i)),
+                             [](const router::TokenEvent&) { return true; });
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(backend_->last_trace().decode_worker, "decode-1");
+  }
+  EXPECT_EQ(roomy->starts.load(), 3);
+  EXPECT_LE(d->starts.load(), 3);  // asked at most once per request
+}
+
+TEST_F(PlacedBackendTest, DecodeFullForLongerThanTheWaitIsResourceExhaustedAndHttp429) {
+  AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
+  FakeDecode* d = AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
+  d->full.store(-1);
+  const absl::Time t0 = absl::Now();
+  auto out = backend_->Complete(Request(Prompt(5)), [](const router::TokenEvent&) { return true; });
+  const absl::Duration waited = absl::Now() - t0;
+  ASSERT_TRUE(absl::IsResourceExhausted(out.status())) << out.status();
+  EXPECT_NE(out.status().message().find("no decode worker had room in"), std::string::npos)
+      << out.status();
+  EXPECT_GE(waited, absl::Seconds(kBusyWaitSeconds) - absl::Milliseconds(150));
+  EXPECT_GT(d->starts.load(), 5);
+  EXPECT_LT(d->starts.load(), 100);
+  auto r = PostCompletion();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429) << r->body;
 }
 
 // A sequence still in the decode batch right after its generation ended (a cancelled Generate)
