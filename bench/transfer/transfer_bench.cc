@@ -61,33 +61,45 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Two UcxBackends for one --transports entry ("tls", or "tls/nopeer": peer failure detection
+// off, which lets UCX use sm). False, with the reason on stderr, when UCX refuses them (e.g. a
+// transport name it does not know).
+bool MakeUcxPair(const std::string& spec, std::unique_ptr<TransferBackend>* client,
+                 std::unique_ptr<TransferBackend>* server) {
+  UcxOptions options;
+  options.transports = spec.substr(0, spec.find('/'));
+  options.peer_failure_detection = spec.find("/nopeer") == std::string::npos;
+  auto c = UcxBackend::Create(options);
+  auto s = UcxBackend::Create(options);
+  if (!c.ok() || !s.ok()) {
+    std::fprintf(stderr, "transfer_bench: --transports '%s': %s\n", spec.c_str(),
+                 (c.ok() ? s.status() : c.status()).ToString().c_str());
+    return false;
+  }
+  *client = *std::move(c);
+  *server = *std::move(s);
+  return true;
+}
+
 // See the file comment (--after_idle_ms).
 int RunAfterIdle(double idle_ms, const std::vector<std::string>& transports) {
   std::printf("| transports | idle CPU (%% of a core) | hot get us | after %.0f ms idle, "
               "unannounced us | announced us |\n|---|---:|---:|---:|---:|\n",
               idle_ms);
   for (const std::string& spec : transports) {
-    UcxOptions options;
-    options.transports = spec.substr(0, spec.find('/'));
-    options.peer_failure_detection = spec.find("/nopeer") == std::string::npos;
-    auto client = UcxBackend::Create(options);
-    auto server = UcxBackend::Create(options);
-    if (!client.ok() || !server.ok()) {
-      std::fprintf(stderr, "transfer_bench: --transports '%s': %s\n", spec.c_str(),
-                   (client.ok() ? server.status() : client.status()).ToString().c_str());
-      return 2;
-    }
+    std::unique_ptr<TransferBackend> client, server;
+    if (!MakeUcxPair(spec, &client, &server)) return 2;
     std::vector<std::byte> block = oscarkv::testing::MakeTestBlockOfSize(64 << 10, 7);
     std::vector<std::byte> readback(block.size());
-    auto dst = (*client)->RegisterMemory(readback);
-    auto remote = (*server)->RegisterMemory(block);
+    auto dst = client->RegisterMemory(readback);
+    auto remote = server->RegisterMemory(block);
     CHECK(dst.ok() && remote.ok());
-    const TransferBatch batch{(*server)->EndpointAddress(),
+    const TransferBatch batch{server->EndpointAddress(),
                               {{dst->handle, 0, remote->remote_descriptor, 0, block.size(),
                                 Direction::kGet}}};
     auto get_us = [&] {
       const auto t0 = Clock::now();
-      CHECK_OK(TransferAndWait(**client, batch));
+      CHECK_OK(TransferAndWait(*client, batch));
       return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
     };
     get_us();  // connection set-up
@@ -103,7 +115,7 @@ int RunAfterIdle(double idle_ms, const std::vector<std::string>& transports) {
       std::this_thread::sleep_for(idle);
       cold.push_back(get_us());
       std::this_thread::sleep_for(idle);
-      (*server)->ExpectPeerTraffic();
+      server->ExpectPeerTraffic();
       announced.push_back(get_us());
     }
     CHECK_OK(VerifyBlockOnArrival(readback).status());
@@ -162,19 +174,10 @@ int Run(int argc, char** argv) {
     CHECK(c.ok() && s.ok());
     columns.push_back({"local put", *std::move(c), *std::move(s)});
   }
-  // "tls" = peer failure detection on (the default); "tls/nopeer" = off (lets UCX use sm).
   for (const std::string& spec : transports) {
-    UcxOptions options;
-    options.transports = spec.substr(0, spec.find('/'));
-    options.peer_failure_detection = spec.find("/nopeer") == std::string::npos;
-    auto c = UcxBackend::Create(options);
-    auto s = UcxBackend::Create(options);
-    if (!c.ok() || !s.ok()) {  // e.g. a transport name UCX does not know
-      std::fprintf(stderr, "transfer_bench: --transports '%s': %s\n", spec.c_str(),
-                   (c.ok() ? s.status() : c.status()).ToString().c_str());
-      return 2;
-    }
-    columns.push_back({"ucx put [" + spec + "]", *std::move(c), *std::move(s)});
+    std::unique_ptr<TransferBackend> c, s;
+    if (!MakeUcxPair(spec, &c, &s)) return 2;
+    columns.push_back({"ucx put [" + spec + "]", std::move(c), std::move(s)});
     columns.push_back({"ucx get [" + spec + "]", nullptr, nullptr});
   }
 
