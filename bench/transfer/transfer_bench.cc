@@ -83,9 +83,10 @@ bool MakeUcxPair(const std::string& spec, std::unique_ptr<TransferBackend>* clie
 
 // See the file comment (--after_idle_ms).
 int RunAfterIdle(double idle_ms, const std::vector<std::string>& transports) {
-  std::printf("| transports | idle CPU (%% of a core) | hot get us | after %.0f ms idle, "
-              "unannounced us | announced us |\n|---|---:|---:|---:|---:|\n",
-              idle_ms);
+  std::printf(
+      "| transports | idle CPU (%% of a core) | hot get us | after %.0f ms idle, "
+      "unannounced us | announced us |\n|---|---:|---:|---:|---:|\n",
+      idle_ms);
   for (const std::string& spec : transports) {
     std::unique_ptr<TransferBackend> client, server;
     if (!MakeUcxPair(spec, &client, &server)) return 2;
@@ -94,9 +95,9 @@ int RunAfterIdle(double idle_ms, const std::vector<std::string>& transports) {
     auto dst = client->RegisterMemory(readback);
     auto remote = server->RegisterMemory(block);
     CHECK(dst.ok() && remote.ok());
-    const TransferBatch batch{server->EndpointAddress(),
-                              {{dst->handle, 0, remote->remote_descriptor, 0, block.size(),
-                                Direction::kGet}}};
+    const TransferBatch batch{
+        server->EndpointAddress(),
+        {{dst->handle, 0, remote->remote_descriptor, 0, block.size(), Direction::kGet}}};
     auto get_us = [&] {
       const auto t0 = Clock::now();
       CHECK_OK(TransferAndWait(*client, batch));
@@ -108,8 +109,8 @@ int RunAfterIdle(double idle_ms, const std::vector<std::string>& transports) {
     const double cpu0 = CpuSeconds();
     const auto wall0 = Clock::now();
     std::this_thread::sleep_for(std::chrono::seconds(2));
-    const double idle_cpu = (CpuSeconds() - cpu0) /
-                            std::chrono::duration<double>(Clock::now() - wall0).count() * 100;
+    const double idle_cpu =
+        (CpuSeconds() - cpu0) / std::chrono::duration<double>(Clock::now() - wall0).count() * 100;
     const auto idle = std::chrono::duration<double, std::milli>(idle_ms);
     for (int i = 0; i < 20; ++i) {
       std::this_thread::sleep_for(idle);

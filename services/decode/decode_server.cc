@@ -7,9 +7,9 @@
 #include "lib/metrics/metrics_http_server.h"
 #include "lib/rpc/model_identity.h"
 #include "lib/rpc/server_runner.h"
+#include "lib/rpc/worker_flags.h"
 #include "lib/rpc/worker_registration.h"
 #include "lib/rpc/worker_runtime.h"
-#include "lib/rpc/worker_flags.h"
 #include "lib/transfer/backend_factory.h"
 #include "services/decode/decode_device.h"
 #include "services/decode/decode_engine.h"
@@ -195,9 +195,9 @@ void DecodeServer::Shutdown() {
                      << " generations still running after the " << config_.drain_seconds
                      << " s drain end with UNAVAILABLE";
       }
-      engine_->Stop(absl::UnavailableError(absl::StrCat(
-          "decode worker ", config_.worker_id, " shut down (drain of ", config_.drain_seconds,
-          " s over) before this generation ended")));
+      engine_->Stop(absl::UnavailableError(
+          absl::StrCat("decode worker ", config_.worker_id, " shut down (drain of ",
+                       config_.drain_seconds, " s over) before this generation ended")));
     }
     if (runner_) {
       // The streams just ended write their status; EndTurn calls finish.

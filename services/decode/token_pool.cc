@@ -8,10 +8,10 @@ absl::StatusOr<uint64_t> TokenPool::Insert(std::unique_ptr<PooledSequence> entry
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t reserved = entry->sequence->reserved_kv_bytes();
   if (reserved_bytes_ + reserved > capacity_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "decode KV pool full: the sequences held may grow to ", reserved_bytes_,
-        " bytes and this one (its prompt and max_new_tokens) to ", reserved, ", more than the ",
-        capacity_bytes_, " of --kv_capacity_bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("decode KV pool full: the sequences held may grow to ", reserved_bytes_,
+                     " bytes and this one (its prompt and max_new_tokens) to ", reserved,
+                     ", more than the ", capacity_bytes_, " of --kv_capacity_bytes"));
   }
   const uint64_t id = entry->id != 0 ? entry->id : next_id_++;
   if (entries_.count(id) != 0) {

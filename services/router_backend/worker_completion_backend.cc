@@ -715,8 +715,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
       blocks_preq.set_publish_to_kvstore(impl_->options.use_kvstore && at->publish_to_store);
       blocks_preq.set_prompt_logprobs(false);  // already delivered
       pv1::PrefillResponse again;
-      absl::Status s =
-          rpc::ToAbslStatus(impl_->CallPrefill(*at, *at_request, blocks_preq, &again));
+      absl::Status s = rpc::ToAbslStatus(impl_->CallPrefill(*at, *at_request, blocks_preq, &again));
       if (!s.ok()) return Annotate(s, absl::StrCat("prefill (block retry) on ", at->prefill_id));
       sreq.clear_packed_kv();
       *sreq.mutable_prompt_blocks() = again.published_blocks();
@@ -763,8 +762,8 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
       if (!movable || !other_decode(avoid)) {
         // Every decode worker is full: wait, then start with the best placement again.
         if (absl::Now() + backoff > room_until) {
-          started = Annotate(started, absl::StrCat("no decode worker had room in ", room_tries,
-                                                   " tries"));
+          started = Annotate(started,
+                             absl::StrCat("no decode worker had room in ", room_tries, " tries"));
           break;
         }
         absl::SleepFor(backoff * Jitter());

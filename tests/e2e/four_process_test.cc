@@ -299,23 +299,25 @@ TEST_F(FourProcessTest, AGenerationCutOffByItsDecodeWorkerResumesOnAnother) {
     auto r = engine_->Prefill(ids);
     ASSERT_TRUE(r.ok()) << r.status();
     whole = resumed_reference({static_cast<int32_t>(
-        std::max_element(r->last_logits.begin(), r->last_logits.end()) -
-        r->last_logits.begin())});
+        std::max_element(r->last_logits.begin(), r->last_logits.end()) - r->last_logits.begin())});
   }
   // Runs one greedy completion (end-of-generation ignored: a fixed length) and cuts its decode
   // worker off with `cut` once that has generated a few tokens.
   auto run_and_cut = [&](int metrics_port, const std::function<void()>& cut) {
     json result;
     auto generated = [&] {
-      return std::max(0.0, Sample(Get(metrics_port, "/metrics"),
-                                  "oscarkv_decode_tokens_generated_total"));
+      return std::max(
+          0.0, Sample(Get(metrics_port, "/metrics"), "oscarkv_decode_tokens_generated_total"));
     };
     const double before = generated();
     std::thread client([&] {
       httplib::Client c("127.0.0.1", router_port_);
       c.set_read_timeout(120, 0);
-      json body = {{"model", model_id_}, {"prompt", prompt}, {"max_tokens", max_tokens},
-                   {"temperature", 0}, {"ignore_eos", true}};
+      json body = {{"model", model_id_},
+                   {"prompt", prompt},
+                   {"max_tokens", max_tokens},
+                   {"temperature", 0},
+                   {"ignore_eos", true}};
       auto r = c.Post("/v1/completions", body.dump(), "application/json");
       if (r) result = json::parse(r->body, nullptr, false);
     });

@@ -67,8 +67,7 @@ TEST(TokenPool, AdmitsBySizeAtTheLongestASequenceMayGrowTo) {
   ASSERT_TRUE(a.ok());
   absl::StatusOr<uint64_t> b = pool.Insert(Entry(10, 40), t0);  // would grow to 500: 1100 in all
   ASSERT_TRUE(absl::IsResourceExhausted(b.status()));
-  EXPECT_NE(b.status().message().find("--kv_capacity_bytes"), std::string::npos)
-      << b.status();
+  EXPECT_NE(b.status().message().find("--kv_capacity_bytes"), std::string::npos) << b.status();
   EXPECT_EQ(pool.Usage().kv_bytes, 100);
   ASSERT_TRUE(pool.Insert(Entry(10, 30), t0).ok());  // 400: exactly full
   EXPECT_EQ(pool.Usage().reserved_bytes, 1000);

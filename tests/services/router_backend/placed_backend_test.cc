@@ -16,6 +16,7 @@
 //    deregistered one loses its channel.
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
@@ -59,6 +60,10 @@ class FakePrefill final : public pv1::PrefillService::Service {
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "prefill worker busy");
     }
     std::vector<int32_t> ids(req->token_ids().begin(), req->token_ids().end());
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      last_ids = ids;
+    }
     for (const auto& k : kvformat::ComputeBlockKeys(KeyParams(), std::span<const int32_t>(ids))) {
       auto* p = resp->add_published_keys();
       p->set_lo(k.lo);
@@ -83,6 +88,8 @@ class FakePrefill final : public pv1::PrefillService::Service {
   std::atomic<bool> offered{false};
   std::atomic<bool> publish{false};  // the last request's publish_to_kvstore
   std::atomic<int> busy{0};  // answers RESOURCE_EXHAUSTED this many more times; < 0: always
+  std::mutex mu;
+  std::vector<int32_t> last_ids;  // of the last prefill; guarded by mu
 };
 
 // Decode: streams tokens 8, 9, ... up to max_new_tokens; can hold Generate until released.
@@ -109,7 +116,16 @@ class FakeDecode final : public dv1::DecodeService::Service {
       generating.Notify();
       hold->WaitForNotification();
     }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      last_generate = *req;
+    }
     dv1::GenerateResponse msg;
+    if (cut_after.load() >= 0) {  // a worker that goes away mid-generation
+      for (int i = 0; i < cut_after.load(); ++i) msg.add_token_ids(8 + i);
+      writer->Write(msg);
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode worker shut down");
+    }
     for (uint32_t i = 0; i < req->max_new_tokens(); ++i) msg.add_token_ids(8 + i);
     msg.set_finished(true);
     msg.set_finish_reason("length");
@@ -136,6 +152,9 @@ class FakeDecode final : public dv1::DecodeService::Service {
   std::atomic<bool> refuse_packed{false};   // answer packed KV with DATA_LOSS
   absl::Notification* hold = nullptr;  // not owned
   absl::Notification generating;
+  std::atomic<int> cut_after{-1};  // >= 0: Generate streams this many tokens, then UNAVAILABLE
+  std::mutex mu;
+  dv1::GenerateRequest last_generate;  // guarded by mu
 };
 
 // One fake worker: its gRPC server and its registration with the router.
@@ -566,6 +585,40 @@ TEST_F(PlacedBackendTest, DecodeFullForLongerThanTheWaitIsResourceExhaustedAndHt
   auto r = PostCompletion();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429) << r->body;
+}
+
+// A generation its decode worker cuts off resumes on another: the prompt and the tokens delivered
+// but the last are prefilled, the last is fed as the first token with the earlier ones beside
+// it, and the rest of max_tokens is generated there; the consumer sees one completion.
+TEST_F(PlacedBackendTest, AGenerationCutOffResumesOnAnotherDecodeWorker) {
+  FakePrefill* p = AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
+  FakeDecode* cut = AddWorker<FakeDecode>("decode-a", cv1::WORKER_ROLE_DECODE);
+  FakeDecode* other = AddWorker<FakeDecode>("decode-b", cv1::WORKER_ROLE_DECODE);
+  cut->cut_after.store(2);
+  std::vector<int32_t> got;
+  const std::vector<int32_t> prompt = Prompt(5);
+  auto out =
+      backend_->Complete(Request(prompt, /*max_tokens=*/6), [&](const router::TokenEvent& e) {
+        got.push_back(e.token_id);
+        return true;
+      });
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->completion_tokens, 6);
+  EXPECT_EQ(got, (std::vector<int32_t>{7, 8, 9, 8, 9, 10}));  // 7 from the prefill
+  EXPECT_EQ(backend_->last_trace().decode_worker, "decode-b");
+  EXPECT_EQ(p->calls.load(), 2);
+  std::vector<int32_t> resumed_prompt = prompt;
+  resumed_prompt.insert(resumed_prompt.end(), {7, 8});
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    EXPECT_EQ(p->last_ids, resumed_prompt);
+  }
+  std::lock_guard<std::mutex> lock(other->mu);
+  EXPECT_EQ(other->last_generate.first_token(), 9u);
+  EXPECT_EQ(std::vector<uint32_t>(other->last_generate.earlier_output_token_ids().begin(),
+                                  other->last_generate.earlier_output_token_ids().end()),
+            (std::vector<uint32_t>{7, 8}));
+  EXPECT_EQ(other->last_generate.max_new_tokens(), 3u);
 }
 
 // A sequence still in the decode batch right after its generation ended (a cancelled Generate)

@@ -167,8 +167,8 @@ TEST(ThreeTierCache, BytesInUseAtEqualsTheCacheAtEveryLength) {
       }
     }
   }
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      BytesInUseAt(GetCodecSpec(CodecId::kOscar), 1, 1, 64, -1).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(BytesInUseAt(GetCodecSpec(CodecId::kOscar), 1, 1, 64, -1).status()));
 }
 
 TEST(ThreeTierCache, NoWindowCodecsQuantiseEveryTokenAtOnce) {
