@@ -295,9 +295,17 @@ absl::StatusOr<EndTurnResult> DecodeEngine::EndTurn(uint64_t id, bool keep,
     const double ttl = std::min(std::max(keep_ttl_seconds, 0.0), options_.max_keep_seconds);
     OSCARKV_ASSIGN_OR_RETURN(r.kept_bytes, pool_.Keep(id, absl::Seconds(ttl), absl::Now()));
   } else {
-    OSCARKV_ASSIGN_OR_RETURN(r.released_bytes, pool_.Release(id));
-    std::lock_guard<std::mutex> lock(ids_mu_);
-    batch_ids_.erase(id);
+    bool deferred = false;
+    OSCARKV_ASSIGN_OR_RETURN(r.released_bytes, pool_.Release(id, &deferred));
+    uint64_t batch_id = 0;
+    {
+      std::lock_guard<std::mutex> lock(ids_mu_);
+      auto it = batch_ids_.find(id);
+      if (it != batch_ids_.end()) batch_id = it->second;
+      batch_ids_.erase(id);
+    }
+    // Still generating: it leaves the batch before the next step, and the pool drops it then.
+    if (deferred && batch_id != 0) batcher_.Cancel(batch_id);
   }
   return r;
 }

@@ -47,6 +47,11 @@ void TokenPool::FinishGenerate(uint64_t id, absl::Time now) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
   PooledSequence& e = *it->second;
+  if (e.release_when_done) {
+    reserved_bytes_ -= e.sequence->reserved_kv_bytes();
+    entries_.erase(it);
+    return;
+  }
   e.generating = false;
   e.expires = now + idle_ttl_;
 }
@@ -56,18 +61,23 @@ absl::StatusOr<int64_t> TokenPool::Keep(uint64_t id, absl::Duration ttl, absl::T
   auto it = entries_.find(id);
   if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", id));
   it->second->kept = true;
+  it->second->release_when_done = false;  // the later call wins
   it->second->expires = now + ttl;
   return it->second->sequence->kv_bytes();
 }
 
-absl::StatusOr<int64_t> TokenPool::Release(uint64_t id) {
+absl::StatusOr<int64_t> TokenPool::Release(uint64_t id, bool* deferred) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(id);
-  if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", id));
-  if (it->second->generating) {
-    return absl::FailedPreconditionError(absl::StrCat("sequence ", id, " is generating"));
+  if (it == entries_.end() || it->second->release_when_done) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", id));
   }
   const int64_t bytes = it->second->sequence->kv_bytes();
+  if (deferred != nullptr) *deferred = it->second->generating;
+  if (it->second->generating) {
+    it->second->release_when_done = true;
+    return bytes;
+  }
   reserved_bytes_ -= it->second->sequence->reserved_kv_bytes();
   entries_.erase(it);
   return bytes;

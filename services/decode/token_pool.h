@@ -25,6 +25,7 @@ struct PooledSequence {
   std::unique_ptr<HeldSequence> sequence;
   bool generating = false;        // a Generate is running on it
   bool kept = false;              // pinned by EndTurn(keep)
+  bool release_when_done = false;  // EndTurn(release) came while generating
   absl::Time expires = absl::InfiniteFuture();  // dropped by Sweep after this
 };
 
@@ -37,7 +38,7 @@ struct PoolUsage {
 };
 
 // Thread-safe (one mutex). Sequence pointers handed out stay valid while the entry is
-// `generating` (Release and Sweep skip such entries until FinishGenerate).
+// `generating` (Sweep skips such entries, and Release defers to FinishGenerate).
 class TokenPool {
  public:
   // `capacity_bytes` > 0; `idle_ttl`: how long a sequence with no Generate/EndTurn is kept;
@@ -56,13 +57,14 @@ class TokenPool {
   // Marks `id` generating and returns its sequence. @return kNotFound, or kFailedPrecondition
   // when a Generate already runs on it.
   absl::StatusOr<HeldSequence*> BeginGenerate(uint64_t id);
-  // Ends a Generate; starts the idle expiry.
+  // Ends a Generate; starts the idle expiry, or drops the sequence when a Release came meanwhile.
   void FinishGenerate(uint64_t id, absl::Time now);
   // Keeps a sequence for `ttl` (EndTurn keep). @return bytes kept, or kNotFound.
   absl::StatusOr<int64_t> Keep(uint64_t id, absl::Duration ttl, absl::Time now);
-  // Drops a sequence (EndTurn release). @return bytes released, kNotFound, or
-  // kFailedPrecondition while it is generating.
-  absl::StatusOr<int64_t> Release(uint64_t id);
+  // Drops a sequence (EndTurn release); one still generating (a cancelled Generate may hold it
+  // for a step more) is dropped when it finishes, and *deferred (optional) says so.
+  // @return the bytes released (now or then), or kNotFound.
+  absl::StatusOr<int64_t> Release(uint64_t id, bool* deferred = nullptr);
   // Drops expired, non-generating sequences; returns how many.
   int Sweep(absl::Time now);
   // The bytes of now (each sequence asked; they grow while generating).

@@ -826,25 +826,12 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
       ereq.mutable_session_id()->set_value(request.session_id);
       ereq.set_keep(false);
       dv1::EndTurnResponse eresp;
-      // After a cancelled Generate the sequence may still be in the batch for a step or so
-      // (FAILED_PRECONDITION "is generating"): asked again until it is out, for up to 5 s, so
-      // that its KV is not held until the decode worker's idle TTL (a full pool answers 429
-      // meanwhile). A worker that cut the generation off is asked once (it may be gone).
-      const absl::Time give_up =
-          absl::IsUnavailable(gen_status) ? absl::Now() : absl::Now() + absl::Seconds(5);
-      absl::Duration wait = absl::Milliseconds(5);
-      grpc::Status es;
-      for (;;) {
-        grpc::ClientContext ctx;
-        SetDeadline(&ctx, std::max(give_up, absl::Now() + absl::Seconds(1)));
-        es = at->decode->decode->EndTurn(&ctx, ereq, &eresp);
-        if (es.error_code() != grpc::StatusCode::FAILED_PRECONDITION ||
-            absl::Now() + wait > give_up) {
-          break;
-        }
-        absl::SleepFor(wait);
-        wait = std::min(wait * 2, absl::Milliseconds(100));
-      }
+      // The release holds even when the sequence is still in the batch for a step after a
+      // cancelled Generate (the decode worker drops it when it leaves). A worker that cut the
+      // generation off may be gone: one second for it.
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx, absl::Now() + absl::Seconds(absl::IsUnavailable(gen_status) ? 1 : 5));
+      const grpc::Status es = at->decode->decode->EndTurn(&ctx, ereq, &eresp);
       if (!es.ok()) VLOG(1) << request.request_id << ": EndTurn: " << es.error_message();
     }
     if (absl::IsUnavailable(gen_status) &&

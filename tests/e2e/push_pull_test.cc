@@ -280,6 +280,29 @@ TEST(PushPull, BothTransferModesStreamTheReferenceTokens) {
               (*engine)->KvBytesAt(static_cast<int64_t>(prompt.size()) + max_new));
     st = start(&b);
     EXPECT_TRUE(st.ok()) << st.error_message();
+    // A client that leaves mid-generation: the EndTurn right after the cancel holds although
+    // the sequence is in the batch for a step more, and its room comes back as it leaves.
+    {
+      dv1::GenerateRequest g;
+      g.set_sequence_id(b.sequence_id());
+      g.set_first_token(presp.first_token());
+      g.set_max_new_tokens(grow);
+      auto gc = ctx();
+      auto reader = stub->Generate(gc.get(), g);
+      dv1::GenerateResponse msg;
+      ASSERT_TRUE(reader->Read(&msg));
+      gc->TryCancel();
+      dv1::EndTurnRequest end;
+      end.set_sequence_id(b.sequence_id());
+      st = stub->EndTurn(ctx().get(), end, &er);
+      EXPECT_TRUE(st.ok()) << st.error_message();
+      reader->Finish();
+    }
+    dv1::StartSequenceResponse third;
+    for (int i = 0; i < 100 && !(st = start(&third)).ok(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_TRUE(st.ok()) << st.error_message();
     (*server)->Shutdown();
   }
   (*pf)->Shutdown();

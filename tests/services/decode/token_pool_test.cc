@@ -42,7 +42,6 @@ TEST(TokenPool, CapacityKeepReleaseAndExpiry) {
 
   ASSERT_TRUE(pool.BeginGenerate(*a).ok());
   EXPECT_TRUE(absl::IsFailedPrecondition(pool.BeginGenerate(*a).status()));
-  EXPECT_TRUE(absl::IsFailedPrecondition(pool.Release(*a).status()));
   EXPECT_EQ(pool.Sweep(t0 + absl::Seconds(100)), 1);  // b expired; a is generating
   seq_a->length_ = 60;  // grown while generating: read at once, not at its end
   EXPECT_EQ(pool.Usage().kv_bytes, 600);
@@ -74,6 +73,31 @@ TEST(TokenPool, AdmitsBySizeAtTheLongestASequenceMayGrowTo) {
   ASSERT_TRUE(pool.Release(*a).ok());
   EXPECT_TRUE(pool.Insert(Entry(10, 40), t0).ok());
   EXPECT_EQ(pool.Usage().reserved_bytes, 900);
+}
+
+// EndTurn(release) right after a cancelled Generate, while the sequence is still in the batch
+// for a step: the release holds, and the sequence goes when its Generate finishes.
+TEST(TokenPool, AReleaseWhileGeneratingTakesEffectWhenItFinishes) {
+  TokenPool pool(1000, absl::Seconds(10), 70);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  absl::StatusOr<uint64_t> a = pool.Insert(Entry(10, 40), t0);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(pool.BeginGenerate(*a).ok());
+  bool deferred = false;
+  absl::StatusOr<int64_t> released = pool.Release(*a, &deferred);
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_EQ(*released, 100);
+  EXPECT_TRUE(deferred);
+  EXPECT_EQ(pool.Usage().sequences, 1);  // still stepping
+  EXPECT_TRUE(absl::IsNotFound(pool.Release(*a).status()));  // released once
+  pool.FinishGenerate(*a, t0);
+  EXPECT_EQ(pool.Usage().sequences, 0);
+  EXPECT_EQ(pool.Usage().reserved_bytes, 0);
+  absl::StatusOr<uint64_t> b = pool.Insert(Entry(10, 40), t0);
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(pool.Release(*b, &deferred).ok());
+  EXPECT_FALSE(deferred);
+  EXPECT_EQ(pool.Usage().sequences, 0);
 }
 
 TEST(TokenPool, ReservedIdsAreUsedOnceAndNeverHandedOutAgain) {

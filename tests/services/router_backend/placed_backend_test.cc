@@ -135,16 +135,11 @@ class FakeDecode final : public dv1::DecodeService::Service {
   grpc::Status EndTurn(grpc::ServerContext*, const dv1::EndTurnRequest*,
                        dv1::EndTurnResponse*) override {
     end_turns.fetch_add(1);
-    if (still_generating.load() > 0) {
-      still_generating.fetch_sub(1);
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "sequence 1 is generating");
-    }
     released.fetch_add(1);
     return grpc::Status::OK;
   }
   std::atomic<int> end_turns{0};
   std::atomic<int> released{0};
-  std::atomic<int> still_generating{0};  // EndTurn answers "is generating" this many more times
   std::atomic<int> starts{0};
   std::atomic<int> full{0};  // StartSequence answers "pool full" this many more times; -1: always
   std::atomic<uint64_t> packed_checksum{0};  // of the last StartSequence's packed_kv; 0 = none
@@ -621,15 +616,13 @@ TEST_F(PlacedBackendTest, AGenerationCutOffResumesOnAnotherDecodeWorker) {
   EXPECT_EQ(other->last_generate.max_new_tokens(), 3u);
 }
 
-// A sequence still in the decode batch right after its generation ended (a cancelled Generate)
-// is released as soon as it is out, not left to the decode worker's idle TTL.
-TEST_F(PlacedBackendTest, EndTurnIsAskedAgainWhileTheSequenceIsStillGenerating) {
+// Every completion ends its turn on the decode worker, releasing the sequence.
+TEST_F(PlacedBackendTest, EveryCompletionReleasesItsSequence) {
   AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
   FakeDecode* d = AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
-  d->still_generating.store(3);
   auto out = backend_->Complete(Request(Prompt(5)), [](const router::TokenEvent&) { return true; });
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(d->end_turns.load(), 4);
+  EXPECT_EQ(d->end_turns.load(), 1);
   EXPECT_EQ(d->released.load(), 1);
 }
 
