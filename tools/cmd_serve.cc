@@ -190,7 +190,9 @@ absl::Status RunServe(const ServeFlags& f) {
                           .on_placement = [&metrics = server.metrics()](
                                               bool ok, int matched, int requested) {
                             metrics.OnPlacement(ok, matched, requested);
-                          }};
+                          },
+                          .on_resume = [&metrics = server.metrics()](
+                                           bool ok) { metrics.OnResume(ok); }};
                       OSCARKV_ASSIGN_OR_RETURN(
                           std::unique_ptr<router_backend::WorkerCompletionBackend> b,
                           router_backend::WorkerCompletionBackend::Create(bo, tokenizer));

@@ -33,6 +33,10 @@ RouterMetrics::RouterMetrics(metrics::Registry& r)
                       .Get()),
       placements_(r.AddCounter("oscarkv_router_placements_total",
                                "Placement decisions, by result (ok, failed).", {"result"})),
+      resumes_(r.AddCounter("oscarkv_router_resumed_generations_total",
+                            "Generations cut off by their decode worker (it died or drained) "
+                            "and placed again to go on, by result (ok, failed).",
+                            {"result"})),
       prefix_blocks_matched_(&r.AddCounter("oscarkv_router_prefix_blocks_matched_total",
                                            "Prompt blocks the chosen prefill worker or the "
                                            "kvstore already held at placement.")
@@ -63,6 +67,8 @@ void RouterMetrics::OnPlacement(bool ok, int matched_blocks, int request_blocks)
   prefix_blocks_matched_->Increment(matched_blocks);
   prefix_blocks_requested_->Increment(request_blocks);
 }
+
+void RouterMetrics::OnResume(bool ok) { resumes_.WithLabels({ok ? "ok" : "failed"}).Increment(); }
 
 void RouterMetrics::WatchWorkers(metrics::Registry& metrics_registry, WorkerRegistry* workers) {
   metrics_registry.AddCollectCallback([this, workers] {

@@ -25,6 +25,8 @@ class RouterMetrics {
   void ObserveTimePerOutputToken(double seconds);
   void AddTokens(int prompt_tokens, int completion_tokens);
   void OnPlacement(bool ok, int matched_blocks, int request_blocks);
+  //! A generation its decode worker cut off, resumed on another pair (ok) or not.
+  void OnResume(bool ok);
   metrics::Gauge& in_flight() { return *in_flight_; }
 
   //! Samples worker counts by role and health from `registry` on each scrape.
@@ -39,6 +41,7 @@ class RouterMetrics {
   metrics::Counter* completion_tokens_;
   metrics::Gauge* in_flight_;
   metrics::CounterFamily& placements_;
+  metrics::CounterFamily& resumes_;
   metrics::Counter* prefix_blocks_matched_;
   metrics::Counter* prefix_blocks_requested_;
   metrics::GaugeFamily& workers_;

@@ -858,6 +858,7 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
     resume_preq.set_logprobs(false);  // its sampled token is not used: the last one is fed
     resume_preq.set_prompt_logprobs(false);
     absl::StatusOr<Prefilled> again = impl_->PlaceAndPrefill(resumed, resume_preq);
+    if (impl_->options.registry->on_resume) impl_->options.registry->on_resume(again.ok());
     if (!again.ok()) {
       gen_status = Annotate(again.status(), absl::StrCat("resuming after ", gen_status.message()));
       break;

@@ -62,6 +62,9 @@ struct RegistryPlacement {
   // could take it (no healthy worker of a role, every prefill worker busy until the wait ended).
   // A request's retries while workers are busy count once. Default: none.
   std::function<void(bool ok, int matched_blocks, int request_blocks)> on_placement;
+  // Told each resume of a generation its decode worker cut off (RouterMetrics::OnResume): ok
+  // when the prompt and its tokens so far were prefilled on a new pair. Default: none.
+  std::function<void(bool ok)> on_resume;
 };
 
 struct WorkerBackendOptions {

@@ -206,6 +206,9 @@ class PlacedBackendTest : public ::testing::Test {
                                          .on_placement = [&m = s.metrics()](
                                                              bool ok, int matched, int requested) {
                                            m.OnPlacement(ok, matched, requested);
+                                         },
+                                         .on_resume = [&m = s.metrics()](bool ok) {
+                                           m.OnResume(ok);
                                          }};
           auto b = WorkerCompletionBackend::Create(o, tokenizer_.get());
           if (!b.ok()) return b.status();
@@ -614,6 +617,9 @@ TEST_F(PlacedBackendTest, AGenerationCutOffResumesOnAnotherDecodeWorker) {
                                   other->last_generate.earlier_output_token_ids().end()),
             (std::vector<uint32_t>{7, 8}));
   EXPECT_EQ(other->last_generate.max_new_tokens(), 3u);
+  EXPECT_NE(Metrics().find("oscarkv_router_resumed_generations_total{result=\"ok\"} 1"),
+            std::string::npos)
+      << Metrics();
 }
 
 // Every completion ends its turn on the decode worker, releasing the sequence.
