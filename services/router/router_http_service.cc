@@ -576,6 +576,13 @@ void RouterHttpService::HandleCompletion(Endpoint endpoint, const httplib::Reque
     if (x.finished) return;
     x.finished = true;
     x.run->cancelled.store(true);
+    // A completion whose first token was a stop token delivers none, but its first token came
+    // then: counted, or the fastest answers would be missing from the histogram.
+    if (status.ok() && !x.first_token_at &&
+        std::any_of(x.choices.begin(), x.choices.end(),
+                    [](const Exchange::Choice& c) { return c.finish == FinishReason::kStop; })) {
+      metrics_->ObserveTimeToFirstToken(absl::ToDoubleSeconds(absl::Now() - x.received));
+    }
     if (x.completion_tokens > 1 && x.first_token_at) {
       metrics_->ObserveTimePerOutputToken(
           absl::ToDoubleSeconds(x.last_token_at - *x.first_token_at) / (x.completion_tokens - 1));

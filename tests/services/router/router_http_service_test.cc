@@ -904,6 +904,22 @@ TEST_F(RouterHttpTest, ManyStalledClientsDoNotDelayHealthChecksOrRequests) {
   for (int fd : stalled) close(fd);
 }
 
+// A completion that stops before its first token (the model's first pick is end-of-generation)
+// still has a time to first token.
+TEST_F(RouterHttpTest, ACompletionThatStopsAtOnceHasATimeToFirstToken) {
+  FakeScript script;
+  script.pieces = {};
+  Start(script);
+  auto res = Post("/v1/completions", {{"model", "fake-model"}, {"prompt", "abc"}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["choices"][0]["finish_reason"], "stop") << res->body;
+  auto m = client_->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("oscarkv_router_time_to_first_token_seconds_count 1"), std::string::npos)
+      << m->body;
+}
+
 TEST_F(RouterHttpTest, HealthReadinessDrainAndMetrics) {
   Start();
   EXPECT_EQ(client_->Get("/healthz")->status, 200);
