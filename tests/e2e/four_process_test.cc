@@ -8,6 +8,7 @@
 // (b) a second request sharing a long prefix (> chunk 256 + recent 256) hits the kvstore: the
 //     prefill reuses stored blocks (its counters and the kvstore's hit counters say so) and
 //     the answer still equals the no-reuse reference.
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -250,10 +251,15 @@ TEST_F(FourProcessTest, RequestsOnKilledWorkersArePlacedAgain) {
 // last fed to the decode step.
 TEST_F(FourProcessTest, AGenerationCutOffByItsDecodeWorkerResumesOnAnother) {
   const std::string ready = "serving gRPC on port ([0-9]+), metrics on port ([0-9]+)";
+  // A drain of 0.2 s: the generation must still be running when it ends, however fast the
+  // machine (160 tokens take over a second on the CPU).
   auto start_decode = [&](const std::string& id, int* metrics_port) {
     std::vector<std::string> dargs = {OSCARKV_DECODE_BINARY, "--grpc_address", "127.0.0.1:0",
                                       "--worker_id", id};
     dargs.insert(dargs.end(), common_.begin(), common_.end());
+    auto drain = std::find(dargs.begin(), dargs.end(), "--drain_seconds");
+    EXPECT_NE(drain, dargs.end());
+    if (drain != dargs.end()) *std::next(drain) = "0.2";
     auto p = std::make_unique<Process>();
     auto got = p->Start(dargs, ready);
     EXPECT_EQ(got.size(), 2u) << p->output();
@@ -361,6 +367,8 @@ TEST_F(FourProcessTest, AGenerationCutOffByItsDecodeWorkerResumesOnAnother) {
     const int n = delivered_before_resume(c + 1);
     ASSERT_GT(n, 0) << router_->output();
     ASSERT_LT(n, max_tokens);
+    std::cout << "[measure] " << cases[c].how << ": " << n << " of " << max_tokens
+              << " tokens delivered before the cut, the rest after the resume\n";
     // The tokens up to the cut are the uninterrupted greedy ones; the rest the resume's.
     const std::vector<int32_t> done(whole.begin(), whole.begin() + n);
     EXPECT_EQ(r["choices"][0]["text"].get<std::string>(),
