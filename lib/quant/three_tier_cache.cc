@@ -72,8 +72,9 @@ TierWindows WindowsAt(const CodecSpec& spec, int n) {
 
 absl::StatusOr<int64_t> BytesInUseAt(const CodecSpec& spec, int num_layers, int num_kv_heads,
                                      int head_dim, int64_t tokens) {
-  if (num_layers <= 0 || num_kv_heads <= 0 || head_dim <= 0 || tokens < 0) {
-    return absl::InvalidArgumentError("BytesInUseAt: shapes must be > 0 and tokens >= 0");
+  if (num_layers <= 0 || num_kv_heads <= 0 || head_dim <= 0 || tokens < 0 || tokens > INT_MAX) {
+    return absl::InvalidArgumentError(
+        "BytesInUseAt: shapes must be > 0 and tokens in [0, INT_MAX]");
   }
   const int64_t bf16_page = kernels::Bf16PageUnitBytes(head_dim) * num_kv_heads;
   const int64_t int2_page = kernels::Int2PageUnitBytes(head_dim) * num_kv_heads;
@@ -87,10 +88,10 @@ absl::StatusOr<int64_t> BytesInUseAt(const CodecSpec& spec, int num_layers, int 
       per_layer = pages(tokens) * int2_page;
       break;
     case Family::kPerTokenWindowed: {
-      // As WindowsAt, in 64 bits: sink, then whole INT2 pages, then the recent rows.
-      const int64_t sink = std::min<int64_t>(tokens, spec.sink_tokens);
-      const int64_t over = std::max<int64_t>(0, tokens - spec.sink_tokens - spec.recent_tokens);
-      const int64_t history = over / kPageTokens * kPageTokens;
+      // The sink, whole INT2 pages of history, then the recent rows.
+      const TierWindows w = WindowsAt(spec, static_cast<int>(tokens));
+      const int64_t sink = std::min<int64_t>(tokens, w.quant_begin);
+      const int64_t history = w.k_quant_end - w.quant_begin;
       per_layer = (pages(sink) + pages(tokens - sink - history)) * bf16_page +
                   history / kPageTokens * int2_page;
       break;

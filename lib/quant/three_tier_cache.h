@@ -71,7 +71,7 @@ TierWindows WindowsAt(const CodecSpec& spec, int n);
 // What ThreeTierCache::BytesInUse() reports once every layer holds `tokens` tokens (the state
 // depends on the count alone), without building a cache: what a sequence will occupy at the
 // length it may grow to. kUnimplemented for the residual codecs (kivi2, oscar-tns), which no
-// server serves; kInvalidArgument for shapes <= 0 or tokens < 0.
+// server serves; kInvalidArgument for shapes <= 0 or tokens outside [0, INT_MAX].
 absl::StatusOr<int64_t> BytesInUseAt(const CodecSpec& spec, int num_layers, int num_kv_heads,
                                      int head_dim, int64_t tokens);
 

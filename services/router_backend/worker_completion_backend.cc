@@ -132,6 +132,21 @@ double Jitter() {
   return 0.5 + std::uniform_real_distribution<double>(0, 1)(rng);
 }
 
+// The wait between tries for a busy worker: jittered, 2 ms doubling to 100 ms.
+class BusyBackoff {
+ public:
+  // Sleeps the next step; false, without sleeping, when that would end after `give_up`.
+  bool Wait(absl::Time give_up) {
+    if (absl::Now() + next_ > give_up) return false;
+    absl::SleepFor(next_ * Jitter());
+    next_ = std::min(next_ * 2, absl::Milliseconds(100));
+    return true;
+  }
+
+ private:
+  absl::Duration next_ = absl::Milliseconds(2);
+};
+
 }  // namespace
 
 std::string TextEmitter::Push(int32_t token) {
@@ -275,7 +290,7 @@ struct WorkerCompletionBackend::Impl {
     const absl::Time start = absl::Now();
     const absl::Time give_up =
         std::min(request.deadline, start + absl::Seconds(options.busy_wait_seconds));
-    absl::Duration backoff = absl::Milliseconds(2);
+    BusyBackoff backoff;
     std::set<std::string> busy;         // answered kResourceExhausted
     std::set<std::string> unreachable;  // answered kUnavailable
     // Reports the placement once per request (registry mode): ok when a pair took the prefill
@@ -328,16 +343,77 @@ struct WorkerCompletionBackend::Impl {
         report(false, nullptr);
         return s;
       }
-      const absl::Time now = absl::Now();
-      if (now + backoff > give_up) {
+      if (!backoff.Wait(give_up)) {
         report(false, nullptr);
         return Annotate(s, absl::StrCat("no prefill slot in ", attempt, " tries over ",
-                                        absl::FormatDuration(now - start),
+                                        absl::FormatDuration(absl::Now() - start),
                                         " (oscarkv serve --prefill_busy_wait_s)"));
       }
-      absl::SleepFor(backoff * Jitter());
-      backoff = std::min(backoff * 2, absl::Milliseconds(100));
     }
+  }
+
+  // Moves `route`'s decode part to the best decode worker not in `avoid` (registry mode); false
+  // when there is none.
+  bool MoveDecode(const router::CompletionRequest& request, Route* route,
+                  const std::set<std::string>& avoid) {
+    absl::StatusOr<std::unique_ptr<Route>> other = Pick(request, {}, avoid);
+    if (!other.ok() || avoid.count((*other)->decode_id) != 0) return false;
+    route->TakeDecodeFrom(**other);
+    return true;
+  }
+
+  // After a first StartSequence on route->decode that answered `started`, runs `start` again
+  // until a decode worker takes the sequence.
+  // With `movable` (registry mode, prompt blocks rather than packed KV, which needs its pair):
+  // a decode worker that is unreachable (gone before the registry noticed, or draining) has
+  // started nothing, so the blocks go to another one, each tried once (`unreachable` keeps them
+  // across a request's resumes). In both modes a worker whose pool is full (kResourceExhausted:
+  // the sequences it holds may grow to its capacity) hands the sequence to another with room;
+  // when none has, the request waits for generations to end, placed again at each try, with a
+  // BusyBackoff, for up to options.busy_wait_seconds but at most 30 s (the blocks wait in the
+  // prefill worker's outbox, 60 s by default) or its deadline.
+  // @return the last try's status.
+  absl::Status StartDecode(const router::CompletionRequest& request, bool movable, Route* route,
+                           std::set<std::string>* unreachable, absl::Status started,
+                           const std::function<absl::Status()>& start) {
+    constexpr absl::Duration kRoomWait = absl::Seconds(30);
+    const absl::Time room_until = std::min(
+        request.deadline,
+        absl::Now() + std::min(absl::Seconds(options.busy_wait_seconds), kRoomWait));
+    BusyBackoff backoff;
+    std::set<std::string> full;  // answered kResourceExhausted since the last wait
+    int room_tries = 0;
+    for (;;) {
+      std::set<std::string> unreachable_or_full = *unreachable;
+      unreachable_or_full.insert(full.begin(), full.end());
+      if (absl::IsUnavailable(started) && movable && unreachable->insert(route->decode_id).second) {
+        unreachable_or_full.insert(route->decode_id);
+        if (!MoveDecode(request, route, unreachable_or_full) &&
+            !MoveDecode(request, route, *unreachable)) {
+          break;
+        }
+        LOG(WARNING) << request.request_id << ": decode StartSequence: " << started
+                     << "; starting it on " << route->decode_id;
+      } else if (absl::IsResourceExhausted(started) &&
+                 !(request.cancelled && request.cancelled())) {
+        ++room_tries;
+        full.insert(route->decode_id);
+        unreachable_or_full.insert(route->decode_id);
+        if (!movable || !MoveDecode(request, route, unreachable_or_full)) {
+          // Every decode worker is full: wait, then start with the best placement again.
+          if (!backoff.Wait(room_until)) {
+            return Annotate(started,
+                            absl::StrCat("no decode worker had room in ", room_tries, " tries"));
+          }
+          full.clear();
+          if (movable) MoveDecode(request, route, *unreachable);
+        }
+      } else {
+        break;
+      }
+      started = start();
+    }
+    return started;
   }
 
   // The prompt's keys under each numerics label the workers give (the CPU engine's "" always):
@@ -654,7 +730,6 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   // sampler's penalties and min_tokens. The client sees one completion; at temperature > 0 the
   // tokens after the cut come from a new random stream.
   constexpr int kMaxResumes = 2;
-  constexpr absl::Duration kDecodeRoomWait = absl::Seconds(30);
   t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> delivered = {first};  // the completion's tokens so far
   std::set<std::string> unreachable_decode;  // decode workers that refused or cut off this one
@@ -690,16 +765,10 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
       SetDeadline(&ctx, request.deadline);
       return rpc::ToAbslStatus(at->decode->decode->StartSequence(&ctx, sreq, &sresp));
     };
-    // Moves the pair's decode part to the best worker not in `avoid`; false when none.
-    auto other_decode = [&](const std::set<std::string>& avoid) {
-      absl::StatusOr<std::unique_ptr<Route>> other = impl_->Pick(*at_request, {}, avoid);
-      if (!other.ok() || avoid.count((*other)->decode_id) != 0) return false;
-      at->TakeDecodeFrom(**other);
-      trace.decode_worker = at->decode_id;
-      return true;
-    };
-    if (unreachable_decode.count(at->decode_id) != 0 && !sreq.has_packed_kv()) {
-      other_decode(unreachable_decode);
+    // A resume avoids the decode workers that cut it off or refused it.
+    if (impl_->options.registry && !sreq.has_packed_kv() &&
+        unreachable_decode.count(at->decode_id) != 0) {
+      impl_->MoveDecode(*at_request, at, unreachable_decode);
     }
     absl::Status started = start_sequence();
     if (!started.ok() && sreq.has_packed_kv() && !absl::IsDeadlineExceeded(started) &&
@@ -727,52 +796,9 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
       }
       started = start_sequence();
     }
-    // A decode worker that is unreachable (gone before the registry noticed, or draining) has
-    // started nothing: the blocks go to another one, each tried once. One whose pool is full
-    // (kResourceExhausted: the sequences it holds may grow to its capacity) hands the sequence to
-    // another with room; when none has, the request waits for generations to end and free theirs,
-    // placed again at each try, with a jittered backoff of 2 ms doubling to 100 ms, for up to
-    // busy_wait_seconds but at most kDecodeRoomWait (the blocks wait in the prefill worker's
-    // outbox, 60 s by default) or its deadline.
-    const bool movable = impl_->options.registry && !sreq.has_packed_kv();
-    const absl::Time room_until = std::min(
-        request.deadline,
-        absl::Now() + std::min(absl::Seconds(impl_->options.busy_wait_seconds), kDecodeRoomWait));
-    absl::Duration backoff = absl::Milliseconds(2);
-    std::set<std::string> full_decode;
-    int room_tries = 0;
-    for (;;) {
-      if (absl::IsUnavailable(started) && movable &&
-          unreachable_decode.insert(at->decode_id).second) {
-        std::set<std::string> avoid = unreachable_decode;
-        avoid.insert(full_decode.begin(), full_decode.end());
-        if (!other_decode(avoid) && !other_decode(unreachable_decode)) break;
-        LOG(WARNING) << request.request_id << ": decode StartSequence: " << started
-                     << "; starting it on " << at->decode_id;
-        started = start_sequence();
-        continue;
-      }
-      if (!absl::IsResourceExhausted(started) || (request.cancelled && request.cancelled())) {
-        break;
-      }
-      ++room_tries;
-      full_decode.insert(at->decode_id);
-      std::set<std::string> avoid = unreachable_decode;
-      avoid.insert(full_decode.begin(), full_decode.end());
-      if (!movable || !other_decode(avoid)) {
-        // Every decode worker is full: wait, then start with the best placement again.
-        if (absl::Now() + backoff > room_until) {
-          started = Annotate(started,
-                             absl::StrCat("no decode worker had room in ", room_tries, " tries"));
-          break;
-        }
-        absl::SleepFor(backoff * Jitter());
-        backoff = std::min(backoff * 2, absl::Milliseconds(100));
-        full_decode.clear();
-        if (movable) other_decode(unreachable_decode);
-      }
-      started = start_sequence();
-    }
+    started = impl_->StartDecode(*at_request, impl_->options.registry && !sreq.has_packed_kv(),
+                                 at, &unreachable_decode, started, start_sequence);
+    trace.decode_worker = at->decode_id;
     if (!started.ok()) {
       return Annotate(started, absl::StrCat("decode StartSequence on ", at->decode_id));
     }

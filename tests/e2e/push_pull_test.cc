@@ -23,6 +23,21 @@ namespace {
 namespace pv1 = ::oscarkv::prefill::v1;
 namespace dv1 = ::oscarkv::decode::v1;
 
+// Generate on `stub`: first, then every streamed token into *out; the stream's status.
+grpc::Status GenerateOn(dv1::DecodeService::Stub& stub, uint64_t seq, uint32_t first,
+                        uint32_t max_new_tokens, std::vector<uint32_t>* out) {
+  dv1::GenerateRequest g;
+  g.set_sequence_id(seq);
+  g.set_first_token(first);
+  g.set_max_new_tokens(max_new_tokens);
+  auto c = rpc::MakeContext(std::chrono::seconds(120));
+  auto reader = stub.Generate(c.get(), g);
+  out->assign({first});
+  dv1::GenerateResponse msg;
+  while (reader->Read(&msg)) out->insert(out->end(), msg.token_ids().begin(), msg.token_ids().end());
+  return reader->Finish();
+}
+
 TEST(PushPull, BothTransferModesStreamTheReferenceTokens) {
   if (!model::DefaultModelAvailable()) GTEST_SKIP() << "default model not installed";
   std::ifstream in(std::string(OSCARKV_SOURCE_DIR) + "/data/text/austen/persuasion.txt");
@@ -74,16 +89,8 @@ TEST(PushPull, BothTransferModesStreamTheReferenceTokens) {
   auto ctx = [] { return rpc::MakeContext(std::chrono::seconds(120)); };
 
   auto generate = [&](uint64_t seq, uint32_t first) {
-    dv1::GenerateRequest g;
-    g.set_sequence_id(seq);
-    g.set_first_token(first);
-    g.set_max_new_tokens(max_new);
-    auto c = ctx();
-    auto reader = decode->Generate(c.get(), g);
-    std::vector<uint32_t> out = {first};
-    dv1::GenerateResponse msg;
-    while (reader->Read(&msg)) out.insert(out.end(), msg.token_ids().begin(), msg.token_ids().end());
-    EXPECT_TRUE(reader->Finish().ok());
+    std::vector<uint32_t> out;
+    EXPECT_TRUE(GenerateOn(*decode, seq, first, max_new, &out).ok());
     return out;
   };
   pv1::PrefillRequest preq;
@@ -179,18 +186,7 @@ TEST(PushPull, BothTransferModesStreamTheReferenceTokens) {
     pv1::PrefillResponse presp;
     *push_status = prefill->Prefill(ctx().get(), push, &presp);
     if (push_status->ok()) {
-      dv1::GenerateRequest g;
-      g.set_sequence_id(sr.sequence_id());
-      g.set_first_token(presp.first_token());
-      g.set_max_new_tokens(max_new);
-      auto gc = ctx();
-      auto reader = stub->Generate(gc.get(), g);
-      tokens->assign({presp.first_token()});
-      dv1::GenerateResponse msg;
-      while (reader->Read(&msg)) {
-        tokens->insert(tokens->end(), msg.token_ids().begin(), msg.token_ids().end());
-      }
-      EXPECT_TRUE(reader->Finish().ok());
+      EXPECT_TRUE(GenerateOn(*stub, sr.sequence_id(), presp.first_token(), max_new, tokens).ok());
     }
     (*server)->Shutdown();
   };
@@ -245,18 +241,7 @@ TEST(PushPull, BothTransferModesStreamTheReferenceTokens) {
       return stub->StartSequence(ctx().get(), s, sr);
     };
     auto generate_on = [&](uint64_t seq, uint32_t max_new_tokens, std::vector<uint32_t>* out) {
-      dv1::GenerateRequest g;
-      g.set_sequence_id(seq);
-      g.set_first_token(presp.first_token());
-      g.set_max_new_tokens(max_new_tokens);
-      auto gc = ctx();
-      auto reader = stub->Generate(gc.get(), g);
-      out->assign({presp.first_token()});
-      dv1::GenerateResponse msg;
-      while (reader->Read(&msg)) {
-        out->insert(out->end(), msg.token_ids().begin(), msg.token_ids().end());
-      }
-      return reader->Finish();
+      return GenerateOn(*stub, seq, presp.first_token(), max_new_tokens, out);
     };
     dv1::StartSequenceResponse a, b;
     ASSERT_TRUE(start(&a).ok());
