@@ -10,6 +10,7 @@
 #include <Eigen/Core>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/splitmix64.h"
 #include "lib/engine/finite_rows.h"
 #include "lib/engine/vector_exp.h"
 
@@ -228,6 +229,15 @@ int32_t Sampler::Sample(std::span<const float> logits) {
   return token;
 }
 
+double Sampler::Draw(double total) const {
+  // The seed is mixed first so that seeds a multiple of the increment apart are not one stream
+  // shifted by a token.
+  const uint64_t bits =
+      SplitMix64Mix(SplitMix64Mix(params_.seed) +
+                    (static_cast<uint64_t>(generated_count_) + 1) * kSplitMix64Increment);
+  return static_cast<double>(bits >> 11) * 0x1.0p-53 * total;  // 53 bits of [0, 1), scaled
+}
+
 // With neither top-k nor top-p the order of the inverse CDF is free: ids ascending, found by the
 // block sums first, so nothing is sorted.
 int32_t Sampler::DrawInIdOrder(std::span<const float> weight, int32_t fallback) {
@@ -238,7 +248,7 @@ int32_t Sampler::DrawInIdOrder(std::span<const float> weight, int32_t fallback) 
     blocks.push_back(BlockSum(weight, at));
     total += blocks.back();
   }
-  const double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  const double u = Draw(total);
   double acc = 0;
   size_t b = 0;
   while (b + 1 < blocks.size() && !(u < acc + blocks[b])) acc += blocks[b++];
@@ -312,7 +322,7 @@ int32_t Sampler::SampleAdjusted(std::span<const float> logits) {
       }
     }
   }
-  const double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  const double u = Draw(total);
   double acc = 0;
   int32_t last = best;
   for (size_t i = 0; i < n; ++i) {

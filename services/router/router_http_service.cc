@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/base/log.h"
+#include "lib/base/splitmix64.h"
 #include "lib/metrics/metrics.h"
 #include "services/router/client_connection.h"
 #include "services/router/request_tracker.h"
@@ -85,10 +86,7 @@ bool WaitForNews(RunState& state, absl::Time deadline, News* news) {
 // Choice j > 0 of a seeded request gets its own seed (SplitMix64 of seed + j), so that the n
 // completions differ and the whole set still reproduces.
 uint64_t ChoiceSeed(uint64_t seed, int choice) {
-  uint64_t z = seed + static_cast<uint64_t>(choice) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return SplitMix64Mix(seed + static_cast<uint64_t>(choice) * kSplitMix64Increment);
 }
 
 absl::Status CutOffStatus() {

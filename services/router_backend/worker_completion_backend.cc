@@ -727,8 +727,9 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
   // resumes on another one in registry mode, up to kMaxResumes times: the prompt and the tokens
   // delivered so far but the last are prefilled again (their stored blocks come from the
   // kvstore), and the last is the new sequence's first token, the earlier ones counted by its
-  // sampler's penalties and min_tokens. The client sees one completion; at temperature > 0 the
-  // tokens after the cut come from a new random stream.
+  // sampler (penalties, min_tokens, and the index that keys each draw with the seed). The client
+  // sees one completion; sampled or greedy, the tokens after the cut are those the cut-off
+  // generation would have drawn from the resumed run's logits.
   constexpr int kMaxResumes = 2;
   t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> delivered = {first};  // the completion's tokens so far
@@ -823,8 +824,10 @@ absl::StatusOr<router::CompletionOutcome> WorkerCompletionBackend::Complete(
       greq.set_logprobs(true);
       greq.set_top_logprobs(static_cast<uint32_t>(request.logprobs));
     }
-    // The first token used `seed` in the prefill; a resume draws from another stream.
-    greq.set_seed(seed + 1 + static_cast<uint64_t>(resumes) * 0x9E3779B97F4A7C15ull);
+    // The same seed as the prefill's: a draw is keyed by (seed, token index), so the decode's
+    // tokens (index >= 1) do not repeat the first token's draw, and a resume, whose delivered
+    // tokens are observed, draws what the cut-off generation would have.
+    greq.set_seed(seed);
     {
       grpc::ClientContext ctx;
       SetDeadline(&ctx, request.deadline);

@@ -16,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "lib/engine/sampler.h"
 #include "lib/engine/serving_engine.h"
 #include "lib/model/model.h"
 #include "lib/quant/codec_spec.h"
@@ -246,9 +247,10 @@ TEST_F(FourProcessTest, RequestsOnKilledWorkersArePlacedAgain) {
 // whole completion: once when the worker drains past --drain_seconds (SIGTERM: the cut-off
 // generation fails with UNAVAILABLE instead of gRPC's "Cancelling all calls"), once when it
 // is killed. Two extra decode workers whose ids sort first take the requests (placement breaks
-// ties by id). The continuation after the cut equals, token for token, this process's greedy
-// run of the same resume: the prompt and the tokens before the cut but the last prefilled, the
-// last fed to the decode step.
+// ties by id). The continuation after the cut equals, token for token, this process's run of
+// the same resume: the prompt and the tokens before the cut but the last prefilled, the last fed
+// to the decode step; greedy once, and once sampled with a seed, where the resume must draw what
+// the cut-off generation would have (each draw keyed by the seed and the token's index).
 TEST_F(FourProcessTest, AGenerationCutOffByItsDecodeWorkerResumesOnAnother) {
   const std::string ready = "serving gRPC on port ([0-9]+), metrics on port ([0-9]+)";
   // A drain of 0.2 s: the generation must still be running when it ends, however fast the
@@ -282,34 +284,34 @@ TEST_F(FourProcessTest, AGenerationCutOffByItsDecodeWorkerResumesOnAnother) {
   const int max_tokens = 160;
   const auto& tok = model_->tokenizer();
   const std::vector<int32_t> ids = tok.Encode(prompt, true);
-  // Greedy from `prompt` + done[0..n-1) prefilled, done[n-1] fed, to max_tokens in all.
-  auto resumed_reference = [&](const std::vector<int32_t>& done) {
+  // The completion of `prompt` at `temperature` (seed 7) that has `done` so far, as a resume
+  // makes it: `prompt` + done[0..n-1) prefilled, done[n-1] fed, every token of `done` counted by
+  // the sampler, to max_tokens in all. With `done` empty, the uninterrupted completion.
+  auto reference = [&](std::vector<int32_t> done, float temperature) {
+    engine::Sampler sampler({.temperature = temperature, .seed = 7});
     std::vector<int32_t> prefix = ids;
-    prefix.insert(prefix.end(), done.begin(), done.end() - 1);
+    if (!done.empty()) prefix.insert(prefix.end(), done.begin(), done.end() - 1);
     auto r = engine_->Prefill(prefix);
     EXPECT_TRUE(r.ok()) << r.status();
-    std::vector<int32_t> out = done;
+    if (!r.ok()) return done;
+    if (done.empty()) {
+      done.push_back(sampler.Sample(r->last_logits));
+    } else {
+      for (int32_t t : done) sampler.Observe(t);
+    }
     int32_t t = done.back();
     std::vector<float> logits;
-    while (static_cast<int>(out.size()) < max_tokens) {
+    while (static_cast<int>(done.size()) < max_tokens) {
       model::Sequence* seq = r->sequence.get();
       EXPECT_TRUE(engine_->DecodeStep(std::span(&seq, 1), std::span(&t, 1), &logits).ok());
-      t = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      out.push_back(t);
+      t = sampler.Sample(logits);
+      done.push_back(t);
     }
-    return out;
+    return done;
   };
-  // The uninterrupted greedy completion: the prompt prefilled, its argmax fed.
-  std::vector<int32_t> whole;
-  {
-    auto r = engine_->Prefill(ids);
-    ASSERT_TRUE(r.ok()) << r.status();
-    whole = resumed_reference({static_cast<int32_t>(
-        std::max_element(r->last_logits.begin(), r->last_logits.end()) - r->last_logits.begin())});
-  }
-  // Runs one greedy completion (end-of-generation ignored: a fixed length) and cuts its decode
-  // worker off with `cut` once that has generated a few tokens.
-  auto run_and_cut = [&](int metrics_port, const std::function<void()>& cut) {
+  // Runs one completion (end-of-generation ignored: a fixed length) and cuts its decode worker
+  // off with `cut` once that has generated a few tokens.
+  auto run_and_cut = [&](int metrics_port, float temperature, const std::function<void()>& cut) {
     json result;
     auto generated = [&] {
       return std::max(
@@ -322,7 +324,8 @@ TEST_F(FourProcessTest, AGenerationCutOffByItsDecodeWorkerResumesOnAnother) {
       json body = {{"model", model_id_},
                    {"prompt", prompt},
                    {"max_tokens", max_tokens},
-                   {"temperature", 0},
+                   {"temperature", temperature},
+                   {"seed", 7},
                    {"ignore_eos", true}};
       auto r = c.Post("/v1/completions", body.dump(), "application/json");
       if (r) result = json::parse(r->body, nullptr, false);
@@ -350,18 +353,21 @@ TEST_F(FourProcessTest, AGenerationCutOffByItsDecodeWorkerResumesOnAnother) {
     const size_t after = log.rfind(" ended after ", at);
     return after == std::string::npos ? -1 : std::atoi(log.c_str() + after + 13);
   };
+  // Greedy, and sampled: a sampled resume draws what the cut-off generation would have.
   struct Case {
     const char* how;
     int metrics_port;
+    float temperature;
     std::function<void()> cut;
   };
   const Case cases[] = {
-      {"drained past --drain_seconds", first_metrics, [&] { EXPECT_EQ(first->Stop(), 0); }},
-      {"killed", second_metrics, [&] { second.reset(); }},
+      {"drained past --drain_seconds, greedy", first_metrics, 0.0f,
+       [&] { EXPECT_EQ(first->Stop(), 0); }},
+      {"killed, sampled at temperature 0.8", second_metrics, 0.8f, [&] { second.reset(); }},
   };
   for (int c = 0; c < 2; ++c) {
     SCOPED_TRACE(cases[c].how);
-    const json r = run_and_cut(cases[c].metrics_port, cases[c].cut);
+    const json r = run_and_cut(cases[c].metrics_port, cases[c].temperature, cases[c].cut);
     ASSERT_TRUE(r.contains("choices")) << r.dump() << router_->output();
     EXPECT_EQ(r["usage"]["completion_tokens"].get<int>(), max_tokens);
     const int n = delivered_before_resume(c + 1);
@@ -369,10 +375,11 @@ TEST_F(FourProcessTest, AGenerationCutOffByItsDecodeWorkerResumesOnAnother) {
     ASSERT_LT(n, max_tokens);
     std::cout << "[measure] " << cases[c].how << ": " << n << " of " << max_tokens
               << " tokens delivered before the cut, the rest after the resume\n";
-    // The tokens up to the cut are the uninterrupted greedy ones; the rest the resume's.
+    // The tokens up to the cut are the uninterrupted ones; the rest the resume's.
+    const std::vector<int32_t> whole = reference({}, cases[c].temperature);
     const std::vector<int32_t> done(whole.begin(), whole.begin() + n);
     EXPECT_EQ(r["choices"][0]["text"].get<std::string>(),
-              tok.Decode(resumed_reference(done), /*skip_special=*/true));
+              tok.Decode(reference(done, cases[c].temperature), /*skip_special=*/true));
   }
 }
 

@@ -49,6 +49,33 @@ TEST(Sampler, SameSeedSameTokens) {
   EXPECT_GT(differ, 0);
 }
 
+// A token's draw depends only on the seed and its index: a sampler that observed the first k
+// tokens (picked by another process, or before a resume) draws the rest as the one that sampled
+// them all, with or without filters.
+TEST(Sampler, DrawsAreKeyedBySeedAndTokenIndex) {
+  for (const SamplingParams p : {SamplingParams{.temperature = 1.0f, .seed = 42},
+                                 SamplingParams{.temperature = 0.7f, .top_p = 0.9f, .seed = 3},
+                                 SamplingParams{.temperature = 1.3f, .top_k = 40, .seed = 8}}) {
+    std::vector<std::vector<float>> steps;
+    for (int i = 0; i < 60; ++i) steps.push_back(RandomLogits(500, 100 + i));
+    Sampler whole(p);
+    std::vector<int32_t> tokens;
+    for (const auto& l : steps) tokens.push_back(whole.Sample(l));
+    for (size_t k : {size_t{1}, size_t{17}, size_t{59}}) {
+      Sampler resumed(p);
+      for (size_t i = 0; i < k; ++i) resumed.Observe(tokens[i]);
+      for (size_t i = k; i < steps.size(); ++i) {
+        EXPECT_EQ(resumed.Sample(steps[i]), tokens[i]) << "token " << i << " after " << k;
+      }
+    }
+    // Not one draw repeated: a sampler that observed nothing differs from the stream.
+    Sampler fresh(p);
+    int same = 0;
+    for (size_t i = 1; i < steps.size(); ++i) same += fresh.Sample(steps[i]) == tokens[i];
+    EXPECT_LT(same, 50);
+  }
+}
+
 TEST(Sampler, TopKOneIsGreedy) {
   const std::vector<float> l = RandomLogits(300, 3);
   Sampler s({.temperature = 1.5f, .top_k = 1, .seed = 9});
