@@ -18,42 +18,115 @@ int RoundUpToPage(int tokens) {
   return (tokens + kPageTokens - 1) / kPageTokens * kPageTokens;
 }
 
+// Lane-parallel arithmetic in GCC/Clang vector extensions, kLanes floats wide (one AVX2
+// register, two SSE2 ones): the loops over head_dim (a multiple of 32, validated) run in SIMD
+// without letting the compiler reassociate float sums. A dot product keeps kLanes partial sums
+// and adds them pairwise at the end. Floats are multiplied and added, never fused (ISO C++ mode
+// keeps -ffp-contract=off), so every instruction set the stage is built for (RunSplit below)
+// gives the same bits.
+constexpr int kLanes = 8;
+using FloatLanes = float __attribute__((vector_size(kLanes * sizeof(float))));
+using U32Lanes = uint32_t __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+using U16Lanes = uint16_t __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+using I32Lanes = int32_t __attribute__((vector_size(kLanes * sizeof(int32_t))));
+using ByteLanes = uint8_t __attribute__((vector_size(kLanes)));
+
+// The helpers below are inlined into each instruction set's build of RunSplit.
+#define OSCARKV_LANES_INLINE inline __attribute__((always_inline))
+
+template <typename V>
+OSCARKV_LANES_INLINE V Load(const void* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <typename V>
+OSCARKV_LANES_INLINE void Store(void* p, const V& v) {
+  std::memcpy(p, &v, sizeof(V));
+}
+
+static_assert(kLanes == kPageTokens, "a page's scores are one vector");
+
+// Lane r of the result: the sum of the lanes of v[r], added pairwise ((0+1)+(2+3))+((4+5)+(6+7))
+// by a transpose-and-add over the eight vectors.
+OSCARKV_LANES_INLINE FloatLanes SumEach(const FloatLanes (&v)[kLanes]) {
+  auto pairs = [](FloatLanes a, FloatLanes b) {  // a0+a1, b0+b1, a2+a3, b2+b3, ...
+    return __builtin_shufflevector(a, b, 0, 8, 2, 10, 4, 12, 6, 14) +
+           __builtin_shufflevector(a, b, 1, 9, 3, 11, 5, 13, 7, 15);
+  };
+  auto quads = [](FloatLanes a, FloatLanes b) {  // a, b as pairs -> sums of four lanes
+    return __builtin_shufflevector(a, b, 0, 1, 8, 9, 4, 5, 12, 13) +
+           __builtin_shufflevector(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
+  };
+  const FloatLanes low = quads(pairs(v[0], v[1]), pairs(v[2], v[3]));
+  const FloatLanes high = quads(pairs(v[4], v[5]), pairs(v[6], v[7]));
+  return __builtin_shufflevector(low, high, 0, 1, 2, 3, 8, 9, 10, 11) +
+         __builtin_shufflevector(low, high, 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
+// The dot products of q[D] with the kPageTokens rows of k[rows][D], one per lane.
+OSCARKV_LANES_INLINE FloatLanes PageScores(const float* q, const float* k, int d) {
+  FloatLanes part[kPageTokens] = {};
+  for (int c = 0; c < d; c += kLanes) {
+    const FloatLanes qc = Load<FloatLanes>(q + c);
+#pragma GCC unroll 8  // keeps part[] in registers
+    for (int r = 0; r < kPageTokens; ++r) {
+      part[r] += qc * Load<FloatLanes>(k + static_cast<int64_t>(r) * d + c);
+    }
+  }
+  return SumEach(part);
+}
+
+// acc[D] = acc * rescale + sum over rows r < n of weight[r] * v[r][D], rows in order.
+OSCARKV_LANES_INLINE void RescaleAndAccumulate(float* acc, float rescale, const float* v,
+                                               const float* weight, int n, int d) {
+  for (int c = 0; c < d; c += kLanes) {
+    FloatLanes a = Load<FloatLanes>(acc + c) * rescale;
+    for (int r = 0; r < n; ++r) a += Load<FloatLanes>(v + static_cast<int64_t>(r) * d + c) * weight[r];
+    Store(acc + c, a);
+  }
+}
+
 // Loads rows [row_begin, row_end) of one page unit into float K and V buffers [rows][D].
 struct Bf16RowLoader {
   int head_dim;
-  void operator()(const uint8_t* unit, int row_begin, int row_end, float* k, float* v) const {
-    const auto* k_rows = reinterpret_cast<const uint16_t*>(unit + Bf16PageKOffset(head_dim));
-    const auto* v_rows = reinterpret_cast<const uint16_t*>(unit + Bf16PageVOffset(head_dim));
-    for (int r = row_begin; r < row_end; ++r) {
-      const int64_t base = static_cast<int64_t>(r) * head_dim;
-      float* kr = k + static_cast<int64_t>(r - row_begin) * head_dim;
-      float* vr = v + static_cast<int64_t>(r - row_begin) * head_dim;
-      for (int c = 0; c < head_dim; ++c) {
-        kr[c] = kvformat::Bf16BitsToFloat(k_rows[base + c]);
-        vr[c] = kvformat::Bf16BitsToFloat(v_rows[base + c]);
-      }
+  OSCARKV_LANES_INLINE void operator()(const uint8_t* unit, int row_begin, int row_end, float* k,
+                                       float* v) const {
+    const int64_t begin = static_cast<int64_t>(row_begin) * head_dim;
+    const int64_t n = static_cast<int64_t>(row_end - row_begin) * head_dim;
+    Widen(unit + Bf16PageKOffset(head_dim) + begin * 2, n, k);
+    Widen(unit + Bf16PageVOffset(head_dim) + begin * 2, n, v);
+  }
+  // bf16 is the top half of a float.
+  OSCARKV_LANES_INLINE static void Widen(const uint8_t* bf16, int64_t n, float* out) {
+    for (int64_t c = 0; c < n; c += kLanes) {
+      const U32Lanes bits = __builtin_convertvector(Load<U16Lanes>(bf16 + c * 2), U32Lanes) << 16;
+      Store(out + c, bits);
     }
   }
 };
 
-// Dequantises one packed per-token row (quartered split) into out[D].
-inline void DequantInt2Row(const uint8_t* codes, kvformat::Int2Params params, int head_dim,
+// Dequantises one packed per-token row (quartered split: byte j holds columns j, j + D/4,
+// j + D/2 and j + 3D/4 in its bit pairs, lowest first) into out[D].
+OSCARKV_LANES_INLINE void DequantInt2Row(const uint8_t* codes, kvformat::Int2Params params, int head_dim,
                            float* out) {
   const float scale = kvformat::HalfBitsToFloat(params.scale_fp16);
   const float mn = kvformat::HalfBitsToFloat(params.min_fp16);
   const int m = head_dim / 4;
-  for (int j = 0; j < m; ++j) {
-    const uint8_t b = codes[j];
-    out[j] = static_cast<float>(b & 3u) * scale + mn;
-    out[j + m] = static_cast<float>((b >> 2) & 3u) * scale + mn;
-    out[j + 2 * m] = static_cast<float>((b >> 4) & 3u) * scale + mn;
-    out[j + 3 * m] = static_cast<float>((b >> 6) & 3u) * scale + mn;
+  for (int j = 0; j < m; j += kLanes) {  // m = D / 4, a multiple of 8
+    // Widened to 32 bits first: bytes have no shifts or float conversions of their own.
+    const I32Lanes b = __builtin_convertvector(Load<ByteLanes>(codes + j), I32Lanes);
+    for (int quarter = 0; quarter < 4; ++quarter) {
+      const I32Lanes code = (b >> (2 * quarter)) & 3;
+      Store(out + j + quarter * m, __builtin_convertvector(code, FloatLanes) * scale + mn);
+    }
   }
 }
 
 struct Int2RowLoader {
   int head_dim;
-  void operator()(const uint8_t* unit, int row_begin, int row_end, float* k, float* v) const {
+  OSCARKV_LANES_INLINE void operator()(const uint8_t* unit, int row_begin, int row_end, float* k,
+                                       float* v) const {
     const int row_bytes = head_dim / 4;
     const uint8_t* k_codes = unit + Int2PageKCodesOffset(head_dim);
     const uint8_t* v_codes = unit + Int2PageVCodesOffset(head_dim);
@@ -79,7 +152,7 @@ struct RowState {
 // Attends the query heads of one KV head over tokens [begin, end) of one tier of sequence `seq`,
 // continuing the online-softmax states st[g] and accumulators acc[g][D].
 template <typename Loader>
-void AttendRange(const DecodeAttentionParams& p, const PagedTierTable& table, int seq, int kvh,
+OSCARKV_LANES_INLINE void AttendRange(const DecodeAttentionParams& p, const PagedTierTable& table, int seq, int kvh,
                  int begin, int end, const Loader& load, std::vector<float>& acc,
                  std::vector<RowState>& st) {
   // An empty range touches no table: a cache without a BF16 tier (M1/M2) leaves it unset.
@@ -87,9 +160,11 @@ void AttendRange(const DecodeAttentionParams& p, const PagedTierTable& table, in
   const int d = p.head_dim;
   const int g = p.num_q_heads / p.num_kv_heads;
   const int32_t* pages = table.page_indices + table.page_indptr[seq];
-  float k[kPageTokens * 256];  // rows of one page, D <= 256 (validated)
-  float v[kPageTokens * 256];
-  float s[kPageTokens];
+  // Rows of one page, D <= 256 (validated). Rows past a partial page's are scored too and then
+  // dropped: zeroed here so that they are never uninitialised.
+  alignas(64) float k[kPageTokens * 256];
+  alignas(64) float v[kPageTokens * 256];
+  std::fill_n(k, kPageTokens * d, 0.0f);
   const float* q0 = p.q + seq * p.q_seq_stride + static_cast<int64_t>(kvh) * g * d;
   for (int t = begin; t < end;) {
     const int page = pages[t / kPageTokens];
@@ -101,31 +176,29 @@ void AttendRange(const DecodeAttentionParams& p, const PagedTierTable& table, in
     const int n = row_end - row_begin;
     for (int hh = 0; hh < g; ++hh) {
       const float* q = q0 + static_cast<int64_t>(hh) * d;
+      float s[kPageTokens];
+      Store(s, PageScores(q, k, d) * p.sm_scale);
       float m_new = st[hh].m;
-      for (int r = 0; r < n; ++r) {
-        float dot = 0.0f;
-        const float* kr = k + static_cast<int64_t>(r) * d;
-        for (int c = 0; c < d; ++c) dot += q[c] * kr[c];
-        s[r] = dot * p.sm_scale;
-        m_new = std::max(m_new, s[r]);
-      }
+      for (int r = 0; r < n; ++r) m_new = std::max(m_new, s[r]);
       const float rescale = std::exp(st[hh].m - m_new);  // exp(-inf) = 0 on the first page
-      float* a = acc.data() + static_cast<int64_t>(hh) * d;
       float l = st[hh].l * rescale;
-      for (int c = 0; c < d; ++c) a[c] *= rescale;
       for (int r = 0; r < n; ++r) {
-        const float pr = std::exp(s[r] - m_new);
-        l += pr;
-        const float* vr = v + static_cast<int64_t>(r) * d;
-        for (int c = 0; c < d; ++c) a[c] += pr * vr[c];
+        s[r] = std::exp(s[r] - m_new);
+        l += s[r];
       }
+      RescaleAndAccumulate(acc.data() + static_cast<int64_t>(hh) * d, rescale, v, s, n, d);
       st[hh] = {m_new, l};
     }
     t += n;
   }
 }
 
-// Stage 1 for one work item: all KV heads, all query heads of each group.
+// Stage 1 for one work item: all KV heads, all query heads of each group. Built for AVX2 too
+// where the compiler can (its byte-to-float conversions and 8-wide lanes are native there),
+// picked at load time.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx2", "default")))
+#endif
 void RunSplit(const DecodeAttentionParams& p, const DecodeWorkItem& w, int work_index) {
   const int d = p.head_dim;
   const int g = p.num_q_heads / p.num_kv_heads;

@@ -407,7 +407,7 @@ TEST_P(DecodeAttentionRefTest, OutputLseIsLogSumExpOfScores) {
   EXPECT_NEAR(r.lse[0], std::log(sum), 1e-5 * std::max(1.0, std::abs(std::log(sum))));
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadDims, DecodeAttentionRefTest, ::testing::Values(64, 128));
+INSTANTIATE_TEST_SUITE_P(HeadDims, DecodeAttentionRefTest, ::testing::Values(32, 64, 96, 128, 256));
 
 TEST(DecodePlan, SplitsCoverEachTierExactlyOnPageBoundaries) {
   const std::vector<int32_t> bf16{0, 7, 320, 1000, 64};
