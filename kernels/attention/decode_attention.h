@@ -43,6 +43,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -215,6 +216,15 @@ const char* ValidateDecodeAttentionParams(const DecodeAttentionParams& params);
 // CPU reference of the split (stage 1) and merge (stage 2) passes. Uses the plan in `params`.
 // Returns nullptr on success, else a static message (nothing written).
 const char* DecodeAttentionRef(const DecodeAttentionParams& params);
+
+// Runs f(worker, workers) once on each of `workers` threads, the caller's included, and waits
+// (model::RunOnCpuPool's shape); calling f(0, 1) alone is a valid implementation.
+using RunOnThreads = std::function<void(const std::function<void(int worker, int workers)>&)>;
+
+// DecodeAttentionRef with stage 1 shared out by `run` (work item i on worker i % workers). Each
+// item is computed as on one thread and the merge is serial, so the result equals
+// DecodeAttentionRef's bit for bit.
+const char* DecodeAttentionRef(const DecodeAttentionParams& params, const RunOnThreads& run);
 
 // Stage 2 alone (exposed for tests and for the GPU path's CPU check): merges the splits of each
 // sequence from partial_out/partial_lse into out/out_lse.

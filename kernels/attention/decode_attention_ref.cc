@@ -379,8 +379,18 @@ void MergeDecodePartialsRef(const DecodeAttentionParams& p) {
 }
 
 const char* DecodeAttentionRef(const DecodeAttentionParams& p) {
+  return DecodeAttentionRef(p, [](const auto& f) { f(0, 1); });
+}
+
+const char* DecodeAttentionRef(const DecodeAttentionParams& p, const RunOnThreads& run) {
   if (const char* e = ValidateDecodeAttentionParams(p)) return e;
-  for (int i = 0; i < p.num_work; ++i) RunSplit(p, p.work[i], i);
+  if (p.num_work > 1) {
+    run([&p](int worker, int workers) {
+      for (int i = worker; i < p.num_work; i += workers) RunSplit(p, p.work[i], i);
+    });
+  } else if (p.num_work == 1) {
+    RunSplit(p, p.work[0], 0);
+  }
   MergeDecodePartialsRef(p);
   return nullptr;
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/status_macros.h"
+#include "lib/model/thread_pool.h"
 #include "lib/quant/codec_spec.h"
 
 namespace oscarkv::engine {
@@ -75,6 +76,9 @@ absl::StatusOr<std::unique_ptr<KvCacheFactory>> KvCacheFactory::Create(
   OSCARKV_ASSIGN_OR_RETURN(factory->tier_config_,
                            quant::ThreeTierCacheConfigFromCodecs(per_layer, config.num_kv_heads));
   factory->tier_config_.sm_scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  // A sequence's decode attention shares its splits out over the forward's CPU pool; inside a
+  // batch, whose sequences already share the pool, it finds the pool busy and runs alone.
+  factory->tier_config_.run_on_threads = model::RunOnCpuPool;
   return factory;
 }
 

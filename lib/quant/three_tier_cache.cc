@@ -656,7 +656,9 @@ absl::Status ThreeTierCache::Attend(int layer, const float* q, int num_q_heads, 
     p.partial_lse = partial_lse.data();
     p.out = out_rot.data();
     p.out_seq_stride = p.q_seq_stride;
-    if (const char* err = kernels::DecodeAttentionRef(p)) {
+    if (const char* err = config_.run_on_threads
+                              ? kernels::DecodeAttentionRef(p, config_.run_on_threads)
+                              : kernels::DecodeAttentionRef(p)) {
       return absl::InternalError(absl::StrCat("ThreeTierCache::Attend: ", err));
     }
   }

@@ -106,6 +106,9 @@ struct ThreeTierCacheConfig {
   float sm_scale = 0.0f;
   // Split plan of the per-token decode attention. Default: DecodePlanConfig defaults.
   kernels::DecodePlanConfig plan;
+  // Runs the per-token decode attention's splits on several threads (serving passes
+  // model::RunOnCpuPool); the result is the same bits as on one. Default: unset, one thread.
+  kernels::RunOnThreads run_on_threads;
 };
 
 // A config whose codec, rotations and clip ratios come from one Codec per layer (codec.h; all of

@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -201,9 +202,10 @@ struct RunResult {
 
 // one_split_per_seq: the params claim one work item per sequence; the run is expected to succeed
 // when the plan has that shape.
+// `run`: the threads stage 1 is shared out on (unset: DecodeAttentionRef's one).
 RunResult RunDecode(const Shape& s, const Pool& pool, const std::vector<float>& q, int num_seqs,
                     const DecodePlanConfig& cfg, bool use_int2 = true,
-                    bool one_split_per_seq = false) {
+                    bool one_split_per_seq = false, const RunOnThreads& run = nullptr) {
   DecodePlan plan = PlanDecodeAttention(cfg, num_seqs, pool.bf16_tokens.data(),
                                         use_int2 ? pool.int2_tokens.data() : nullptr);
   std::vector<float> partial_out(plan.PartialOutFloats(s.hq(), s.d));
@@ -235,7 +237,7 @@ RunResult RunDecode(const Shape& s, const Pool& pool, const std::vector<float>& 
   p.out_seq_stride = static_cast<int64_t>(s.hq()) * s.d;
   p.out_lse = r.lse.data();
   p.one_split_per_seq = one_split_per_seq;
-  r.error = DecodeAttentionRef(p);
+  r.error = run ? DecodeAttentionRef(p, run) : DecodeAttentionRef(p);
   if (!one_split_per_seq || plan.OneSplitPerSequence()) {
     EXPECT_EQ(r.error, nullptr) << r.error;
   }
@@ -295,6 +297,37 @@ TEST_P(DecodeAttentionRefTest, SplitCountsDoNotChangeTheResult) {
     for (size_t i = 0; i < r.lse.size(); ++i) ASSERT_NEAR(r.lse[i], one.lse[i], 1e-4);
   }
   EXPECT_EQ(last_work, (321 + 7) / 8 + (517 + 7) / 8);
+}
+
+// Stage 1 shared out over threads (as serving does over its CPU pool) gives the one-thread
+// result bit for bit, for a batch of sequences with many splits each.
+TEST_P(DecodeAttentionRefTest, SplitsOnSeveralThreadsGiveTheSameBits) {
+  const Shape s{2, 3, GetParam()};
+  std::mt19937 rng(99 + s.d);
+  std::vector<SeqCache> seqs{RandomSeq(s, 64 + 200, 1000, rng), RandomSeq(s, 37, 0, rng),
+                             RandomSeq(s, 64 + 256, 77, rng)};
+  const Pool pool = BuildPool(s, seqs, true, rng);
+  const std::vector<float> q = RandomQuery(s, 3, rng);
+  DecodePlanConfig cfg;
+  cfg.fixed_tokens_per_split = 64;
+  const RunResult one = RunDecode(s, pool, q, 3, cfg);
+  for (int threads : {2, 3, 5}) {
+    int ran = 0;
+    const RunOnThreads run = [&](const std::function<void(int, int)>& f) {
+      std::vector<std::thread> pool_threads;
+      for (int w = 1; w < threads; ++w) pool_threads.emplace_back(f, w, threads);
+      f(0, threads);
+      for (auto& t : pool_threads) t.join();
+      ++ran;
+    };
+    const RunResult r = RunDecode(s, pool, q, 3, cfg, true, false, run);
+    EXPECT_EQ(ran, 1);
+    ASSERT_GT(r.num_work, threads);
+    EXPECT_EQ(0, std::memcmp(r.out.data(), one.out.data(), r.out.size() * sizeof(float)))
+        << threads << " threads";
+    EXPECT_EQ(0, std::memcmp(r.lse.data(), one.lse.data(), r.lse.size() * sizeof(float)))
+        << threads << " threads";
+  }
 }
 
 TEST_P(DecodeAttentionRefTest, PagedEqualsContiguousFloatPath) {
