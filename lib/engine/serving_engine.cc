@@ -8,14 +8,18 @@
 #include <cstring>
 #include <filesystem>
 
+#include <Eigen/Core>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/base/log.h"
 #include "lib/base/status_macros.h"
 #include "lib/engine/calibrate.h"
+#include "lib/engine/vector_exp.h"
 #include "lib/kvformat/block_key.h"
 #include "lib/kvformat/block_layout.h"
 #include "lib/kvformat/float16.h"
+#include "lib/model/thread_pool.h"
 #include "lib/quant/codec_spec.h"
 
 namespace oscarkv::engine {
@@ -74,14 +78,16 @@ class StoredPrefixAttention : public model::ChunkAttention {
     }
     const float* rot_k = Rotation(tiers_.rotations.k, layer);
     const float* rot_v = Rotation(tiers_.rotations.v, layer);
-    // The chunk's rotated bf16 rows, appended after the stored prefix: keys [0, pos0 + t).
+    // The chunk's rotated bf16 rows go after the stored prefix, in place: keys [0, pos0 + t).
+    // Once attended, they are kept as bf16 rows for the blocks and replaced by their stored form.
     const int64_t n = pos0 + t;
-    std::vector<float> keys(L.stored_k), values(L.stored_v);
-    keys.resize(n * kv_row);
-    values.resize(n * kv_row);
+    L.stored_k.resize(n * kv_row);
+    L.stored_v.resize(n * kv_row);
+    float* const keys = L.stored_k.data();
+    float* const values = L.stored_v.data();
     for (int64_t r = 0; r < t * hkv; ++r) {
-      quant::RotateRowToBf16(k + r * d, rot_k, d, keys.data() + pos0 * kv_row + r * d);
-      quant::RotateRowToBf16(v + r * d, rot_v, d, values.data() + pos0 * kv_row + r * d);
+      quant::RotateRowToBf16(k + r * d, rot_k, d, keys + pos0 * kv_row + r * d);
+      quant::RotateRowToBf16(v + r * d, rot_v, d, values + pos0 * kv_row + r * d);
     }
     // q~ = q R_K (scores are unchanged by the rotation).
     std::vector<float> qr(t * q_row);
@@ -91,23 +97,16 @@ class StoredPrefixAttention : public model::ChunkAttention {
     for (int h = 0; h < hq; ++h) {
       const int g = h / group;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, n, d, scale, qr.data() + h * d,
-                  q_row, keys.data() + g * d, kv_row, 0.0f, scores.data(), n);
-      for (int64_t i = 0; i < t; ++i) {
-        float* si = scores.data() + i * n;
-        const int64_t last = pos0 + i;  // causal: keys [0, last]
-        float mx = -INFINITY;
-        for (int64_t j = 0; j <= last; ++j) mx = std::max(mx, si[j]);
-        double sum = 0;
-        for (int64_t j = 0; j <= last; ++j) {
-          si[j] = std::exp(si[j] - mx);
-          sum += si[j];
+                  q_row, keys + g * d, kv_row, 0.0f, scores.data(), n);
+      // Causal softmax of each row, the rows shared over the CPU pool (OpenBLAS's threads idle
+      // meanwhile). A row is computed on one thread, so the result does not depend on the count.
+      model::RunOnCpuPool([&](int worker, int workers) {
+        for (int64_t i = worker; i < t; i += workers) {
+          CausalSoftmaxRow(scores.data() + i * n, pos0 + i + 1, n);
         }
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j <= last; ++j) si[j] *= inv;
-        std::fill(si + last + 1, si + n, 0.0f);
-      }
+      });
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, d, n, 1.0f, scores.data(), n,
-                  values.data() + g * d, kv_row, 0.0f, out_rot.data() + h * d, q_row);
+                  values + g * d, kv_row, 0.0f, out_rot.data() + h * d, q_row);
     }
     // o = o~ R_V^T.
     Multiply(out_rot.data(), t * hq, d, rot_v, /*transpose=*/true, out);
@@ -115,37 +114,46 @@ class StoredPrefixAttention : public model::ChunkAttention {
     // Record the chunk: bf16 rows for BF16 blocks, INT2 codes and the stored form for later
     // chunks (tokens past the sink of a quantising codec are read back dequantised).
     const bool quantises = spec_.id != kvformat::CodecId::kBf16;
-    L.bf16_k.insert(L.bf16_k.end(), keys.begin() + pos0 * kv_row, keys.end());
-    L.bf16_v.insert(L.bf16_v.end(), values.begin() + pos0 * kv_row, values.end());
-    L.stored_k.resize(n * kv_row);
-    L.stored_v.resize(n * kv_row);
+    L.bf16_k.insert(L.bf16_k.end(), keys + pos0 * kv_row, keys + n * kv_row);
+    L.bf16_v.insert(L.bf16_v.end(), values + pos0 * kv_row, values + n * kv_row);
     L.codes_k.resize(n * hkv * (d / 4));
     L.codes_v.resize(L.codes_k.size());
     L.params_k.resize(n * hkv);
     L.params_v.resize(n * hkv);
     for (int64_t pos = pos0; pos < n; ++pos) {
+      if (!quantises || pos < spec_.sink_tokens) continue;  // stored as the bf16 rows they are
       for (int h = 0; h < hkv; ++h) {
         const int64_t row = pos * kv_row + h * d;
         const int64_t slot = pos * hkv + h;
-        if (!quantises || pos < spec_.sink_tokens) {
-          std::copy_n(keys.data() + row, d, L.stored_k.data() + row);
-          std::copy_n(values.data() + row, d, L.stored_v.data() + row);
-          continue;
-        }
         uint8_t* ck = L.codes_k.data() + slot * (d / 4);
         uint8_t* cv = L.codes_v.data() + slot * (d / 4);
-        quant::EncodePerTokenRow(keys.data() + row, d, tiers_.k_clip_ratio, ck,
-                                 &L.params_k[slot]);
-        quant::EncodePerTokenRow(values.data() + row, d, tiers_.v_clip_ratio, cv,
-                                 &L.params_v[slot]);
-        quant::DecodePerTokenRow(ck, L.params_k[slot], d, L.stored_k.data() + row);
-        quant::DecodePerTokenRow(cv, L.params_v[slot], d, L.stored_v.data() + row);
+        quant::EncodePerTokenRow(keys + row, d, tiers_.k_clip_ratio, ck, &L.params_k[slot]);
+        quant::EncodePerTokenRow(values + row, d, tiers_.v_clip_ratio, cv, &L.params_v[slot]);
+        quant::DecodePerTokenRow(ck, L.params_k[slot], d, keys + row);
+        quant::DecodePerTokenRow(cv, L.params_v[slot], d, values + row);
       }
     }
     return absl::OkStatus();
   }
 
  private:
+  // row[0, keys) = softmax(row[0, keys)) and row[keys, n) = 0; the exps through libmvec, their
+  // sum in double, in four independent partial sums (one chain of dependent adds was most of
+  // the time).
+  static void CausalSoftmaxRow(float* row, int64_t keys, int64_t n) {
+    Eigen::Map<Eigen::ArrayXf> live(row, keys);
+    const float mx = live.maxCoeff();
+    ExpShifted({row, static_cast<size_t>(keys)}, mx, 1.0f, {row, static_cast<size_t>(keys)});
+    double part[4] = {};
+    int64_t j = 0;
+    for (; j + 4 <= keys; j += 4) {
+      for (int l = 0; l < 4; ++l) part[l] += row[j + l];
+    }
+    double sum = (part[0] + part[1]) + (part[2] + part[3]);
+    for (; j < keys; ++j) sum += row[j];
+    live *= static_cast<float>(1.0 / sum);
+    std::fill(row + keys, row + n, 0.0f);
+  }
   static const float* Rotation(const std::vector<std::vector<float>>& per_layer, int layer) {
     return per_layer.empty() || per_layer[layer].empty() ? nullptr : per_layer[layer].data();
   }
