@@ -104,16 +104,28 @@ absl::StatusOr<int64_t> BytesInUseAt(const CodecSpec& spec, int num_layers, int 
   return per_layer * num_layers;
 }
 
+void RowTimesMatrix(const float* x, const float* m, int head_dim, float* y) {
+  constexpr int kColumns = 8;
+  float acc[256] = {};
+  const int vector_end = head_dim / kColumns * kColumns;
+  for (int i = 0; i < head_dim; ++i) {
+    const float xi = x[i];
+    const float* mi = m + static_cast<int64_t>(i) * head_dim;
+    for (int j = 0; j < vector_end; j += kColumns) {
+      for (int l = 0; l < kColumns; ++l) acc[j + l] += xi * mi[j + l];
+    }
+    for (int j = vector_end; j < head_dim; ++j) acc[j] += xi * mi[j];
+  }
+  std::copy_n(acc, head_dim, y);
+}
+
 void RotateRowToBf16(const float* x, const float* rotation, int head_dim, float* out) {
   if (rotation == nullptr) {
     for (int j = 0; j < head_dim; ++j) out[j] = kvformat::RoundToBf16(x[j]);
     return;
   }
-  for (int j = 0; j < head_dim; ++j) {
-    float acc = 0.0f;
-    for (int i = 0; i < head_dim; ++i) acc += x[i] * rotation[i * head_dim + j];
-    out[j] = kvformat::RoundToBf16(acc);
-  }
+  RowTimesMatrix(x, rotation, head_dim, out);
+  for (int j = 0; j < head_dim; ++j) out[j] = kvformat::RoundToBf16(out[j]);
 }
 
 void EncodePerTokenRow(const float* row, int head_dim, float clip_ratio, uint8_t* codes,
@@ -588,14 +600,10 @@ absl::Status ThreeTierCache::Attend(int layer, const float* q, int num_q_heads, 
   // q~ = q R_K in float.
   std::vector<float> qr(static_cast<size_t>(num_q_heads) * d);
   for (int h = 0; h < num_q_heads; ++h) {
-    for (int j = 0; j < d; ++j) {
-      if (rot_k == nullptr) {
-        qr[h * d + j] = q[h * d + j];
-        continue;
-      }
-      float acc = 0.0f;
-      for (int i = 0; i < d; ++i) acc += q[h * d + i] * rot_k[i * d + j];
-      qr[h * d + j] = acc;
+    if (rot_k == nullptr) {
+      std::copy_n(q + h * d, d, qr.data() + h * d);
+    } else {
+      RowTimesMatrix(q + h * d, rot_k, d, qr.data() + h * d);
     }
   }
   std::vector<float> out_rot(qr.size(), 0.0f);
@@ -662,17 +670,21 @@ absl::Status ThreeTierCache::Attend(int layer, const float* q, int num_q_heads, 
       return absl::InternalError(absl::StrCat("ThreeTierCache::Attend: ", err));
     }
   }
-  // o = o~ R_V^T.
+  // o = o~ R_V^T, R_V^T made once for the heads (a row times it vectorises; the sums keep the
+  // textbook loop's order).
+  std::vector<float> rot_v_t;
+  if (rot_v != nullptr) {
+    rot_v_t.resize(static_cast<size_t>(d) * d);
+    for (int c = 0; c < d; ++c) {
+      for (int j = 0; j < d; ++j) rot_v_t[j * d + c] = rot_v[c * d + j];
+    }
+  }
   for (int h = 0; h < num_q_heads; ++h) {
     const float* o = out_rot.data() + static_cast<size_t>(h) * d;
-    for (int c = 0; c < d; ++c) {
-      if (rot_v == nullptr) {
-        out[h * d + c] = o[c];
-        continue;
-      }
-      float acc = 0.0f;
-      for (int j = 0; j < d; ++j) acc += o[j] * rot_v[c * d + j];
-      out[h * d + c] = acc;
+    if (rot_v == nullptr) {
+      std::copy_n(o, d, out + h * d);
+    } else {
+      RowTimesMatrix(o, rot_v_t.data(), d, out + h * d);
     }
   }
   return absl::OkStatus();
