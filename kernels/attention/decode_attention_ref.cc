@@ -25,6 +25,10 @@ int RoundUpToPage(int tokens) {
 // keeps -ffp-contract=off), so every instruction set the stage is built for (RunSplit below)
 // gives the same bits.
 constexpr int kLanes = 8;
+// 32-byte vectors are passed in memory by the SSE2 build's ABI; the helpers below are always
+// inlined, so no call passes them and GCC's note about that ABI does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 using FloatLanes = float __attribute__((vector_size(kLanes * sizeof(float))));
 using U32Lanes = uint32_t __attribute__((vector_size(kLanes * sizeof(uint32_t))));
 using U16Lanes = uint16_t __attribute__((vector_size(kLanes * sizeof(uint16_t))));
