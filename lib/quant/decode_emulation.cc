@@ -142,6 +142,9 @@ absl::Status EmulateDecodeAttention(const CodecSpec& spec, const EmulatedLayerKv
   std::vector<float> qb(static_cast<size_t>(max_rows) * d);
   std::vector<float> s_fp(static_cast<size_t>(max_rows) * T), s_dq(s_fp.size());
   std::vector<float> ob(static_cast<size_t>(max_rows) * d);
+  // R_V^T, so that o~ R_V^T is a row times a matrix (the sums in the textbook loop's order).
+  const std::vector<float> rot_v_t = rot_v == nullptr ? std::vector<float>()
+                                                      : TransposedSquare(rot_v, d);
   for (int h = 0; h < hkv; ++h) {
     const float* kf = kv.k_fp.data() + h * d;
     const float* kd = kv.k_deq.data() + h * d;
@@ -156,14 +159,10 @@ absl::Status EmulateDecodeAttention(const CodecSpec& spec, const EmulatedLayerKv
         for (int i = 0; i < g; ++i) {
           const float* qs = q + t * q_row + static_cast<int64_t>(h * g + i) * d;
           float* qd = qb.data() + static_cast<size_t>((t - t0) * g + i) * d;
-          for (int j = 0; j < d; ++j) {
-            if (rot_k == nullptr) {
-              qd[j] = qs[j];
-              continue;
-            }
-            float acc = 0.0f;
-            for (int c = 0; c < d; ++c) acc += qs[c] * rot_k[c * d + j];
-            qd[j] = acc;
+          if (rot_k == nullptr) {
+            std::copy_n(qs, d, qd);
+          } else {
+            RowTimesMatrix(qs, rot_k, d, qd);
           }
         }
       }
@@ -234,14 +233,10 @@ absl::Status EmulateDecodeAttention(const CodecSpec& spec, const EmulatedLayerKv
         const int t = t0 + r / g;
         const float* o = ob.data() + static_cast<size_t>(r) * d;
         float* dst = out + t * q_row + static_cast<int64_t>(h * g + r % g) * d;
-        for (int c = 0; c < d; ++c) {
-          if (rot_v == nullptr) {
-            dst[c] = o[c];
-            continue;
-          }
-          float acc = 0.0f;
-          for (int j = 0; j < d; ++j) acc += o[j] * rot_v[c * d + j];
-          dst[c] = acc;
+        if (rot_v == nullptr) {
+          std::copy_n(o, d, dst);
+        } else {
+          RowTimesMatrix(o, rot_v_t.data(), d, dst);
         }
       }
     }

@@ -119,6 +119,14 @@ void RowTimesMatrix(const float* x, const float* m, int head_dim, float* y) {
   std::copy_n(acc, head_dim, y);
 }
 
+std::vector<float> TransposedSquare(const float* m, int head_dim) {
+  std::vector<float> t(static_cast<size_t>(head_dim) * head_dim);
+  for (int r = 0; r < head_dim; ++r) {
+    for (int c = 0; c < head_dim; ++c) t[c * head_dim + r] = m[r * head_dim + c];
+  }
+  return t;
+}
+
 void RotateRowToBf16(const float* x, const float* rotation, int head_dim, float* out) {
   if (rotation == nullptr) {
     for (int j = 0; j < head_dim; ++j) out[j] = kvformat::RoundToBf16(x[j]);
@@ -672,13 +680,8 @@ absl::Status ThreeTierCache::Attend(int layer, const float* q, int num_q_heads, 
   }
   // o = o~ R_V^T, R_V^T made once for the heads (a row times it vectorises; the sums keep the
   // textbook loop's order).
-  std::vector<float> rot_v_t;
-  if (rot_v != nullptr) {
-    rot_v_t.resize(static_cast<size_t>(d) * d);
-    for (int c = 0; c < d; ++c) {
-      for (int j = 0; j < d; ++j) rot_v_t[j * d + c] = rot_v[c * d + j];
-    }
-  }
+  const std::vector<float> rot_v_t = rot_v == nullptr ? std::vector<float>()
+                                                      : TransposedSquare(rot_v, d);
   for (int h = 0; h < num_q_heads; ++h) {
     const float* o = out_rot.data() + static_cast<size_t>(h) * d;
     if (rot_v == nullptr) {

@@ -80,6 +80,8 @@ absl::StatusOr<int64_t> BytesInUseAt(const CodecSpec& spec, int num_layers, int 
 // y[D] = x[D] * M (M [D][D] row-major): y[j] = x[0] M[0][j] + x[1] M[1][j] + ... in that order
 // (the textbook loop's bits), computed eight columns at a time so that it vectorises. D <= 256.
 void RowTimesMatrix(const float* x, const float* m, int head_dim, float* y);
+// M^T of a square [D][D] row-major matrix (x M^T as RowTimesMatrix(x, M^T)).
+std::vector<float> TransposedSquare(const float* m, int head_dim);
 // out[D] = bf16(x[D] * R) (R [D][D] row-major, nullptr = identity).
 void RotateRowToBf16(const float* x, const float* rotation, int head_dim, float* out);
 // Per-token INT2 of one bf16 row: clip at `clip_ratio` (>= 1: none), quantise, pack. Writes the
