@@ -84,6 +84,19 @@ OSCARKV_LANES_INLINE FloatLanes PageScores(const float* q, const float* k, int d
 // acc[D] = acc * rescale + sum over rows r < n of weight[r] * v[r][D], rows in order.
 OSCARKV_LANES_INLINE void RescaleAndAccumulate(float* acc, float rescale, const float* v,
                                                const float* weight, int n, int d) {
+  if (n == kPageTokens) {  // a whole page: the weights stay in registers across the columns
+    FloatLanes w[kPageTokens];
+    for (int r = 0; r < kPageTokens; ++r) w[r] = FloatLanes{} + weight[r];
+    for (int c = 0; c < d; c += kLanes) {
+      FloatLanes a = Load<FloatLanes>(acc + c) * rescale;
+#pragma GCC unroll 8
+      for (int r = 0; r < kPageTokens; ++r) {
+        a += Load<FloatLanes>(v + static_cast<int64_t>(r) * d + c) * w[r];
+      }
+      Store(acc + c, a);
+    }
+    return;
+  }
   for (int c = 0; c < d; c += kLanes) {
     FloatLanes a = Load<FloatLanes>(acc + c) * rescale;
     for (int r = 0; r < n; ++r) a += Load<FloatLanes>(v + static_cast<int64_t>(r) * d + c) * weight[r];
