@@ -99,7 +99,9 @@ OSCARKV_LANES_INLINE void RescaleAndAccumulate(float* acc, float rescale, const 
   }
   for (int c = 0; c < d; c += kLanes) {
     FloatLanes a = Load<FloatLanes>(acc + c) * rescale;
-    for (int r = 0; r < n; ++r) a += Load<FloatLanes>(v + static_cast<int64_t>(r) * d + c) * weight[r];
+    for (int r = 0; r < n; ++r) {
+      a += Load<FloatLanes>(v + static_cast<int64_t>(r) * d + c) * weight[r];
+    }
     Store(acc + c, a);
   }
 }
@@ -125,8 +127,8 @@ struct Bf16RowLoader {
 
 // Dequantises one packed per-token row (quartered split: byte j holds columns j, j + D/4,
 // j + D/2 and j + 3D/4 in its bit pairs, lowest first) into out[D].
-OSCARKV_LANES_INLINE void DequantInt2Row(const uint8_t* codes, kvformat::Int2Params params, int head_dim,
-                           float* out) {
+OSCARKV_LANES_INLINE void DequantInt2Row(const uint8_t* codes, kvformat::Int2Params params,
+                                         int head_dim, float* out) {
   const float scale = kvformat::HalfBitsToFloat(params.scale_fp16);
   const float mn = kvformat::HalfBitsToFloat(params.min_fp16);
   const int m = head_dim / 4;
@@ -169,9 +171,9 @@ struct RowState {
 // Attends the query heads of one KV head over tokens [begin, end) of one tier of sequence `seq`,
 // continuing the online-softmax states st[g] and accumulators acc[g][D].
 template <typename Loader>
-OSCARKV_LANES_INLINE void AttendRange(const DecodeAttentionParams& p, const PagedTierTable& table, int seq, int kvh,
-                 int begin, int end, const Loader& load, std::vector<float>& acc,
-                 std::vector<RowState>& st) {
+OSCARKV_LANES_INLINE void AttendRange(const DecodeAttentionParams& p, const PagedTierTable& table,
+                                      int seq, int kvh, int begin, int end, const Loader& load,
+                                      std::vector<float>& acc, std::vector<RowState>& st) {
   // An empty range touches no table: a cache without a BF16 tier (M1/M2) leaves it unset.
   if (begin >= end) return;
   const int d = p.head_dim;

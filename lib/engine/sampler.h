@@ -2,9 +2,8 @@
 // top-k and top-p (nucleus) filtering, reproducible for a given seed: the draw for a sequence's
 // k-th generated token depends only on (seed, k), so a generation split across processes (the
 // first token sampled by the prefill, the rest by the decode worker, a resume after a cut) draws
-// what one process would have. OpenAI's logit bias, and
-// its presence and frequency penalties (which lower the logits of tokens already generated),
-// apply before either.
+// what one process would have. OpenAI's logit bias, and its presence and frequency penalties
+// (which lower the logits of tokens already generated), apply before either.
 #ifndef OSCARKV_LIB_ENGINE_SAMPLER_H_
 #define OSCARKV_LIB_ENGINE_SAMPLER_H_
 

@@ -143,8 +143,8 @@ absl::Status EmulateDecodeAttention(const CodecSpec& spec, const EmulatedLayerKv
   std::vector<float> s_fp(static_cast<size_t>(max_rows) * T), s_dq(s_fp.size());
   std::vector<float> ob(static_cast<size_t>(max_rows) * d);
   // R_V^T, so that o~ R_V^T is a row times a matrix (the sums in the textbook loop's order).
-  const std::vector<float> rot_v_t = rot_v == nullptr ? std::vector<float>()
-                                                      : TransposedSquare(rot_v, d);
+  const std::vector<float> rot_v_t =
+      rot_v == nullptr ? std::vector<float>() : TransposedSquare(rot_v, d);
   for (int h = 0; h < hkv; ++h) {
     const float* kf = kv.k_fp.data() + h * d;
     const float* kd = kv.k_deq.data() + h * d;

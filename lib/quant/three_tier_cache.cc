@@ -680,8 +680,8 @@ absl::Status ThreeTierCache::Attend(int layer, const float* q, int num_q_heads, 
   }
   // o = o~ R_V^T, R_V^T made once for the heads (a row times it vectorises; the sums keep the
   // textbook loop's order).
-  const std::vector<float> rot_v_t = rot_v == nullptr ? std::vector<float>()
-                                                      : TransposedSquare(rot_v, d);
+  const std::vector<float> rot_v_t =
+      rot_v == nullptr ? std::vector<float>() : TransposedSquare(rot_v, d);
   for (int h = 0; h < num_q_heads; ++h) {
     const float* o = out_rot.data() + static_cast<size_t>(h) * d;
     if (rot_v == nullptr) {
