@@ -85,10 +85,13 @@ class StoredPrefixAttention : public model::ChunkAttention {
     L.stored_v.resize(n * kv_row);
     float* const keys = L.stored_k.data();
     float* const values = L.stored_v.data();
-    for (int64_t r = 0; r < t * hkv; ++r) {
-      quant::RotateRowToBf16(k + r * d, rot_k, d, keys + pos0 * kv_row + r * d);
-      quant::RotateRowToBf16(v + r * d, rot_v, d, values + pos0 * kv_row + r * d);
-    }
+    // Rows (here and below) are independent and each is made on one thread, over the CPU pool.
+    model::RunOnCpuPool([&](int worker, int workers) {
+      for (int64_t r = worker; r < t * hkv; r += workers) {
+        quant::RotateRowToBf16(k + r * d, rot_k, d, keys + pos0 * kv_row + r * d);
+        quant::RotateRowToBf16(v + r * d, rot_v, d, values + pos0 * kv_row + r * d);
+      }
+    });
     // q~ = q R_K (scores are unchanged by the rotation).
     std::vector<float> qr(t * q_row);
     Multiply(q, t * hq, d, rot_k, /*transpose=*/false, qr.data());
@@ -120,19 +123,22 @@ class StoredPrefixAttention : public model::ChunkAttention {
     L.codes_v.resize(L.codes_k.size());
     L.params_k.resize(n * hkv);
     L.params_v.resize(n * hkv);
-    for (int64_t pos = pos0; pos < n; ++pos) {
-      if (!quantises || pos < spec_.sink_tokens) continue;  // stored as the bf16 rows they are
-      for (int h = 0; h < hkv; ++h) {
-        const int64_t row = pos * kv_row + h * d;
-        const int64_t slot = pos * hkv + h;
-        uint8_t* ck = L.codes_k.data() + slot * (d / 4);
-        uint8_t* cv = L.codes_v.data() + slot * (d / 4);
-        quant::EncodePerTokenRow(keys + row, d, tiers_.k_clip_ratio, ck, &L.params_k[slot]);
-        quant::EncodePerTokenRow(values + row, d, tiers_.v_clip_ratio, cv, &L.params_v[slot]);
-        quant::DecodePerTokenRow(ck, L.params_k[slot], d, keys + row);
-        quant::DecodePerTokenRow(cv, L.params_v[slot], d, values + row);
+    // Tokens past the sink of a quantising codec; the others stay the bf16 rows they are.
+    const int64_t first_quantised = quantises ? std::max<int64_t>(pos0, spec_.sink_tokens) : n;
+    model::RunOnCpuPool([&](int worker, int workers) {
+      for (int64_t pos = first_quantised + worker; pos < n; pos += workers) {
+        for (int h = 0; h < hkv; ++h) {
+          const int64_t row = pos * kv_row + h * d;
+          const int64_t slot = pos * hkv + h;
+          uint8_t* ck = L.codes_k.data() + slot * (d / 4);
+          uint8_t* cv = L.codes_v.data() + slot * (d / 4);
+          quant::EncodePerTokenRow(keys + row, d, tiers_.k_clip_ratio, ck, &L.params_k[slot]);
+          quant::EncodePerTokenRow(values + row, d, tiers_.v_clip_ratio, cv, &L.params_v[slot]);
+          quant::DecodePerTokenRow(ck, L.params_k[slot], d, keys + row);
+          quant::DecodePerTokenRow(cv, L.params_v[slot], d, values + row);
+        }
       }
-    }
+    });
     return absl::OkStatus();
   }
 
