@@ -2,6 +2,8 @@
 // nothing, and decode from blocks equal to decode after prefill.
 #include "lib/engine/serving_engine.h"
 
+#include <cblas.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -9,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/default_model_test.h"
 #include "lib/kvformat/block.h"
+#include "lib/model/forward_cpu.h"
 
 namespace oscarkv::engine {
 namespace {
@@ -137,6 +140,39 @@ TEST_F(ServingEngineTest, DecodeFromBlocksEqualsDecodeAfterPrefill) {
   EXPECT_EQ(Greedy(**engine, *prefill, 10), Greedy(**engine, remote, 10));
   EXPECT_EQ((*engine)->SequenceKvBytes(*remote.sequence), (*engine)->KvBytesAt(710));
   EXPECT_EQ((*engine)->SequenceKvBytes(*prefill->sequence), (*engine)->KvBytesAt(710));
+}
+
+// A sequence's decode attention shares its splits over the CPU pool, and the GEMVs their rows,
+// each on one thread: decode steps from the same blocks are the same bits with one thread as
+// with two. (The prefill's are not: OpenBLAS's sgemm gives other bits with another thread count.)
+TEST_F(ServingEngineTest, DecodeStepBitsDoNotDependOnTheThreadCount) {
+  auto engine = ServingEngine::Create(model_, {.codec = "oscar-hadamard"});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto prefill = (*engine)->Prefill(Text(3000, 700));
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  const std::vector<kvformat::BlockView> views = Views(prefill->blocks, /*reusable_only=*/false);
+  auto decode = [&](int threads) {
+    model::SetCpuThreads(threads);
+    std::vector<std::vector<float>> steps;
+    auto sequence = (*engine)->SequenceFromBlocks(views);
+    EXPECT_TRUE(sequence.ok()) << sequence.status();
+    if (!sequence.ok()) return steps;
+    std::vector<float> logits = prefill->last_logits;
+    for (int step = 0; step < 6; ++step) {
+      const int32_t next = static_cast<int32_t>(
+          std::max_element(logits.begin(), logits.end()) - logits.begin());
+      model::Sequence* seq = sequence->get();
+      EXPECT_TRUE((*engine)->DecodeStep({&seq, 1}, {&next, 1}, &logits).ok());
+      steps.push_back(logits);
+    }
+    return steps;
+  };
+  const int before = openblas_get_num_threads();
+  const std::vector<std::vector<float>> one = decode(1), two = decode(2);
+  model::SetCpuThreads(before);
+  ASSERT_EQ(one.size(), 6u);
+  ASSERT_EQ(two.size(), 6u);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "step " << i;
 }
 
 TEST_F(ServingEngineTest, Bf16CodecMatchesTheModelsPromptForward) {
