@@ -91,6 +91,9 @@ std::string FindDefaultModelViaPython() {
 // for up to 8 sequences). Prefill: OpenBLAS sgemm on the float32 copy.
 constexpr int64_t kQuantGemmMaxRows = 64;
 constexpr int64_t kQuantContinuationMaxRows = 4;
+// A decode batch's row whose cache holds at least this many tokens attends alone, its splits
+// over the CPU pool (ThreeTierCacheConfig::run_on_threads), instead of on one pool thread.
+constexpr int64_t kAloneAttentionTokens = 1024;
 
 // Several linear layers reading the same input (Q/K/V, gate/up; or one). In decode they run as
 // one QuantGemmMulti: the inputs are quantized once and all rows go to the thread pool in one job.
@@ -371,22 +374,36 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
           seqs[0]->cache().AppendLayer(layer, k.data(), v.data(), static_cast<int>(rows)));
     } else {
       // Rows of one sequence append in order on this thread. Rows of a decode batch each attend
-      // over their own cache, so they share out over the pool; a sequence's attention stays on
-      // one thread, so its result does not depend on the batch.
+      // over their own cache. A row with a long cache goes alone, its attention sharing its
+      // splits over the pool (where the caches can share it); the other rows share out over the
+      // pool, a row per thread, so that one long sequence does not hold a thread while the
+      // others idle. Either way a row's result is the same bits, whatever its batch.
       std::vector<absl::Status> status(rows);
-      const auto attend = [&](int worker, int workers) {
-        for (int64_t r = worker; r < rows; r += workers) {
-          KvCache& cache = seqs[r]->cache();
-          status[r] = cache.AppendLayer(layer, k.data() + r * kvdim, v.data() + r * kvdim, 1);
-          if (!status[r].ok()) continue;
-          status[r] = cache.Attend(layer, q.data() + r * qdim, static_cast<int>(hq), scale,
-                                   attn.data() + r * qdim);
-        }
+      const auto attend_row = [&](int64_t r) {
+        KvCache& cache = seqs[r]->cache();
+        status[r] = cache.AppendLayer(layer, k.data() + r * kvdim, v.data() + r * kvdim, 1);
+        if (!status[r].ok()) return;
+        status[r] = cache.Attend(layer, q.data() + r * qdim, static_cast<int>(hq), scale,
+                                 attn.data() + r * qdim);
       };
-      if (!one_sequence) {
-        RunOnCpuPool(attend);
+      if (one_sequence) {
+        for (int64_t r = 0; r < rows; ++r) attend_row(r);
       } else {
-        attend(0, 1);
+        std::vector<int64_t> shared_rows;
+        for (int64_t r = 0; r < rows; ++r) {
+          if (seqs[r]->length() >= kAloneAttentionTokens) {
+            attend_row(r);
+          } else {
+            shared_rows.push_back(r);
+          }
+        }
+        if (!shared_rows.empty()) {
+          RunOnCpuPool([&](int worker, int workers) {
+            for (size_t i = worker; i < shared_rows.size(); i += workers) {
+              attend_row(shared_rows[i]);
+            }
+          });
+        }
       }
       for (const absl::Status& s : status) OSCARKV_RETURN_IF_ERROR(s);
     }

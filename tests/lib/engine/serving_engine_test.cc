@@ -175,6 +175,46 @@ TEST_F(ServingEngineTest, DecodeStepBitsDoNotDependOnTheThreadCount) {
   for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "step " << i;
 }
 
+// In a decode batch, a sequence with a long cache (>= 1024 tokens) attends alone with its splits
+// over the CPU pool, the short ones share the pool a sequence per thread: every sequence's logits
+// are the bits it gets decoding alone.
+TEST_F(ServingEngineTest, BatchWithALongSequenceEqualsEachSequenceAloneBitForBit) {
+  auto engine = ServingEngine::Create(model_, {.codec = "oscar-hadamard"});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<std::vector<int32_t>> prompts = {Text(2000, 90), Text(9000, 1100),
+                                                     Text(4000, 300)};
+  std::vector<PrefillResult> batch, alone;
+  std::vector<model::Sequence*> ptrs;
+  std::vector<int32_t> next;
+  for (const auto& prompt : prompts) {
+    auto a = (*engine)->Prefill(prompt);
+    auto b = (*engine)->Prefill(prompt);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    next.push_back(static_cast<int32_t>(std::max_element(a->last_logits.begin(),
+                                                         a->last_logits.end()) -
+                                        a->last_logits.begin()));
+    batch.push_back(std::move(*a));
+    alone.push_back(std::move(*b));
+    ptrs.push_back(batch.back().sequence.get());
+  }
+  const size_t vocab = batch[0].last_logits.size();
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> together;
+    ASSERT_TRUE((*engine)->DecodeStep(ptrs, next, &together).ok());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      model::Sequence* one = alone[i].sequence.get();
+      std::vector<float> l;
+      ASSERT_TRUE((*engine)->DecodeStep({&one, 1}, {&next[i], 1}, &l).ok());
+      ASSERT_EQ(std::vector<float>(together.begin() + i * vocab,
+                                   together.begin() + (i + 1) * vocab),
+                l)
+          << "step " << step << " sequence " << i;
+      next[i] = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    }
+  }
+}
+
 TEST_F(ServingEngineTest, Bf16CodecMatchesTheModelsPromptForward) {
   auto engine = ServingEngine::Create(model_, {.codec = "bf16"});
   ASSERT_TRUE(engine.ok()) << engine.status();
