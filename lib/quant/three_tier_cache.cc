@@ -106,7 +106,14 @@ absl::StatusOr<int64_t> BytesInUseAt(const CodecSpec& spec, int num_layers, int 
 
 void RowTimesMatrix(const float* x, const float* m, int head_dim, float* y) {
   constexpr int kColumns = 8;
-  float acc[256] = {};
+  float on_stack[256];
+  std::vector<float> on_heap;  // head_dim > 256: no model has one, but nothing overflows
+  float* acc = on_stack;
+  if (head_dim > 256) {
+    on_heap.resize(head_dim);
+    acc = on_heap.data();
+  }
+  std::fill_n(acc, head_dim, 0.0f);
   const int vector_end = head_dim / kColumns * kColumns;
   for (int i = 0; i < head_dim; ++i) {
     const float xi = x[i];

@@ -78,7 +78,7 @@ absl::StatusOr<int64_t> BytesInUseAt(const CodecSpec& spec, int num_layers, int 
 // ---- Row-level steps shared with decode_emulation (exactly what the cache does) ----
 
 // y[D] = x[D] * M (M [D][D] row-major): y[j] = x[0] M[0][j] + x[1] M[1][j] + ... in that order
-// (the textbook loop's bits), computed eight columns at a time so that it vectorises. D <= 256.
+// (the textbook loop's bits), computed eight columns at a time so that it vectorises.
 void RowTimesMatrix(const float* x, const float* m, int head_dim, float* y);
 // M^T of a square [D][D] row-major matrix (x M^T as RowTimesMatrix(x, M^T)).
 std::vector<float> TransposedSquare(const float* m, int head_dim);

@@ -66,7 +66,7 @@ std::unique_ptr<ThreeTierCache> MakeCache(CodecId codec, int d, int hkv, int lay
 TEST(RowTimesMatrix, EqualsTheTextbookLoopBitForBit) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int d : {8, 32, 64, 100, 128, 256}) {
+  for (int d : {8, 32, 64, 100, 128, 256, 300}) {
     std::vector<float> x(d), m(static_cast<size_t>(d) * d), y(d);
     for (float& v : x) v = normal(rng);
     for (float& v : m) v = normal(rng);
