@@ -30,6 +30,7 @@ class QuantKvCache : public model::KvCache {
   absl::Status Attend(int layer, const float* q, int num_q_heads, float scale,
                       float* out) override;
   int64_t Length(int layer) const override;
+  bool AttendsOverThePool() const override { return cache_->config().run_on_threads != nullptr; }
 
   const quant::ThreeTierCache& tiers() const { return *cache_; }
   quant::ThreeTierCache& mutable_tiers() { return *cache_; }

@@ -32,6 +32,10 @@ class KvCache {
 
   // Tokens stored in `layer`.
   virtual int64_t Length(int layer) const = 0;
+
+  // Whether Attend shares its work over the CPU pool (model/thread_pool.h) when the pool is free:
+  // a decode batch then runs this sequence's long attention alone rather than on one thread.
+  virtual bool AttendsOverThePool() const { return false; }
 };
 
 // Keeps every token's K/V as float32, optionally rounded to bf16 first (the "bf16" codec, the

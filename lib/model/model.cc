@@ -374,10 +374,10 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
           seqs[0]->cache().AppendLayer(layer, k.data(), v.data(), static_cast<int>(rows)));
     } else {
       // Rows of one sequence append in order on this thread. Rows of a decode batch each attend
-      // over their own cache. A row with a long cache goes alone, its attention sharing its
-      // splits over the pool (where the caches can share it); the other rows share out over the
-      // pool, a row per thread, so that one long sequence does not hold a thread while the
-      // others idle. Either way a row's result is the same bits, whatever its batch.
+      // over their own cache. A row with a long cache that can share its attention's splits over
+      // the pool (KvCache::AttendsOverThePool) goes alone and does; the other rows share out
+      // over the pool, a row per thread, so that one long sequence does not hold a thread while
+      // the others idle. Either way a row's result is the same bits, whatever its batch.
       std::vector<absl::Status> status(rows);
       const auto attend_row = [&](int64_t r) {
         KvCache& cache = seqs[r]->cache();
@@ -391,7 +391,8 @@ absl::Status Model::Run(std::span<Sequence* const> seqs, std::span<const int32_t
       } else {
         std::vector<int64_t> shared_rows;
         for (int64_t r = 0; r < rows; ++r) {
-          if (seqs[r]->length() >= kAloneAttentionTokens) {
+          if (seqs[r]->length() >= kAloneAttentionTokens &&
+              seqs[r]->cache().AttendsOverThePool()) {
             attend_row(r);
           } else {
             shared_rows.push_back(r);

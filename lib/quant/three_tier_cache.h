@@ -175,6 +175,7 @@ class ThreeTierCache {
   // OScaR norms of tokens [first, first + tokens) of `layer` (empty for other codecs).
   std::vector<float> TokenNorms(int layer, int first, int tokens) const;
 
+  const ThreeTierCacheConfig& config() const { return config_; }
   int tokens(int layer) const;
   const CodecSpec& spec() const { return *spec_; }
   // Bytes of live storage (pages in use counted whole, residual rows, norms), all layers.

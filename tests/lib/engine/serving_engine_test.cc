@@ -198,6 +198,8 @@ TEST_F(ServingEngineTest, BatchWithALongSequenceEqualsEachSequenceAloneBitForBit
     alone.push_back(std::move(*b));
     ptrs.push_back(batch.back().sequence.get());
   }
+  // The long one (1,100 tokens) takes the path of a cache that shares its attention.
+  ASSERT_TRUE(batch[1].sequence->cache().AttendsOverThePool());
   const size_t vocab = batch[0].last_logits.size();
   for (int step = 0; step < 3; ++step) {
     std::vector<float> together;
