@@ -181,6 +181,12 @@ class ByteTokenized final : public router::CompletionBackend {
   std::shared_ptr<router::CompletionBackend> inner_;
 };
 
+std::vector<int32_t> Prompt(int n, int32_t base = 100) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(base + i);
+  return p;
+}
+
 class PlacedBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -274,6 +280,27 @@ class PlacedBackendTest : public ::testing::Test {
                   "application/json");
   }
 
+  // A request whose workers stay busy (or full) is retried with backoff (`tries` counts the
+  // asks: several, not a busy loop) for the whole busy wait, then fails as ResourceExhausted with
+  // `reason`; over HTTP that is a 429. Returns the 429's body.
+  std::string ExpectGivenUpAfterTheBusyWait(const std::atomic<int>& tries,
+                                            const std::string& reason) {
+    const absl::Time t0 = absl::Now();
+    auto out =
+        backend_->Complete(Request(Prompt(5)), [](const router::TokenEvent&) { return true; });
+    const absl::Duration waited = absl::Now() - t0;
+    EXPECT_TRUE(absl::IsResourceExhausted(out.status())) << out.status();
+    EXPECT_NE(out.status().message().find(reason), std::string::npos) << out.status();
+    EXPECT_GE(waited, absl::Seconds(kBusyWaitSeconds) - absl::Milliseconds(150));
+    EXPECT_GT(tries.load(), 5);
+    EXPECT_LT(tries.load(), 100);
+    auto r = PostCompletion();
+    EXPECT_TRUE(r);
+    if (!r) return "";
+    EXPECT_EQ(r->status, 429) << r->body;
+    return r->body;
+  }
+
   router::CompletionRequest Request(const std::vector<int32_t>& prompt, int max_tokens = 3) {
     router::CompletionRequest r;
     r.request_id = "cmpl-test";
@@ -292,12 +319,6 @@ class PlacedBackendTest : public ::testing::Test {
   std::string router_address_;
   std::vector<std::unique_ptr<Worker>> workers_;
 };
-
-std::vector<int32_t> Prompt(int n, int32_t base = 100) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < n; ++i) p.push_back(base + i);
-  return p;
-}
 
 TEST_F(PlacedBackendTest, AsksForPackedGpuKvOnlyWhenBothWorkersCanMoveIt) {
   FakePrefill* pf = AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL, {},
@@ -526,20 +547,9 @@ TEST_F(PlacedBackendTest, PrefillBusyForLongerThanTheWaitIsResourceExhaustedAndH
   FakePrefill* p = AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
   FakeDecode* d = AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
   p->busy.store(-1);
-  const absl::Time t0 = absl::Now();
-  auto out = backend_->Complete(Request(Prompt(5)), [](const router::TokenEvent&) { return true; });
-  const absl::Duration waited = absl::Now() - t0;
-  ASSERT_TRUE(absl::IsResourceExhausted(out.status())) << out.status();
-  EXPECT_NE(out.status().message().find("no prefill slot in"), std::string::npos) << out.status();
-  EXPECT_GE(waited, absl::Seconds(kBusyWaitSeconds) - absl::Milliseconds(150));
-  EXPECT_GT(p->calls.load(), 5);  // it retried, with backoff (not a busy loop: below)
-  EXPECT_LT(p->calls.load(), 100);
+  const std::string body = ExpectGivenUpAfterTheBusyWait(p->calls, "no prefill slot in");
+  EXPECT_NE(body.find("prefill worker busy"), std::string::npos) << body;
   EXPECT_EQ(d->starts.load(), 0);
-
-  auto r = PostCompletion();
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 429) << r->body;
-  EXPECT_NE(r->body.find("prefill worker busy"), std::string::npos) << r->body;
 }
 
 // A decode worker whose KV pool is full (the sequences it holds may grow to its capacity) is
@@ -571,18 +581,7 @@ TEST_F(PlacedBackendTest, DecodeFullForLongerThanTheWaitIsResourceExhaustedAndHt
   AddWorker<FakePrefill>("prefill-0", cv1::WORKER_ROLE_PREFILL);
   FakeDecode* d = AddWorker<FakeDecode>("decode-0", cv1::WORKER_ROLE_DECODE);
   d->full.store(-1);
-  const absl::Time t0 = absl::Now();
-  auto out = backend_->Complete(Request(Prompt(5)), [](const router::TokenEvent&) { return true; });
-  const absl::Duration waited = absl::Now() - t0;
-  ASSERT_TRUE(absl::IsResourceExhausted(out.status())) << out.status();
-  EXPECT_NE(out.status().message().find("no decode worker had room in"), std::string::npos)
-      << out.status();
-  EXPECT_GE(waited, absl::Seconds(kBusyWaitSeconds) - absl::Milliseconds(150));
-  EXPECT_GT(d->starts.load(), 5);
-  EXPECT_LT(d->starts.load(), 100);
-  auto r = PostCompletion();
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 429) << r->body;
+  ExpectGivenUpAfterTheBusyWait(d->starts, "no decode worker had room in");
 }
 
 // A generation its decode worker cuts off resumes on another: the prompt and the tokens delivered
