@@ -1,6 +1,7 @@
-// CPU reference of paged decode attention (decode_attention.h). Single-threaded, float
-// arithmetic, written as the GPU kernel will be: a tier-agnostic split loop parameterised by a row
-// loader (STYLE habit 6), then an exact log-sum-exp merge.
+// CPU reference of paged decode attention (decode_attention.h), also the production CPU path.
+// Float arithmetic in SIMD lanes, written as the GPU kernel is: a tier-agnostic split loop
+// parameterised by a row loader (STYLE habit 6), each split on one thread (several splits may
+// run on several threads), then an exact log-sum-exp merge on the caller's thread.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
